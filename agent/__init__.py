@@ -1,0 +1,3 @@
+"""swtel: switch-side streaming telemetry agent."""
+
+__version__ = "0.1.0"

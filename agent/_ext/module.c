@@ -1,0 +1,51 @@
+/* agent._swtel: module definition. Each hot-path concern lives in its own file
+ * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c) and exports a method table. */
+#include "swtel.h"
+
+int swtel_get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
+                     const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
+    if (writable)
+        flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    if (view->itemsize != itemsize && !(view->itemsize == 1 && view->len % itemsize == 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes, got %zd", what,
+                     itemsize, view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static struct PyModuleDef swtel_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "agent._swtel",
+    .m_doc = "swtel hot path: counter readers, change kernel and gNMI encoder.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__swtel(void)
+{
+    PyObject *m = PyModule_Create(&swtel_module);
+    if (m == NULL)
+        return NULL;
+    PyMethodDef *tables[] = {swtel_netdev_methods, swtel_ethtool_methods, swtel_sysfs_methods,
+                             swtel_change_methods, swtel_encode_methods};
+    for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
+        if (PyModule_AddFunctions(m, tables[i]) < 0)
+            goto fail;
+    }
+    if (PyModule_AddStringConstant(m, "version", SWTEL_EXT_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "NETDEV_FIELDS", SWTEL_NETDEV_FIELDS) < 0 ||
+        PyModule_AddIntConstant(m, "F_CHANGED", SWTEL_F_CHANGED) < 0 ||
+        PyModule_AddIntConstant(m, "F_WRAP", SWTEL_F_WRAP) < 0 ||
+        PyModule_AddIntConstant(m, "F_RESET", SWTEL_F_RESET) < 0 ||
+        PyModule_AddIntConstant(m, "F_NEW", SWTEL_F_NEW) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

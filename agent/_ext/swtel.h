@@ -1,0 +1,39 @@
+/* Shared declarations of the swtel C hot path (module agent._swtel).
+ *
+ * Boundary (psutil style): C does the syscalls and the tight loops over flat
+ * buffers; Python owns naming, mapping and everything that runs rarely. Every
+ * function here takes and returns plain types: ints, bytes, lists and objects
+ * supporting the buffer protocol (array.array, bytearray, memoryview).
+ */
+#ifndef SWTEL_H
+#define SWTEL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* Bumped with agent/__init__.py's __version__; checked on import. */
+#define SWTEL_EXT_VERSION "0.1.0"
+
+/* Number of rtnl_link_stats64 fields the netdev reader copies per link. */
+#define SWTEL_NETDEV_FIELDS 25
+
+/* Change-kernel flags, one byte per changed counter (agent/_flags.py mirrors). */
+#define SWTEL_F_CHANGED 0x01
+#define SWTEL_F_WRAP 0x02
+#define SWTEL_F_RESET 0x04
+#define SWTEL_F_NEW 0x08
+
+/* Per-file method tables; module.c adds each of them to the module. */
+extern PyMethodDef swtel_netdev_methods[];
+extern PyMethodDef swtel_ethtool_methods[];
+extern PyMethodDef swtel_sysfs_methods[];
+extern PyMethodDef swtel_change_methods[];
+extern PyMethodDef swtel_encode_methods[];
+
+/* Get a writable/readable contiguous buffer with an exact item size. Returns 0
+ * on success, -1 with a Python exception set otherwise. */
+int swtel_get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
+                     const char *what);
+
+#endif

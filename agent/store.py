@@ -1,0 +1,82 @@
+"""Latest value of every path, for full snapshots (dial-out reconnect, heartbeat) and gNMI Get.
+
+The engine owns the writes (tick thread). Readers on other threads get
+consistent per-source snapshots: a source's table and value array are swapped
+together, and :meth:`snapshot_batches` copies the values.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+
+from agent.counters import Batch, Container, CounterTable, StateUpdate
+
+
+class Store:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[CounterTable, array, int]] = {}
+        self._states: dict[tuple[Container, str], StateUpdate] = {}
+
+    # -- writes (engine thread)
+    def set_source(self, source: str, table: CounterTable, values: array, ts_ns: int) -> None:
+        with self._lock:
+            self._tables[source] = (table, values, ts_ns)
+
+    def touch_source(self, source: str, ts_ns: int) -> None:
+        with self._lock:
+            entry = self._tables.get(source)
+            if entry:
+                self._tables[source] = (entry[0], entry[1], ts_ns)
+
+    def drop_source(self, source: str) -> None:
+        with self._lock:
+            self._tables.pop(source, None)
+
+    def set_states(self, updates: list[StateUpdate]) -> None:
+        with self._lock:
+            for u in updates:
+                key = (u.container, u.leaf)
+                if u.value is None:
+                    self._states.pop(key, None)
+                else:
+                    self._states[key] = u
+
+    def drop_containers(self, containers: list[Container]) -> None:
+        gone = set(containers)
+        with self._lock:
+            for key in [k for k in self._states if k[0] in gone]:
+                del self._states[key]
+
+    # -- reads (any thread)
+    def snapshot_batches(self) -> list[Batch]:
+        """One snapshot Batch per source: every counter, values copied."""
+        with self._lock:
+            entries = list(self._tables.items())
+        out = []
+        for source, (table, values, ts_ns) in entries:
+            copy = array("Q", values)
+            n = min(len(copy), len(table))
+            out.append(
+                Batch(source, ts_ns, table, list(range(n)), copy, [0] * n, bytes(n), snapshot=True)
+            )
+        return out
+
+    def states(self) -> list[StateUpdate]:
+        with self._lock:
+            return list(self._states.values())
+
+    def items(self):
+        """Yield (container, leaf, value, ts_ns) for every path: counters then states."""
+        for batch in self.snapshot_batches():
+            for i in batch.indices:
+                spec = batch.table.specs[i]
+                yield spec.container, spec.leaf, batch.values[i], batch.ts_ns
+        for u in self.states():
+            yield u.container, u.leaf, u.value, u.ts_ns
+
+    @staticmethod
+    def now_ns() -> int:
+        return time.time_ns()
