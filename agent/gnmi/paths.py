@@ -1,0 +1,100 @@
+"""gNMI path strings <-> ``gnmi_pb2.Path``, and pre-encoded path bytes.
+
+Path strings use the gNMI string form: ``/a/b[k=v][k2=v2]/c``, an optional
+``origin:`` in front; ``*`` and ``...`` are wildcards for matching.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from pygnmi.spec.v080 import gnmi_pb2
+
+_ELEM_RE = re.compile(r"([^\[\]/]+)((?:\[[^=\]]+=[^\]]*\])*)")
+_KEY_RE = re.compile(r"\[([^=\]]+)=([^\]]*)\]")
+
+
+def split(path: str) -> list[tuple[str, dict[str, str]]]:
+    """``/a/b[k=v]/c`` -> [("a", {}), ("b", {"k": "v"}), ("c", {})]. Brackets protect slashes."""
+    elems: list[tuple[str, dict[str, str]]] = []
+    depth, start = 0, 0
+    parts: list[str] = []
+    for i, ch in enumerate(path):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "/" and depth == 0:
+            parts.append(path[start:i])
+            start = i + 1
+    parts.append(path[start:])
+    for part in parts:
+        if not part:
+            continue
+        m = _ELEM_RE.fullmatch(part)
+        if not m:
+            raise ValueError(f"bad path element {part!r} in {path!r}")
+        elems.append((m.group(1), dict(_KEY_RE.findall(m.group(2)))))
+    return elems
+
+
+def split_origin(path: str) -> tuple[str, str]:
+    """``swtel:/x`` -> ("swtel", "/x"); ``/x`` -> ("", "/x")."""
+    head, sep, rest = path.partition(":")
+    if sep and "/" not in head and "[" not in head:
+        return head, rest
+    return "", path
+
+
+def to_proto(path: str, origin: str = "", target: str = "") -> gnmi_pb2.Path:
+    return gnmi_pb2.Path(
+        origin=origin,
+        target=target,
+        elem=[gnmi_pb2.PathElem(name=n, key=k) for n, k in split(path)],
+    )
+
+
+def from_proto(path: gnmi_pb2.Path) -> str:
+    """Path message -> string (elems only; origin and target are separate fields)."""
+    out = []
+    for e in path.elem:
+        keys = "".join(f"[{k}={e.key[k]}]" for k in sorted(e.key))
+        out.append(f"{e.name}{keys}")
+    if not out and path.element:  # deprecated gNMI 0.3 string elements
+        out = list(path.element)
+    return "/" + "/".join(out)
+
+
+def join(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path) -> str:
+    """Absolute string of ``prefix`` + ``path`` (a notification's prefix and an update's path)."""
+    head = from_proto(prefix) if prefix is not None else "/"
+    tail = from_proto(path)
+    if head == "/":
+        return tail
+    return head if tail == "/" else head + tail
+
+
+@lru_cache(maxsize=65536)
+def encoded(path: str, origin: str = "", target: str = "") -> bytes:
+    """Serialized ``gnmi.Path`` for a string, cached: the encoder's per-counter path bytes."""
+    return to_proto(path, origin, target).SerializeToString()
+
+
+def matches(pattern: list[tuple[str, dict[str, str]]], concrete: list[tuple[str, dict[str, str]]]) -> bool:
+    """True if ``concrete`` lies at or below ``pattern``; ``*`` matches any name or key value,
+    ``...`` any number of elements, a missing key any value."""
+    if not pattern:
+        return True
+    name, keys = pattern[0]
+    if name == "...":
+        return any(matches(pattern[1:], concrete[i:]) for i in range(len(concrete) + 1))
+    if not concrete:
+        return False
+    cname, ckeys = concrete[0]
+    if name not in ("*", cname):
+        return False
+    for k, v in keys.items():
+        if v != "*" and ckeys.get(k) != v:
+            return False
+    return matches(pattern[1:], concrete[1:])
