@@ -1,0 +1,228 @@
+/* ethtool reader over SIOCETHTOOL. The string table and driver info are read
+ * once per port (Python caches them and re-reads on link change); each poll
+ * issues only ETHTOOL_GSTATS per port, values landing in a flat u64 buffer.
+ * None of these commands needs CAP_NET_ADMIN. */
+#include "swtel.h"
+
+#include <errno.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <net/if.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+
+static int eth_ioctl(int fd, const char *ifname, void *data)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
+    ifr.ifr_data = data;
+    return ioctl(fd, SIOCETHTOOL, &ifr) < 0 ? -errno : 0;
+}
+
+static int check_ifname(const char *name, Py_ssize_t len)
+{
+    if (len <= 0 || len >= IFNAMSIZ || (Py_ssize_t)strlen(name) != len) {
+        PyErr_Format(PyExc_ValueError, "bad interface name '%s'", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Number of ETH_SS_STATS strings, via GSSET_INFO, falling back to GDRVINFO. */
+static int stats_count(int fd, const char *ifname, uint32_t *count)
+{
+    struct {
+        struct ethtool_sset_info hdr;
+        uint32_t len;
+    } sset;
+    memset(&sset, 0, sizeof(sset));
+    sset.hdr.cmd = ETHTOOL_GSSET_INFO;
+    sset.hdr.sset_mask = 1ULL << ETH_SS_STATS;
+    int rc = eth_ioctl(fd, ifname, &sset);
+    if (rc == 0) {
+        *count = (sset.hdr.sset_mask & (1ULL << ETH_SS_STATS)) ? sset.len : 0;
+        return 0;
+    }
+    struct ethtool_drvinfo drv = {.cmd = ETHTOOL_GDRVINFO};
+    rc = eth_ioctl(fd, ifname, &drv);
+    if (rc == 0)
+        *count = drv.n_stats;
+    return rc;
+}
+
+PyDoc_STRVAR(drvinfo_doc, "ethtool_drvinfo(fd, ifname: str) -> (driver, version, fw_version, bus_info, n_stats)");
+
+static PyObject *ethtool_drvinfo(PyObject *self, PyObject *args)
+{
+    int fd;
+    const char *ifname;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "is#", &fd, &ifname, &len) || check_ifname(ifname, len) < 0)
+        return NULL;
+    struct ethtool_drvinfo drv;
+    memset(&drv, 0, sizeof(drv));
+    drv.cmd = ETHTOOL_GDRVINFO;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = eth_ioctl(fd, ifname, &drv);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        errno = -rc;
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, ifname);
+    }
+    return Py_BuildValue("(ssssI)", drv.driver, drv.version, drv.fw_version, drv.bus_info,
+                         drv.n_stats);
+}
+
+PyDoc_STRVAR(strings_doc, "ethtool_strings(fd, ifname: str) -> list[str]\n\n"
+                          "The ETH_SS_STATS names, in GSTATS order.");
+
+static PyObject *ethtool_strings(PyObject *self, PyObject *args)
+{
+    int fd;
+    const char *ifname;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "is#", &fd, &ifname, &len) || check_ifname(ifname, len) < 0)
+        return NULL;
+    uint32_t count = 0;
+    struct ethtool_gstrings *gs = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stats_count(fd, ifname, &count);
+    if (rc == 0 && count > 0) {
+        gs = calloc(1, sizeof(*gs) + (size_t)count * ETH_GSTRING_LEN);
+        if (gs == NULL) {
+            rc = -ENOMEM;
+        } else {
+            gs->cmd = ETHTOOL_GSTRINGS;
+            gs->string_set = ETH_SS_STATS;
+            gs->len = count;
+            rc = eth_ioctl(fd, ifname, gs);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        free(gs);
+        errno = -rc;
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, ifname);
+    }
+    uint32_t got = gs ? (gs->len < count ? gs->len : count) : 0;
+    PyObject *list = PyList_New(got);
+    for (uint32_t i = 0; list && i < got; i++) {
+        char name[ETH_GSTRING_LEN + 1];
+        memcpy(name, gs->data + (size_t)i * ETH_GSTRING_LEN, ETH_GSTRING_LEN);
+        name[ETH_GSTRING_LEN] = 0;
+        PyObject *s = PyUnicode_DecodeLatin1(name, (Py_ssize_t)strlen(name), NULL);
+        if (s == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, s);
+    }
+    free(gs);
+    return list;
+}
+
+PyDoc_STRVAR(read_doc,
+"ethtool_read(fd, ifnames: list[bytes], counts, out, status) -> int\n\n"
+"ETHTOOL_GSTATS for each port. counts: u32 buffer, the cached number of\n"
+"stats per port; port i's values land in out (u64) right after those of\n"
+"ports 0..i-1. status (int32, per port) is set to 0 when read, to the errno\n"
+"on failure (values kept), or to -1 when the driver's count changed (the\n"
+"string table must be re-read). Returns the number of ports read.");
+
+static PyObject *ethtool_read(PyObject *self, PyObject *args)
+{
+    int fd;
+    PyObject *names, *o_counts, *o_out, *o_status;
+    if (!PyArg_ParseTuple(args, "iO!OOO", &fd, &PyList_Type, &names, &o_counts, &o_out,
+                          &o_status))
+        return NULL;
+    Py_ssize_t nports = PyList_GET_SIZE(names);
+    Py_buffer counts, out, status;
+    if (swtel_get_buffer(o_counts, &counts, 0, 4, "counts") < 0)
+        return NULL;
+    if (swtel_get_buffer(o_out, &out, 1, 8, "out") < 0) {
+        PyBuffer_Release(&counts);
+        return NULL;
+    }
+    if (swtel_get_buffer(o_status, &status, 1, 4, "status") < 0) {
+        PyBuffer_Release(&counts);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    const uint32_t *cnt = counts.buf;
+    int32_t *st = status.buf;
+    char (*ifnames)[IFNAMSIZ] = NULL;
+    uint64_t total = 0, most = 0;
+    int ok = -1;
+    if (counts.len / 4 < nports || status.len / 4 < nports) {
+        PyErr_SetString(PyExc_ValueError, "counts/status shorter than ifnames");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        total += cnt[i];
+        if (cnt[i] > most)
+            most = cnt[i];
+    }
+    if ((uint64_t)out.len < total * 8) {
+        PyErr_SetString(PyExc_ValueError, "out buffer shorter than the sum of counts");
+        goto done;
+    }
+    ifnames = calloc((size_t)nports + 1, IFNAMSIZ);
+    if (ifnames == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        char *s;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(PyList_GET_ITEM(names, i), &s, &len) < 0 ||
+            check_ifname(s, len) < 0)
+            goto done;
+        memcpy(ifnames[i], s, (size_t)len);
+    }
+    /* The kernel writes as many stats as the driver has now, whatever n_stats
+     * we pass, so the scratch buffer gets headroom for a grown table. */
+    size_t room = (size_t)most * 2 + 4096;
+    struct ethtool_stats *es = malloc(sizeof(*es) + room * sizeof(uint64_t));
+    if (es == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ok = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t *dst = out.buf;
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        es->cmd = ETHTOOL_GSTATS;
+        es->n_stats = cnt[i];
+        int rc = eth_ioctl(fd, ifnames[i], es);
+        if (rc < 0) {
+            st[i] = -rc;
+        } else if (es->n_stats != cnt[i]) {
+            st[i] = -1;
+        } else {
+            memcpy(dst, es->data, (size_t)cnt[i] * sizeof(uint64_t));
+            st[i] = 0;
+            ok++;
+        }
+        dst += cnt[i];
+    }
+    Py_END_ALLOW_THREADS
+    free(es);
+done:
+    free(ifnames);
+    PyBuffer_Release(&counts);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&status);
+    return ok < 0 ? NULL : PyLong_FromLong(ok);
+}
+
+PyMethodDef swtel_ethtool_methods[] = {
+    {"ethtool_drvinfo", ethtool_drvinfo, METH_VARARGS, drvinfo_doc},
+    {"ethtool_strings", ethtool_strings, METH_VARARGS, strings_doc},
+    {"ethtool_read", ethtool_read, METH_VARARGS, read_doc},
+    {NULL, NULL, 0, NULL},
+};
