@@ -1,0 +1,276 @@
+"""Pure-Python reader and change kernel: the same functions, signatures and
+results as the C extension (agent/_ext/{netdev,ethtool,sysfs,change}.c).
+
+Used when ``SWTEL_PUREPYTHON=1`` or the extension is missing. The raw netlink
+and ioctl requests are the same ones the C code issues, built with ``struct``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import struct
+from bisect import bisect_left
+
+NETDEV_FIELDS = 25
+F_CHANGED, F_WRAP, F_RESET, F_NEW = 0x01, 0x02, 0x04, 0x08
+version = "0.1.0"  # mirrors agent._swtel.version
+
+# ------------------------------------------------------------------ netdev
+
+_RTM_NEWSTATS, _RTM_GETSTATS = 92, 94
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+_IFLA_STATS_LINK_64 = 1
+_NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_IF_STATS_MSG = struct.Struct("=BBHiI")  # family, pad1, pad2, ifindex, filter_mask
+_RTA = struct.Struct("=HH")
+_seq = 0
+
+
+def _align4(n: int) -> int:
+    return (n + 3) & ~3
+
+
+def netdev_read(fd: int, ifindexes, out, seen) -> int:
+    """See agent/_ext/netdev.c."""
+    global _seq
+    n = len(ifindexes)
+    if len(out) < n * NETDEV_FIELDS or len(seen) < n:
+        raise ValueError("out or seen buffer too small for ifindexes")
+    _seq = (_seq + 1) & 0xFFFFFFFF
+    seq = _seq
+    body = _IF_STATS_MSG.pack(socket.AF_UNSPEC, 0, 0, 0, 1 << (_IFLA_STATS_LINK_64 - 1))
+    req = _NLMSG_HDR.pack(_NLMSG_HDR.size + len(body), _RTM_GETSTATS,
+                          _NLM_F_REQUEST | _NLM_F_DUMP, seq, 0) + body
+    for i in range(n):
+        seen[i] = 0
+    os.write(fd, req)
+    found = 0
+    idx_list = list(ifindexes)
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
+        off = 0
+        while off + _NLMSG_HDR.size <= len(data):
+            length, mtype, _flags, mseq, _pid = _NLMSG_HDR.unpack_from(data, off)
+            if length < _NLMSG_HDR.size:
+                break
+            msg_end = off + length
+            if mseq == seq:
+                if mtype == _NLMSG_DONE:
+                    return found
+                if mtype == _NLMSG_ERROR:
+                    (err,) = struct.unpack_from("=i", data, off + _NLMSG_HDR.size)
+                    code = -err if err else errno.EIO
+                    raise OSError(code, os.strerror(code))
+                if mtype == _RTM_NEWSTATS:
+                    found += _parse_stats(data, off + _NLMSG_HDR.size, msg_end, idx_list, out, seen)
+            off += _align4(length)
+
+
+def _parse_stats(data: bytes, pos: int, end: int, idx_list, out, seen) -> int:
+    ifindex = _IF_STATS_MSG.unpack_from(data, pos)[3]
+    slot = bisect_left(idx_list, ifindex)
+    if slot >= len(idx_list) or idx_list[slot] != ifindex:
+        return 0
+    pos += _align4(_IF_STATS_MSG.size)
+    new = 0
+    while pos + _RTA.size <= end:
+        alen, atype = _RTA.unpack_from(data, pos)
+        if alen < _RTA.size:
+            break
+        if atype == _IFLA_STATS_LINK_64:
+            have = (alen - _RTA.size) // 8
+            take = min(have, NETDEV_FIELDS)
+            values = struct.unpack_from(f"={take}Q", data, pos + _RTA.size)
+            base = slot * NETDEV_FIELDS
+            out[base:base + take] = type(out)(out.typecode, values) if hasattr(out, "typecode") else values
+            if not seen[slot]:
+                seen[slot] = 1
+                new = 1
+        pos += _align4(alen)
+    return new
+
+
+# ------------------------------------------------------------------ ethtool
+
+_SIOCETHTOOL = 0x8946
+_ETHTOOL_GDRVINFO, _ETHTOOL_GSTRINGS, _ETHTOOL_GSTATS, _ETHTOOL_GSSET_INFO = 0x3, 0x1B, 0x1D, 0x37
+_ETH_SS_STATS = 1
+_ETH_GSTRING_LEN = 32
+_IFNAMSIZ = 16
+_DRVINFO = struct.Struct("=I32s32s32s32s32s12sIIIII")
+
+
+def _ifreq(ifname: str | bytes, data_addr: int) -> bytes:
+    name = ifname.encode() if isinstance(ifname, str) else ifname
+    if not 0 < len(name) < _IFNAMSIZ or b"\0" in name:
+        raise ValueError(f"bad interface name {name!r}")
+    # struct ifreq: the name, then the union whose ifr_data pointer we set (native alignment).
+    req = struct.pack(f"@{_IFNAMSIZ}sP", name, data_addr)
+    return req + bytes(40 - len(req))
+
+
+def _ethtool(fd: int, ifname: str | bytes, buf: bytearray) -> None:
+    """SIOCETHTOOL with ifr_data pointing at buf (mutated in place)."""
+    import ctypes
+
+    addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+    fcntl.ioctl(fd, _SIOCETHTOOL, _ifreq(ifname, addr))
+
+
+def _call(fd: int, ifname: str | bytes, buf: bytearray) -> None:
+    try:
+        _ethtool(fd, ifname, buf)
+    except OSError as exc:
+        name = ifname.decode() if isinstance(ifname, bytes) else ifname
+        raise OSError(exc.errno, os.strerror(exc.errno), name) from None
+
+
+def ethtool_drvinfo(fd: int, ifname: str) -> tuple[str, str, str, str, int]:
+    buf = bytearray(_DRVINFO.size)
+    struct.pack_into("=I", buf, 0, _ETHTOOL_GDRVINFO)
+    _call(fd, ifname, buf)
+    f = _DRVINFO.unpack(bytes(buf))
+
+    def text(b: bytes) -> str:
+        return b.split(b"\0", 1)[0].decode("latin-1")
+
+    return text(f[1]), text(f[2]), text(f[3]), text(f[4]), f[8]
+
+
+def _stats_count(fd: int, ifname: str) -> int:
+    buf = bytearray(struct.pack("=IIQI", _ETHTOOL_GSSET_INFO, 0, 1 << _ETH_SS_STATS, 0))
+    try:
+        _call(fd, ifname, buf)
+    except OSError:
+        return ethtool_drvinfo(fd, ifname)[4]
+    _cmd, _res, mask, length = struct.unpack("=IIQI", bytes(buf))
+    return length if mask & (1 << _ETH_SS_STATS) else 0
+
+
+def ethtool_strings(fd: int, ifname: str) -> list[str]:
+    count = _stats_count(fd, ifname)
+    if count == 0:
+        return []
+    buf = bytearray(12 + count * _ETH_GSTRING_LEN)
+    struct.pack_into("=III", buf, 0, _ETHTOOL_GSTRINGS, _ETH_SS_STATS, count)
+    _call(fd, ifname, buf)
+    got = min(struct.unpack_from("=I", buf, 8)[0], count)
+    names = []
+    for i in range(got):
+        raw = bytes(buf[12 + i * _ETH_GSTRING_LEN: 12 + (i + 1) * _ETH_GSTRING_LEN])
+        names.append(raw.split(b"\0", 1)[0].decode("latin-1"))
+    return names
+
+
+def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status) -> int:
+    """See agent/_ext/ethtool.c."""
+    if len(counts) < len(ifnames) or len(status) < len(ifnames):
+        raise ValueError("counts/status shorter than ifnames")
+    if len(out) < sum(counts[: len(ifnames)]):
+        raise ValueError("out buffer shorter than the sum of counts")
+    most = max(counts[: len(ifnames)], default=0)
+    # The kernel writes as many stats as the driver has now: leave headroom.
+    buf = bytearray(8 + (most * 2 + 4096) * 8)
+    ok = 0
+    pos = 0
+    for i, name in enumerate(ifnames):
+        n = counts[i]
+        struct.pack_into("=II", buf, 0, _ETHTOOL_GSTATS, n)
+        try:
+            _ethtool(fd, name, buf)
+        except OSError as exc:
+            status[i] = exc.errno
+        else:
+            if struct.unpack_from("=I", buf, 4)[0] != n:
+                status[i] = -1
+            else:
+                out[pos:pos + n] = type(out)("Q", struct.unpack_from(f"={n}Q", buf, 8))
+                status[i] = 0
+                ok += 1
+        pos += n
+    return ok
+
+
+# ------------------------------------------------------------------ sysfs
+
+
+def sysfs_read(fds, out, status) -> int:
+    """See agent/_ext/sysfs.c."""
+    n = len(fds)
+    if len(out) < n or len(status) < n:
+        raise ValueError("out/status shorter than fds")
+    ok = 0
+    for i in range(n):
+        try:
+            text = os.pread(fds[i], 32, 0)
+        except OSError as exc:
+            status[i] = exc.errno
+            continue
+        word = text.strip(b" \t").split(b"\n", 1)[0].split(b" ", 1)[0]
+        if not word.isdigit() or int(word) >= 1 << 64:
+            status[i] = errno.EINVAL
+            continue
+        out[i] = int(word)
+        status[i] = 0
+        ok += 1
+    return ok
+
+
+# ------------------------------------------------------------------ change kernel
+
+_JUMP_32 = 0x7FFFFFFF
+_JUMP_64 = 10_000_000_000_000
+_MASK64 = (1 << 64) - 1
+
+
+def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) -> int:
+    """See agent/_ext/change.c; same rules, same results."""
+    n = len(cur)
+    nchanged = 0
+    for i in range(n):
+        c = cur[i]
+        p = prev[i]
+        flags = F_CHANGED
+        if not known[i]:
+            known[i] = 1
+            prev[i] = acc[i] = c
+            delta = 0
+            flags |= F_NEW
+        elif c == p:
+            continue
+        elif kinds[i]:
+            delta = c - p
+            acc[i] = c
+        elif c > p:
+            d = c - p
+            if d > (_JUMP_32 if widths[i] == 32 else _JUMP_64):
+                delta = 0
+                flags |= F_RESET
+            else:
+                delta = d
+                acc[i] = (acc[i] + d) & _MASK64
+        elif widths[i] == 32 and p - c > 0x80000000:
+            delta = c + 0x100000000 - p
+            acc[i] = (acc[i] + delta) & _MASK64
+            flags |= F_WRAP
+        else:
+            delta = c
+            acc[i] = (acc[i] + c) & _MASK64
+            flags |= F_RESET
+        prev[i] = c
+        out_idx[nchanged] = i
+        out_delta[nchanged] = _to_i64(delta)
+        out_flags[nchanged] = flags
+        nchanged += 1
+    return nchanged
+
+
+def _to_i64(v: int) -> int:
+    v &= _MASK64
+    return v - (1 << 64) if v >= 1 << 63 else v
