@@ -1,1 +1,45 @@
-"""Pure-Python gNMI encoder: same functions as agent/_ext/encode.c (owned by the gNMI work)."""
+"""Pure-Python gNMI encoder: the same functions as agent/_ext/encode.c, built with gnmi_pb2.
+
+This is the slow path (``SWTEL_PUREPYTHON=1`` or no C extension) and the
+reference the property test holds the C bytes to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pygnmi.spec.v080 import gnmi_pb2
+
+
+def encode_updates(
+    ts_ns: int,
+    indices: Sequence[int],
+    values: Sequence[int],
+    containers: Sequence[int],
+    prefixes: list[bytes],
+    paths: list[bytes],
+    max_updates: int,
+) -> list[bytes]:
+    """One serialized SubscribeResponse per container with changed counters
+    (split every ``max_updates`` updates), containers in order of first appearance."""
+    if max_updates < 1:
+        raise ValueError("max_updates must be at least 1")
+    groups: dict[int, list[int]] = {}
+    for i in indices:
+        if not 0 <= i < min(len(values), len(containers), len(paths)):
+            raise IndexError(f"counter index {i} out of range")
+        c = containers[i]
+        if c >= len(prefixes):
+            raise IndexError(f"container id {c} out of range")
+        groups.setdefault(c, []).append(i)
+    out = []
+    for c, members in groups.items():
+        prefix = gnmi_pb2.Path.FromString(prefixes[c])
+        for s in range(0, len(members), max_updates):
+            notif = gnmi_pb2.Notification(timestamp=ts_ns, prefix=prefix)
+            for i in members[s : s + max_updates]:
+                update = notif.update.add()
+                update.path.MergeFromString(paths[i])
+                update.val.uint_val = values[i]
+            out.append(gnmi_pb2.SubscribeResponse(update=notif).SerializeToString())
+    return out
