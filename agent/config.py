@@ -3,7 +3,15 @@
 Every error names the YAML path of the offending value, e.g.
 ``exporters.dialout[0].address: expected host:port, got 'foo'``. Unknown keys
 are errors. An empty file is a valid config. The documented default config is
-``packaging/swtel.yaml``; the README's configuration table mirrors this module.
+``packaging/swtel.yaml``; docs/config.md documents every key of this module.
+
+Conventions of the schema below:
+
+* a dataclass field is a YAML key (``-`` in keys is accepted for ``_``);
+* ``X | None`` fields accept an explicit ``null`` (meaning "default"/"off" as
+  each field documents); other fields reject ``null``;
+* an optional section (``exporters.jsonl``, ``exporters.server``) is turned on
+  by its presence, even when empty (``server: {}`` or ``server:``).
 """
 
 from __future__ import annotations
@@ -17,8 +25,10 @@ from typing import Any, get_args, get_origin, get_type_hints
 import yaml
 
 DEFAULT_PATH = "/etc/swtel/swtel.yaml"
+DEFAULT_SOCKET = "/run/swtel/swtel.sock"
 MIN_INTERVAL_S = 0.010
 _FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
 
 
 class ConfigError(ValueError):
@@ -72,6 +82,8 @@ class HostPort(str):
             raise ValueError(f"expected host:port, got {value!r}")
         if host.startswith("[") != host.endswith("]"):
             raise ValueError(f"expected host:port, got {value!r}")
+        if ":" in host and not host.startswith("["):
+            raise ValueError(f"expected host:port (IPv6 as [addr]:port), got {value!r}")
         return cls(value)
 
     @property
@@ -96,7 +108,7 @@ class FileMode(int):
 
 _CUSTOM = (Duration, HostPort, FileMode)
 
-# ---------------------------------------------------------------- schema
+# ---------------------------------------------------------------- schema: sources
 
 
 @dataclass
@@ -159,6 +171,9 @@ class Sources:
     sim: SimSource = field(default_factory=SimSource)
 
 
+# ---------------------------------------------------------------- schema: exporters
+
+
 @dataclass
 class JsonlExporter:
     path: str = "-"  # "-" is stdout
@@ -210,17 +225,136 @@ class Exporters:
     server: ServerExporter | None = None
 
 
+# ---------------------------------------------------------------- schema: control, log
+
+
 @dataclass
 class Control:
-    socket: str = "/run/swtel/swtel.sock"
+    enabled: bool = True
+    socket: str = DEFAULT_SOCKET
     mode: FileMode = FileMode(0o660)
-    group: str | None = "swtel"  # None or missing group: keep the agent's own group
+    group: str | None = "swtel"  # None or a missing group: keep the agent's own group
+    # `swtel status` reports unhealthy once every dial-out destination has been down this long.
+    health_grace: Duration = Duration(60.0)
 
 
 @dataclass
 class Log:
     level: str = "info"  # debug | info | warning | error
     format: str = "kv"  # kv | json
+    # Repeated identical errors (e.g. a down destination) are logged at most once per period.
+    rate_limit: Duration = Duration(10.0)
+
+
+# ---------------------------------------------------------------- schema: insights
+# Detector thresholds. A detector raises an event when its rule holds and clears
+# it after the port (or group) has been quiet for `clear_after`.
+
+
+@dataclass
+class ErrorBurst:
+    """Physical-layer errors on a port: symbol, FEC uncorrectable, FCS/CRC, in-errors."""
+
+    enabled: bool = True
+    counters: list[str] = field(
+        default_factory=lambda: [
+            "in-symbol-error",
+            "fec-uncorrectable-blocks",
+            "in-fcs-errors",
+            "in-crc-errors",
+            "in-errors",
+        ]
+    )
+    threshold: int = 1  # errors (summed over `counters`) within `window`
+    window: Duration = Duration(10.0)
+    clear_after: Duration = Duration(60.0)
+
+
+@dataclass
+class LinkFlap:
+    """Carrier transitions on a port."""
+
+    enabled: bool = True
+    threshold: int = 2  # carrier transitions within `window`
+    window: Duration = Duration(60.0)
+    clear_after: Duration = Duration(300.0)
+
+
+@dataclass
+class PfcStorm:
+    """Sustained pause frames: by rate, or by the share of time a port is paused."""
+
+    enabled: bool = True
+    pause_rate: float = 1000.0  # received pause/PFC frames per second
+    paused_share: float = 0.5  # fraction of the window paused (where pause duration is known)
+    window: Duration = Duration(1.0)
+    windows: int = 3  # consecutive windows over a threshold before firing
+    clear_after: Duration = Duration(30.0)
+
+
+@dataclass
+class DropBurst:
+    """Buffer, queue and WRED drops on a port."""
+
+    enabled: bool = True
+    threshold: int = 100  # drops within `window`
+    window: Duration = Duration(1.0)
+    clear_after: Duration = Duration(30.0)
+
+
+@dataclass
+class Imbalance:
+    """Uneven transmit load across a group of uplinks (ECMP members)."""
+
+    enabled: bool = True
+    groups: dict[str, list[str]] = field(default_factory=dict)  # name -> ports (globs allowed)
+    max_over_mean: float = 1.5  # fire when max/mean of tx-octet shares exceeds this ...
+    cv: float = 0.25  # ... or the coefficient of variation exceeds this
+    window: Duration = Duration(10.0)
+    windows: int = 3  # consecutive windows over a threshold before firing
+    min_mean_bps: float = 1e8  # ignore groups idler than this mean rate (bits/s per member)
+    clear_after: Duration = Duration(60.0)
+
+
+@dataclass
+class ThroughputDip:
+    """Transient throughput drops and microbursts from sub-second utilization."""
+
+    enabled: bool = True
+    baseline: Duration = Duration(10.0)  # trailing average the current utilization is compared to
+    dip_ratio: float = 0.5  # fire when utilization falls below this fraction of the baseline
+    min_utilization: float = 0.2  # ... but only if the baseline was at least this busy
+    microburst_utilization: float = 0.9  # one sample above this is a microburst
+    clear_after: Duration = Duration(10.0)
+
+
+@dataclass
+class RoceRetrans:
+    """RoCE retransmission spikes on hosts (mlx5 hw_counters)."""
+
+    enabled: bool = True
+    counters: list[str] = field(
+        default_factory=lambda: ["roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart"]
+    )
+    threshold: int = 100  # retransmissions within `window`
+    window: Duration = Duration(1.0)
+    clear_after: Duration = Duration(30.0)
+
+
+@dataclass
+class Insights:
+    enabled: bool = True
+    history: int = 100  # recent events kept for `swtel status`
+    error_burst: ErrorBurst = field(default_factory=ErrorBurst)
+    link_flap: LinkFlap = field(default_factory=LinkFlap)
+    pfc_storm: PfcStorm = field(default_factory=PfcStorm)
+    drop_burst: DropBurst = field(default_factory=DropBurst)
+    imbalance: Imbalance = field(default_factory=Imbalance)
+    throughput_dip: ThroughputDip = field(default_factory=ThroughputDip)
+    roce_retrans: RoceRetrans = field(default_factory=RoceRetrans)
+
+
+# ---------------------------------------------------------------- the whole file
 
 
 @dataclass
@@ -231,7 +365,7 @@ class Config:
     exporters: Exporters = field(default_factory=Exporters)
     control: Control = field(default_factory=Control)
     log: Log = field(default_factory=Log)
-    insights: dict[str, Any] = field(default_factory=dict)
+    insights: Insights = field(default_factory=Insights)
     path: str | None = None  # the file it was loaded from (not a YAML key)
 
     def interval_of(self, source: str) -> float:
@@ -239,42 +373,71 @@ class Config:
         return float(own if own is not None else self.interval)
 
 
+# ---------------------------------------------------------------- conversion
+
 _CHOICES = {
     ("DialoutExporter", "protocol"): ("nokia", "sonic"),
     ("Log", "level"): ("debug", "info", "warning", "error"),
     ("Log", "format"): ("kv", "json"),
 }
 _NOT_KEYS = {"path"}  # Config.path is bookkeeping, not a YAML key
+_MISSING = object()  # a conversion failed; its problem is already recorded
 
 
 def _type_name(tp: Any) -> str:
-    if tp in (Duration,):
-        return "a duration like 100ms"
-    if tp is HostPort:
-        return "host:port"
-    return {bool: "a boolean", int: "an integer", str: "a string", float: "a number"}.get(
-        tp, getattr(tp, "__name__", str(tp))
-    )
+    if get_origin(tp) is list:
+        return "a list"
+    if get_origin(tp) is dict or is_dataclass(tp):
+        return "a mapping"
+    return {
+        Duration: "a duration like 100ms",
+        HostPort: "host:port",
+        FileMode: 'an octal mode like "0660"',
+        bool: "a boolean",
+        int: "an integer",
+        str: "a string",
+        float: "a number",
+    }.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _optional_inner(tp: Any) -> Any | None:
+    """X for ``X | None``, else None."""
+    args = get_args(tp)
+    if get_origin(tp) is not None and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner
+    return None
 
 
 def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
-    origin = get_origin(tp)
-    args = get_args(tp)
-    if origin is not None and type(None) in args:  # Optional[X]
+    """``value`` as type ``tp``; on failure record a problem and return ``_MISSING``."""
+    inner = _optional_inner(tp)
+    if inner is not None:
         if value is None:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
+            # An optional section is turned on by its mere presence.
+            return _build(inner, {}, where, problems) if is_dataclass(inner) else None
         return _convert(value, inner, where, problems)
+    if value is None and not is_dataclass(tp):
+        problems.append(f"{where}: expected {_type_name(tp)}, got null")
+        return _MISSING
+    origin, args = get_origin(tp), get_args(tp)
     if origin is list:
         if not isinstance(value, list):
             problems.append(f"{where}: expected a list, got {value!r}")
-            return []
-        return [_convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value)]
+            return _MISSING
+        items = [_convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value)]
+        return _MISSING if _MISSING in items else items
     if origin is dict:
         if not isinstance(value, dict):
             problems.append(f"{where}: expected a mapping, got {value!r}")
-            return {}
-        return dict(value)
+            return _MISSING
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(f"{where}: keys must be strings, got {key!r}")
+                continue
+            out[key] = _convert(item, args[1], f"{where}.{key}", problems)
+        return _MISSING if _MISSING in out.values() else out
     if is_dataclass(tp):
         return _build(tp, value, where, problems)
     if tp in _CUSTOM:
@@ -282,19 +445,19 @@ def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
             return tp.parse(value)
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
-            return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            problems.append(f"{where}: expected a boolean, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{where}: expected an integer, got {value!r}")
-        return value
+            return _MISSING
+    ok = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str | int | float) and not isinstance(v, bool),
+    }.get(tp)
+    if ok is not None and not ok(value):
+        problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        return _MISSING
+    if tp is float:
+        return float(value)
     if tp is str:
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            problems.append(f"{where}: expected a string, got {value!r}")
-            return value
         return str(value)
     return value
 
@@ -315,55 +478,64 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
             problems.append(f"{sub}: unknown key (known: {', '.join(sorted(known))})")
             continue
         converted = _convert(value, hints[name], sub, problems)
+        if converted is _MISSING:
+            continue
         choices = _CHOICES.get((cls.__name__, name))
         if choices and converted not in choices:
             problems.append(f"{sub}: expected one of {', '.join(choices)}, got {value!r}")
+            continue
         kwargs[name] = converted
-    try:
-        return cls(**{k: v for k, v in kwargs.items() if v is not None or k in _NULLABLE})
-    except TypeError as exc:  # pragma: no cover - schema bug
-        problems.append(f"{where}: {exc}")
-        return cls()
+    return cls(**kwargs)
 
 
-# Keys where an explicit YAML null is meaningful (turns the thing off / means "default").
-_NULLABLE = {"jsonl", "server", "interval", "group", "username", "password_file"}
+# ---------------------------------------------------------------- cross-field rules
 
 
 def _check(cfg: Config, problems: list[str]) -> None:
-    """Cross-field rules that the types alone cannot express."""
-    if cfg.interval is not None and cfg.interval < MIN_INTERVAL_S:
+    """Rules that the types alone cannot express."""
+    if cfg.interval < MIN_INTERVAL_S:
         problems.append(f"interval: must be at least 10ms, got {cfg.interval}")
     for f in fields(Sources):
         src = getattr(cfg.sources, f.name)
-        if getattr(src, "interval", None) is not None and src.interval < MIN_INTERVAL_S:
+        if src.interval is not None and src.interval < MIN_INTERVAL_S:
             problems.append(f"sources.{f.name}.interval: must be at least 10ms, got {src.interval}")
-    if not cfg.target:
+    if not cfg.target.strip():
         problems.append("target: must not be empty")
     sim = cfg.sources.sim
-    if isinstance(sim.ports, int) and not 1 <= sim.ports <= 4096:
+    if not 1 <= sim.ports <= 4096:
         problems.append(f"sources.sim.ports: expected 1..4096, got {sim.ports}")
+    if not cfg.sources.rdma.root.startswith("/"):
+        problems.append(f"sources.rdma.root: expected an absolute path, got {cfg.sources.rdma.root!r}")
+    _check_exporters(cfg.exporters, problems)
+    _check_control(cfg.control, problems)
+    if cfg.log.rate_limit <= 0:
+        problems.append("log.rate_limit: must be positive")
+    _check_insights(cfg.insights, problems)
+
+
+def _check_exporters(exp: Exporters, problems: list[str]) -> None:
+    if exp.jsonl is not None and not exp.jsonl.path:
+        problems.append("exporters.jsonl.path: must not be empty (use \"-\" for stdout)")
     names: set[str] = set()
-    for i, d in enumerate(cfg.exporters.dialout):
+    for i, d in enumerate(exp.dialout):
         where = f"exporters.dialout[{i}]"
         if not d.name:
             d.name = f"dialout{i}"
         if d.name in names:
             problems.append(f"{where}.name: duplicate destination name {d.name!r}")
         names.add(d.name)
-        if isinstance(d.queue, int) and d.queue < 1:
+        if d.queue < 1:
             problems.append(f"{where}.queue: must be at least 1, got {d.queue}")
-        if d.heartbeat is not None and d.heartbeat < 1:
+        if d.heartbeat < 1:
             problems.append(f"{where}.heartbeat: must be at least 1s, got {d.heartbeat}")
         if not d.insecure:
             _check_files(problems, f"{where}.tls", d.tls.ca, d.tls.cert, d.tls.key)
             if bool(d.tls.cert) != bool(d.tls.key):
                 problems.append(f"{where}.tls: cert and key go together (mTLS)")
-        if d.password_file and not d.username:
-            problems.append(f"{where}.password_file: needs username")
-    srv = cfg.exporters.server
-    if srv is not None:
-        if srv.listen is not None and srv.listen.port == _FORBIDDEN_PORT:
+        _check_auth(problems, where, d.username, d.password_file)
+    srv = exp.server
+    if srv is not None and srv.enabled:
+        if srv.listen.port == _FORBIDDEN_PORT:
             problems.append(
                 "exporters.server.listen: port 9339 belongs to Cumulus' own gNMI server; pick another"
             )
@@ -373,6 +545,64 @@ def _check(cfg: Config, problems: list[str]) -> None:
                     "exporters.server.tls: cert and key are required unless insecure: true"
                 )
             _check_files(problems, "exporters.server.tls", srv.tls.ca, srv.tls.cert, srv.tls.key)
+        _check_auth(problems, "exporters.server", srv.username, srv.password_file)
+
+
+def _check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:
+    if password_file and not username:
+        problems.append(f"{where}.password_file: needs username")
+    if password_file and not os.path.exists(password_file):
+        problems.append(f"{where}.password_file: no such file {password_file!r}")
+
+
+def _check_control(ctl: Control, problems: list[str]) -> None:
+    if not ctl.socket.startswith("/"):
+        problems.append(f"control.socket: expected an absolute path, got {ctl.socket!r}")
+    elif len(os.fsencode(ctl.socket)) > _SUN_PATH_MAX:
+        problems.append(f"control.socket: longer than {_SUN_PATH_MAX} bytes, too long for a UNIX socket")
+    if ctl.group is not None and not ctl.group.strip():
+        problems.append("control.group: must not be empty (use null to keep the agent's group)")
+
+
+def _check_insights(ins: Insights, problems: list[str]) -> None:
+    def positive(where: str, value: float) -> None:
+        if value <= 0:
+            problems.append(f"insights.{where}: must be positive, got {value}")
+
+    if ins.history < 1:
+        problems.append(f"insights.history: must be at least 1, got {ins.history}")
+    for name in ("error_burst", "link_flap", "drop_burst", "roce_retrans"):
+        det = getattr(ins, name)
+        if det.threshold < 1:
+            problems.append(f"insights.{name}.threshold: must be at least 1, got {det.threshold}")
+        positive(f"{name}.window", det.window)
+    for name in ("error_burst", "roce_retrans"):
+        if not getattr(ins, name).counters:
+            problems.append(f"insights.{name}.counters: must not be empty")
+    pfc = ins.pfc_storm
+    positive("pfc_storm.pause_rate", pfc.pause_rate)
+    positive("pfc_storm.window", pfc.window)
+    if not 0 < pfc.paused_share <= 1:
+        problems.append(f"insights.pfc_storm.paused_share: expected 0 < x <= 1, got {pfc.paused_share}")
+    imb = ins.imbalance
+    if imb.max_over_mean <= 1:
+        problems.append(f"insights.imbalance.max_over_mean: must be greater than 1, got {imb.max_over_mean}")
+    positive("imbalance.cv", imb.cv)
+    positive("imbalance.window", imb.window)
+    if imb.min_mean_bps < 0:
+        problems.append(f"insights.imbalance.min_mean_bps: must not be negative, got {imb.min_mean_bps}")
+    for group, ports in imb.groups.items():
+        if len(ports) < 2 and not any(any(c in p for c in "*?[") for p in ports):
+            problems.append(f"insights.imbalance.groups.{group}: needs at least 2 ports, got {ports!r}")
+    for name in ("pfc_storm", "imbalance"):
+        if getattr(ins, name).windows < 1:
+            problems.append(f"insights.{name}.windows: must be at least 1, got {getattr(ins, name).windows}")
+    dip = ins.throughput_dip
+    positive("throughput_dip.baseline", dip.baseline)
+    for key in ("dip_ratio", "min_utilization", "microburst_utilization"):
+        value = getattr(dip, key)
+        if not 0 < value <= 1:
+            problems.append(f"insights.throughput_dip.{key}: expected 0 < x <= 1, got {value}")
 
 
 def _check_files(problems: list[str], where: str, *paths: str | None) -> None:
@@ -381,10 +611,42 @@ def _check_files(problems: list[str], where: str, *paths: str | None) -> None:
             problems.append(f"{where}.{label}: no such file {path!r}")
 
 
+# ---------------------------------------------------------------- YAML loading
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that keeps ``0660`` as text (YAML 1.1 would make it octal 432) and rejects
+    duplicate keys, which plain YAML silently resolves to the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            if isinstance(key, str | int | float | bool):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    text = loader.construct_scalar(node)
+    if re.fullmatch(r"0[0-7]+", str(text)):
+        return str(text)  # a file mode; int fields reject it with a clear message
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+# ---------------------------------------------------------------- entry points
+
+
 def parse(text: str, path: str | None = None) -> Config:
     """Parse and validate YAML text; raise :class:`ConfigError` listing every problem."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
@@ -406,4 +668,6 @@ def load(path: str) -> Config:
             text = fh.read()
     except OSError as exc:
         raise ConfigError([f"{path}: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text ({exc.reason})"]) from None
     return parse(text, path)

@@ -1,0 +1,242 @@
+"""Talk to a running agent over its control socket; ``swtel status``.
+
+Exit codes of ``swtel status``: 0 healthy, 1 unhealthy (see :func:`health_problems`),
+2 no agent answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from agent import config as config_mod
+from agent.control.protocol import MAX_REPLY, ProtocolError, pack, read_frame
+
+EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT = 0, 1, 2
+STALE_INTERVALS = 3  # a source is unhealthy after this many intervals without a good poll
+
+
+class ControlError(Exception):
+    """The agent could not be reached, or it answered with an error."""
+
+
+def request(path: str, cmd: str, timeout_s: float = 5.0, **args: Any) -> Any:
+    """Send one command and return its result; raise :class:`ControlError` otherwise."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout_s)
+    try:
+        try:
+            sock.connect(path)
+            sock.sendall(pack({"cmd": cmd, **args}))
+            reply = read_frame(sock, MAX_REPLY, timeout_s)
+        except (OSError, ProtocolError) as exc:
+            raise ControlError(f"no agent answered on {path}: {exc}") from None
+    finally:
+        sock.close()
+    if not reply.get("ok"):
+        raise ControlError(str(reply.get("error", "error reply without a message")))
+    return reply.get("result")
+
+
+# ---------------------------------------------------------------- health
+
+
+def health_problems(status: dict[str, Any], grace_s: float | None = None) -> list[str]:
+    """Why the agent is unhealthy (empty list: healthy).
+
+    * A source is stale when it has had no successful poll for 3 of its intervals
+      (counting from start-up if it never had one).
+    * Dial-out is down when every dial-out destination has been down (``down_since_ns``
+      set) for longer than ``grace_s`` (default: ``status["config"]["health_grace_s"]``, else 60 s).
+    """
+    now_ns = int(status.get("now_ns") or time.time_ns())
+    started_ns = now_ns - int(float(status.get("uptime_s") or 0) * 1e9)
+    problems: list[str] = []
+    for name, src in sorted((status.get("sources") or {}).items()):
+        if src.get("enabled") is False:
+            continue
+        interval_s = float(src.get("interval_s") or 0)
+        if interval_s <= 0:
+            continue
+        limit_ns = STALE_INTERVALS * interval_s * 1e9
+        last_ok = src.get("last_ok_ns")
+        if last_ok is None:
+            if now_ns - started_ns > limit_ns:
+                problems.append(f"source {name}: no successful poll since start-up")
+        elif now_ns - int(last_ok) > limit_ns:
+            age = (now_ns - int(last_ok)) / 1e9
+            problems.append(
+                f"source {name}: no successful poll for {age:.1f}s (interval {_fmt_s(interval_s)})"
+            )
+    if grace_s is None:
+        grace_s = float((status.get("config") or {}).get("health_grace_s") or 60.0)
+    dialouts = {
+        n: e for n, e in (status.get("exporters") or {}).items() if e.get("kind") == "dialout"
+    }
+    if dialouts:
+        downs = [e.get("down_since_ns") for e in dialouts.values()]
+        if all(d is not None and now_ns - int(d) > grace_s * 1e9 for d in downs):
+            shortest = min((now_ns - int(d)) / 1e9 for d in downs)
+            problems.append(
+                f"every dial-out destination has been down for at least {shortest:.0f}s "
+                f"(grace {_fmt_s(grace_s)})"
+            )
+    return problems
+
+
+# ---------------------------------------------------------------- swtel status
+
+
+def socket_path(args: Any) -> str:
+    """--socket, else the config's control.socket (from -c or the default file), else the default."""
+    if getattr(args, "socket", None):
+        return args.socket
+    cfg_path = getattr(args, "config", None)
+    if cfg_path or os.path.exists(config_mod.DEFAULT_PATH):
+        try:
+            return config_mod.load(cfg_path or config_mod.DEFAULT_PATH).control.socket
+        except config_mod.ConfigError as exc:
+            if cfg_path:  # asked for explicitly: say why it was not used
+                print(f"swtel status: ignoring {cfg_path}: {exc.problems[0]}", file=sys.stderr)
+    return config_mod.DEFAULT_SOCKET
+
+
+def _grace_from_config(args: Any) -> float | None:
+    path = getattr(args, "config", None)
+    if not path:
+        return None
+    try:
+        return float(config_mod.load(path).control.health_grace)
+    except config_mod.ConfigError:
+        return None
+
+
+def status_main(args: Any) -> int:
+    path = socket_path(args)
+    try:
+        status = request(path, "status")
+    except ControlError as exc:
+        print(f"swtel status: {exc}", file=sys.stderr)
+        return EXIT_NO_AGENT
+    if not isinstance(status, dict):
+        print(f"swtel status: unexpected reply from {path}: {status!r}", file=sys.stderr)
+        return EXIT_NO_AGENT
+    grace = (status.get("config") or {}).get("health_grace_s") or _grace_from_config(args)
+    problems = health_problems(status, grace)
+    if getattr(args, "json", False):
+        out = dict(status, health={"ok": not problems, "problems": problems})
+        json.dump(out, sys.stdout, indent=2, sort_keys=True, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(status, problems))
+    return EXIT_UNHEALTHY if problems else EXIT_HEALTHY
+
+
+# ---------------------------------------------------------------- human summary
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.3g}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours}h{minutes}m"
+    return f"{hours}h{minutes}m" if hours else f"{minutes}m{secs}s"
+
+
+def _ago(now_ns: int, ts_ns: int | None) -> str:
+    return "never" if ts_ns is None else f"{_fmt_s(max(0, now_ns - int(ts_ns)) / 1e9)} ago"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def render(status: dict[str, Any], problems: list[str]) -> str:
+    now = int(status.get("now_ns") or time.time_ns())
+    lines = [
+        f"swtel {status.get('version', '?')}  pid {status.get('pid', '?')}  "
+        f"up {_fmt_s(status.get('uptime_s'))}  reader {status.get('backend', '?')}"
+        + (f" (fallback: {status['backend_fallback_reason']})" if status.get("backend_fallback_reason") else "")
+    ]
+    cfg = status.get("config") or {}
+    last = cfg.get("last_reload") or {}
+    reload_text = "none yet"
+    if last:
+        reload_text = ("ok" if last.get("ok") else f"REJECTED: {last.get('error')}") + (
+            f" ({_ago(now, last['ts_ns'])})" if last.get("ts_ns") else ""
+        )
+    lines.append(f"config {cfg.get('path') or '(defaults)'}  last reload: {reload_text}")
+
+    sources = status.get("sources") or {}
+    if sources:
+        lines.append("sources:")
+        rows = [["name", "interval", "last ok", "took", "counters", "cadence", "ports", "errors", "overruns"]]
+        for name, s in sorted(sources.items()):
+            took = s.get("last_duration_us")
+            rows.append([
+                name,
+                _fmt_s(s.get("interval_s")),
+                _ago(now, s.get("last_ok_ns")),
+                "-" if took is None else f"{took}us",
+                str(s.get("counters", "-")),
+                _fmt_s(s.get("refresh_cadence_s")),
+                str(s.get("ports", "-")),
+                str(s.get("errors", 0)),
+                str(s.get("overruns", 0)),
+            ])
+        lines += _table(rows)
+
+    exporters = status.get("exporters") or {}
+    if exporters:
+        lines.append("exporters:")
+        rows = [["name", "kind", "state", "queue", "sent", "dropped", "reconnects", "last error"]]
+        for name, e in sorted(exporters.items()):
+            state = str(e.get("state", "-"))
+            if e.get("down_since_ns") is not None:
+                state += f" (down {_ago(now, e['down_since_ns'])})"
+            rows.append([
+                name,
+                str(e.get("kind", "-")),
+                state,
+                str(e.get("queue", "-")),
+                str(e.get("sent", "-")),
+                str(e.get("dropped", "-")),
+                str(e.get("reconnects", "-")),
+                str(e.get("last_error") or "-")[:80],
+            ])
+        lines += _table(rows)
+
+    tick = status.get("tick") or {}
+    if tick:
+        rss = tick.get("rss_bytes")
+        lines.append(
+            f"tick: {tick.get('ticks', '-')} ticks, {tick.get('overruns', 0)} overruns, "
+            f"cpu {tick.get('cpu_percent', '-')}%, rss "
+            + ("-" if rss is None else f"{rss / 1048576:.1f} MiB")
+        )
+    events = status.get("events") or []
+    if events:
+        lines.append(f"recent events ({len(events)}):")
+        for ev in events[-10:]:
+            if isinstance(ev, dict):
+                when = _ago(now, ev.get("ts_ns")) if ev.get("ts_ns") else ""
+                rest = " ".join(f"{k}={v}" for k, v in ev.items() if k != "ts_ns")
+                lines.append(f"  {when:>10}  {rest}")
+            else:
+                lines.append(f"  {ev}")
+    lines.append("health: OK" if not problems else "health: UNHEALTHY")
+    lines += [f"  - {p}" for p in problems]
+    return "\n".join(lines) + "\n"

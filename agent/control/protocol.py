@@ -1,0 +1,80 @@
+"""Control-socket framing: a 4-byte big-endian length, then one msgpack map.
+
+Requests look like ``{"cmd": "status"}``; replies are ``{"ok": true, "result": ...}``
+or ``{"ok": false, "error": "..."}``. Requests are capped at :data:`MAX_REQUEST`;
+replies (a status of many ports) at :data:`MAX_REPLY`.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from typing import Any
+
+import msgpack
+
+MAX_REQUEST = 64 * 1024
+MAX_REPLY = 16 * 1024 * 1024
+_HEADER = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be read: the connection must be closed."""
+
+
+class PeerClosed(ProtocolError):
+    """The peer closed the connection cleanly between frames."""
+
+
+def pack(obj: Any) -> bytes:
+    """One frame: length prefix + msgpack body. Unknown types are sent as their str()."""
+    body = msgpack.packb(obj, use_bin_type=True, default=str)
+    return _HEADER.pack(len(body)) + body
+
+
+def unpack_body(body: bytes) -> dict[str, Any]:
+    """Decode one frame body, which must be a msgpack map."""
+    try:
+        obj = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError...)
+        raise ProtocolError(f"malformed msgpack: {type(exc).__name__}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"expected a msgpack map, got {type(obj).__name__}")
+    return obj
+
+
+def recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+    """Read exactly ``n`` bytes before ``deadline`` (monotonic), or raise."""
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ProtocolError("timed out reading a frame")
+            sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(min(n - len(buf), 65536))
+        except TimeoutError:
+            raise ProtocolError("timed out reading a frame") from None
+        if not chunk:
+            if not buf:
+                raise PeerClosed("connection closed")
+            raise ProtocolError("connection closed in the middle of a frame")
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame(sock: socket.socket, max_size: int, timeout_s: float | None) -> dict[str, Any]:
+    """Read one whole frame within ``timeout_s`` (a deadline for the frame, not per recv)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    (size,) = _HEADER.unpack(recv_exact(sock, _HEADER.size, deadline))
+    if size > max_size:
+        raise ProtocolError(f"frame of {size} bytes exceeds the limit of {max_size}")
+    if size == 0:
+        raise ProtocolError("empty frame")
+    try:
+        body = recv_exact(sock, size, deadline)
+    except PeerClosed:
+        raise ProtocolError("connection closed in the middle of a frame") from None
+    return unpack_body(body)

@@ -1,0 +1,269 @@
+"""The control socket: a UNIX stream socket answering length-prefixed msgpack requests.
+
+Runs on its own threads (one acceptor, one per connection, bounded), so a slow
+or hostile client can delay only itself: never the tick loop, never another
+client. Handlers run on the connection's thread.
+
+Rules, per connection: each request frame must arrive whole within
+``timeout_s``; a malformed, oversized or unknown request gets an error reply and
+the connection is closed; a handler that raises gets an error reply and the
+connection stays usable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import grp
+import os
+import selectors
+import socket
+import stat
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from agent import logs
+from agent.control.protocol import (
+    MAX_REPLY,
+    MAX_REQUEST,
+    PeerClosed,
+    ProtocolError,
+    pack,
+    read_frame,
+)
+
+if TYPE_CHECKING:
+    from agent.config import Control
+
+Handler = Callable[[dict[str, Any]], Any]
+log = logs.get("control")
+
+
+class ControlServerError(RuntimeError):
+    """The socket cannot be set up (e.g. another agent holds it)."""
+
+
+class ControlServer:
+    def __init__(
+        self,
+        control_cfg: Control,
+        handlers: dict[str, Handler],
+        *,
+        timeout_s: float = 5.0,
+        max_clients: int = 8,
+        max_request: int = MAX_REQUEST,
+    ) -> None:
+        self.path = control_cfg.socket
+        self.mode = int(control_cfg.mode)
+        self.group = control_cfg.group
+        self.handlers = dict(handlers)
+        self.handlers.setdefault("ping", lambda _req: "pong")
+        self.timeout_s = timeout_s
+        self.max_request = max_request
+        self._slots = threading.BoundedSemaphore(max_clients)
+        self._listener: socket.socket | None = None
+        self._inode: tuple[int, int] | None = None
+        self._wake_r, self._wake_w = -1, -1
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+        self._workers: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.stats = {"connections": 0, "requests": 0, "errors": 0, "rejected": 0}
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        _claim(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.bind(self.path)
+        except OSError as exc:
+            sock.close()
+            raise ControlServerError(f"cannot bind control socket {self.path}: {exc.strerror}") from None
+        st = os.stat(self.path)
+        self._inode = (st.st_dev, st.st_ino)
+        os.chmod(self.path, self.mode)
+        self._set_group()
+        sock.listen(16)
+        sock.setblocking(False)
+        self._listener = sock
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._accept_loop, name="swtel-control", daemon=True)
+        self._thread.start()
+        log.info("control socket listening", path=self.path, mode=oct(self.mode))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        if self._listener is None:
+            return
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)  # wakes a worker blocked in recv
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(timeout)
+        self._listener.close()
+        self._listener = None
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._remove_own_socket()
+
+    def _set_group(self) -> None:
+        if not self.group:
+            return
+        try:
+            gid = grp.getgrnam(self.group).gr_gid
+        except KeyError:
+            log.warning("control socket group does not exist; keeping the agent's group",
+                        group=self.group, path=self.path)
+            return
+        try:
+            os.chown(self.path, -1, gid)
+        except OSError as exc:
+            log.warning("cannot set control socket group", group=self.group, error=exc.strerror)
+
+    def _remove_own_socket(self) -> None:
+        """Unlink the socket file unless someone else has replaced it meanwhile."""
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    # ---------------------------------------------------------------- accepting
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._listener, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in sel.select():
+                    if key.fd == self._wake_r:
+                        return
+                    self._accept_one()
+
+    def _accept_one(self) -> None:
+        assert self._listener is not None
+        try:
+            conn, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:  # EMFILE and friends: back off by returning to select
+            if exc.errno not in (errno.ECONNABORTED,):
+                log.warning("control accept failed", error=exc.strerror)
+            return
+        conn.settimeout(self.timeout_s)
+        self._count("connections")
+        if not self._slots.acquire(blocking=False):
+            self._count("rejected")
+            with contextlib.suppress(OSError):
+                conn.settimeout(0.2)
+                conn.sendall(pack({"ok": False, "error": "busy: too many control connections"}))
+            conn.close()
+            return
+        worker = threading.Thread(target=self._serve, args=(conn,), name="swtel-control-conn", daemon=True)
+        with self._lock:
+            self._conns.add(conn)
+            self._workers.add(worker)
+        worker.start()
+
+    # ---------------------------------------------------------------- one connection
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            while not self._stopping.is_set():
+                if not self._serve_one(conn):
+                    return
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+                self._workers.discard(threading.current_thread())
+            conn.close()
+            self._slots.release()
+
+    def _serve_one(self, conn: socket.socket) -> bool:
+        """Answer one request; False when the connection must close."""
+        try:
+            request = read_frame(conn, self.max_request, self.timeout_s)
+        except PeerClosed:
+            return False
+        except ProtocolError as exc:
+            return self._fail(conn, str(exc))
+        except OSError:
+            return False
+        cmd = request.get("cmd")
+        if not isinstance(cmd, str):
+            return self._fail(conn, "request needs a string 'cmd'")
+        handler = self.handlers.get(cmd)
+        if handler is None:
+            known = ", ".join(sorted(self.handlers))
+            return self._fail(conn, f"unknown command {cmd[:64]!r}; known: {known}")
+        self._count("requests")
+        try:
+            reply = {"ok": True, "result": handler(request)}
+        except Exception as exc:  # a handler bug must not take the socket down
+            self._count("errors")
+            log.error("control command failed", cmd=cmd, error=str(exc), exc_info=True)
+            reply = {"ok": False, "error": f"{cmd} failed: {exc}"}
+        try:
+            frame = pack(reply)
+        except Exception as exc:
+            frame = pack({"ok": False, "error": f"{cmd}: reply not encodable: {exc}"})
+        if len(frame) > MAX_REPLY:
+            frame = pack({"ok": False, "error": f"{cmd}: reply of {len(frame)} bytes is too large"})
+        return self._send(conn, frame)
+
+    def _fail(self, conn: socket.socket, error: str) -> bool:
+        self._count("errors")
+        self._send(conn, pack({"ok": False, "error": error}))
+        return False
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.stats[what] += 1
+
+    def _send(self, conn: socket.socket, frame: bytes) -> bool:
+        try:
+            conn.settimeout(self.timeout_s)  # total for sendall (Python >= 3.5)
+            conn.sendall(frame)
+            return True
+        except OSError:
+            return False
+
+
+def _claim(path: str) -> None:
+    """Remove a stale socket left by a crash; refuse one a live agent answers on."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ControlServerError(f"{path} exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        log.info("removed stale control socket", path=path)
+        return
+    except OSError as exc:
+        raise ControlServerError(f"cannot tell whether {path} is in use: {exc}") from None
+    finally:
+        probe.close()
+    raise ControlServerError(
+        f"another swtel agent is already listening on {path}; stop it or set control.socket"
+    )

@@ -1,0 +1,146 @@
+"""Structured logs: one event per line to stdout (journald), as logfmt-style ``kv`` or ``json``.
+
+Modules take a logger with :func:`get` at import time; :func:`configure` may run
+later (and again on reload): loggers are resolved lazily, so they follow it.
+
+Repeated identical errors, such as a destination that stays down, go through a
+:class:`RateLimiter` so they are logged once per period with a count of what was
+suppressed, not once per tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import structlog
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+FORMATS = ("kv", "json")
+
+
+_KV_FIRST = ("timestamp", "level", "component", "event")
+
+
+def _kv_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = "null" if value is None else str(value)
+    if text and not any(c in text for c in ' ="\\') and text.isprintable():
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
+
+
+def _render_kv(_logger: Any, _method: str, event: dict[str, Any]) -> str:
+    """logfmt: ``key=value`` pairs, quoted when needed, never more than one line
+    (structlog 22.3's LogfmtRenderer leaves newlines in tracebacks raw)."""
+    keys = [k for k in _KV_FIRST if k in event] + [k for k in event if k not in _KV_FIRST]
+    return " ".join(f"{k}={_kv_value(event[k])}" for k in keys)
+
+
+def _renderer(fmt: str) -> Any:
+    if fmt == "json":
+        return structlog.processors.JSONRenderer(sort_keys=False)
+    return _render_kv
+
+
+def configure(level: str = "info", fmt: str = "kv", stream: TextIO | None = None) -> None:
+    """Set the minimum level (debug/info/warning/error) and format (kv/json) for every logger."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}; expected one of {', '.join(LEVELS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; expected kv or json")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            _renderer(fmt),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        cache_logger_on_first_use=False,  # configure() runs again on reload
+    )
+
+
+def get(name: str) -> Any:
+    """A logger whose events carry ``component=<name>``."""
+    return structlog.get_logger(component=name)
+
+
+class RateLimiter:
+    """Let one message per key through per period; count the rest.
+
+    ``check(key)`` returns None while the key is suppressed, else the number of
+    messages suppressed since the last one let through (to report with it).
+    Thread-safe. Keys are bounded (least recently used are forgotten).
+    """
+
+    def __init__(
+        self, period_s: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 4096
+    ) -> None:
+        self.period_s = period_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+        # key -> (time last let through, suppressed since)
+        self._seen: OrderedDict[Any, tuple[float, int]] = OrderedDict()
+
+    def check(self, key: Any, period_s: float | None = None) -> int | None:
+        period = self.period_s if period_s is None else period_s
+        now = self._clock()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last[0] < period:
+                self._seen[key] = (last[0], last[1] + 1)
+                return None
+            self._seen[key] = (now, 0)
+            self._seen.move_to_end(key)
+            while len(self._seen) > self._max_keys:
+                self._seen.popitem(last=False)
+            return last[1] if last is not None else 0
+
+    def allow(self, key: Any, period_s: float | None = None) -> bool:
+        """True if a message for ``key`` should be logged now."""
+        return self.check(key, period_s) is not None
+
+    def suppressed(self, key: Any) -> int:
+        """Messages suppressed for ``key`` since it was last let through."""
+        with self._lock:
+            entry = self._seen.get(key)
+            return entry[1] if entry else 0
+
+    def forget(self, key: Any) -> None:
+        """The condition ended (e.g. destination back up): the next message goes through."""
+        with self._lock:
+            self._seen.pop(key, None)
+
+    def log(
+        self,
+        logger: Any,
+        level: str,
+        key: Any,
+        event: str,
+        period_s: float | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Log ``event`` at ``level`` unless rate-limited; adds ``suppressed=N`` when N > 0."""
+        count = self.check(key, period_s)
+        if count is None:
+            return False
+        if count:
+            fields["suppressed"] = count
+        getattr(logger, level)(event, **fields)
+        return True
