@@ -159,3 +159,21 @@ def make_batch(table: CounterTable, values: list[int], ts_ns: int, indices: list
     idx = list(range(len(table))) if indices is None else indices
     return Batch(table.source, ts_ns, table, idx, array("Q", values), [0] * len(idx), bytes(len(idx)),
                  snapshot=indices is None)
+
+
+# ---------------------------------------------------------------- raw Publish client
+
+def publish(address: str, method: str, messages: list[bytes], metadata=(), credentials=None,
+            server_name: str | None = None, timeout: float = 10.0) -> list[bytes]:
+    """Send pre-encoded SubscribeResponses on one Publish stream; return the collector's replies."""
+    import grpc
+
+    options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+    channel = (grpc.secure_channel(address, credentials, options=options) if credentials
+               else grpc.insecure_channel(address, options=options))
+    try:
+        call = channel.stream_stream(method, request_serializer=lambda b: b,
+                                     response_deserializer=lambda b: b)
+        return list(call(iter(messages), metadata=list(metadata), timeout=timeout))
+    finally:
+        channel.close()

@@ -1,0 +1,256 @@
+"""``swtel collect``: a gNMI dial-out collector for development, demos and tests.
+
+Serves both Publish wire paths (bidirectional streams of raw bytes, no stubs):
+
+- ``/Nokia.SROS.DialoutTelemetry/Publish``: replies an empty PublishResponse
+  (zero bytes) per received message, as gnmic does;
+- ``/gnmi.sonic.gNMIDialOut/Publish``: replies nothing until the stream ends.
+
+Every update becomes one JSON line ``{"target", "path", "value", "ts", "sync"}``
+(``path`` absolute, ``origin:`` in front unless OpenConfig; ``sync`` false while the
+stream's initial snapshot is still arriving), deletes ``{"delete": true, ...}``,
+a sync_response ``{"target", "sync": true}``. The latest value per path is kept
+and optionally served to Prometheus.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import grpc
+import structlog
+from pygnmi.spec.v080 import gnmi_pb2
+
+from agent.gnmi import paths, tls
+from agent.gnmi.encode import python_value
+from agent.gnmi.prometheus import MetricsServer
+
+NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
+SONIC_METHOD = "/gnmi.sonic.gNMIDialOut/Publish"
+
+log = structlog.get_logger("swtel.collect")
+
+
+def absolute(prefix: gnmi_pb2.Path, path: gnmi_pb2.Path) -> str:
+    """Prefix + update path as one string, ``origin:`` in front unless OpenConfig or empty."""
+    text = paths.join(prefix, path)
+    origin = path.origin or prefix.origin
+    return text if origin in ("", "openconfig") else f"{origin}:{text}"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return str(value)
+
+
+@dataclass
+class Stream:
+    """One Publish stream as the collector saw it."""
+
+    method: str
+    metadata: dict[str, str]
+    peer: str
+    synced: bool = False
+    messages: int = 0
+    #: decoded SubscribeResponses in arrival order (only with keep_messages)
+    responses: list[gnmi_pb2.SubscribeResponse] = field(default_factory=list)
+    opened_ns: int = field(default_factory=time.time_ns)
+
+
+class Collector:
+    """In-process collector: ``start()``, then read ``latest``/``messages``/``streams``; ``stop()``."""
+
+    def __init__(
+        self,
+        listen: str,
+        *,
+        insecure: bool = False,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_client_ca: str | None = None,
+        output: IO[str] | None = None,
+        prometheus: str | None = None,
+        keep_messages: bool = True,
+    ):
+        self.listen = listen
+        self.output = output
+        self.keep_messages = keep_messages
+        #: (target, path) -> {"value", "ts"}
+        self.latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self.messages: list[dict[str, Any]] = []
+        self.streams: list[Stream] = []
+        self.received = 0
+        self._cond = threading.Condition()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="collect"))
+        self._server.add_generic_rpc_handlers([self._handler()])
+        if insecure:
+            port = self._server.add_insecure_port(listen)
+        else:
+            port = self._server.add_secure_port(listen, tls.server_credentials(tls_cert, tls_key, tls_client_ca))
+        if not port:  # grpc 1.51 returns 0 instead of raising
+            raise OSError(f"cannot listen on {listen}")
+        self.port = port
+        self.insecure = insecure
+        self._metrics: MetricsServer | None = None
+        if prometheus:
+            host, _, mport = prometheus.rpartition(":")
+            self._metrics = MetricsServer(host.strip("[]") or "0.0.0.0", int(mport), self.latest_triples)
+
+    # -- lifecycle
+    def start(self) -> Collector:
+        self._server.start()
+        if self._metrics:
+            self._metrics.start()
+        log.info("collector listening", address=f"{self.listen.rpartition(':')[0]}:{self.port}",
+                 tls=not self.insecure, prometheus=self._metrics.port if self._metrics else None)
+        return self
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop serving; open streams are cancelled (the agent sees the collector go away)."""
+        self._server.stop(grace).wait()
+        if self._metrics:
+            self._metrics.stop()
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics.port if self._metrics else None
+
+    # -- views
+    @property
+    def metadata(self) -> list[dict[str, str]]:
+        """Invocation metadata of every stream so far."""
+        with self._cond:
+            return [s.metadata for s in self.streams]
+
+    def values(self, target: str | None = None) -> dict[str, Any]:
+        """path -> latest value (of one target, or of all)."""
+        with self._cond:
+            return {p: e["value"] for (t, p), e in self.latest.items() if target in (None, t)}
+
+    def latest_triples(self) -> list[tuple[str, str, Any]]:
+        with self._cond:
+            return [(t, p, e["value"]) for (t, p), e in self.latest.items()]
+
+    def wait_for(self, predicate, timeout: float) -> bool:
+        """Wait until ``predicate(self)`` holds (checked on each message) or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.2))
+            return True
+
+    # -- gRPC
+    def _handler(self) -> grpc.GenericRpcHandler:
+        collector = self
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):
+                if details.method == NOKIA_METHOD:
+                    return grpc.stream_stream_rpc_method_handler(
+                        lambda it, ctx: collector._publish(it, ctx, NOKIA_METHOD, reply=True))
+                if details.method == SONIC_METHOD:
+                    return grpc.stream_stream_rpc_method_handler(
+                        lambda it, ctx: collector._publish(it, ctx, SONIC_METHOD, reply=False))
+                return None
+
+        return Handler()
+
+    def _publish(self, requests, context, method: str, reply: bool):
+        stream = Stream(method, {k: v for k, v in context.invocation_metadata() if isinstance(v, str)},
+                        context.peer())
+        with self._cond:
+            self.streams.append(stream)
+            self._cond.notify_all()
+        log.info("stream opened", method=method, peer=stream.peer,
+                 system_name=stream.metadata.get("system-name"),
+                 subscription=stream.metadata.get("subscription-name"))
+        try:
+            for raw in requests:
+                self._receive(stream, raw)
+                if reply:
+                    yield b""  # an empty PublishResponse
+        except grpc.RpcError:
+            pass
+        log.info("stream closed", method=method, peer=stream.peer, messages=stream.messages)
+
+    def _receive(self, stream: Stream, raw: bytes) -> None:
+        msg = gnmi_pb2.SubscribeResponse.FromString(raw)
+        lines: list[dict[str, Any]] = []
+        with self._cond:
+            stream.messages += 1
+            self.received += 1
+            if self.keep_messages:
+                stream.responses.append(msg)
+            if msg.HasField("update"):
+                n = msg.update
+                target = n.prefix.target or stream.metadata.get("system-name", "")
+                for d in n.delete:
+                    path = absolute(n.prefix, d)
+                    lines.append({"target": target, "path": path, "delete": True,
+                                  "ts": n.timestamp, "sync": stream.synced})
+                    self._forget(target, path)
+                for u in n.update:
+                    path = absolute(n.prefix, u.path)
+                    value = python_value(u.val)
+                    lines.append({"target": target, "path": path, "value": value,
+                                  "ts": n.timestamp, "sync": stream.synced})
+                    self.latest[(target, path)] = {"value": value, "ts": n.timestamp}
+            elif msg.sync_response:
+                stream.synced = True
+                lines.append({"target": stream.metadata.get("system-name", ""), "sync": True})
+            if self.keep_messages:
+                self.messages.extend(lines)
+            self._cond.notify_all()
+        if self.output is not None and lines:
+            self.output.write("".join(json.dumps(line, default=_json_default) + "\n" for line in lines))
+            self.output.flush()
+
+    def _forget(self, target: str, path: str) -> None:
+        below = path.rstrip("/") + "/"
+        for key in [k for k in self.latest if k[0] == target and (k[1] == path or k[1].startswith(below))]:
+            del self.latest[key]
+
+
+def _configure_logging() -> None:
+    # stdout carries the JSON lines; logs go to stderr.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def collect_main(args) -> int:
+    _configure_logging()
+    if not args.insecure and not (args.tls_cert and args.tls_key):
+        print("swtel collect: --tls-cert and --tls-key are required unless --insecure", file=sys.stderr)
+        return 2
+    out: IO[str] = sys.stdout if args.output in (None, "-") else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        collector = Collector(
+            args.listen, insecure=args.insecure, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca, output=out, prometheus=args.prometheus,
+            keep_messages=False,
+        ).start()
+    except (OSError, tls.TlsError, RuntimeError) as exc:
+        print(f"swtel collect: {exc}", file=sys.stderr)
+        return 1
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+        stop.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+    collector.stop(grace=1.0)
+    log.info("collector stopped", messages=collector.received, streams=len(collector.streams))
+    if out is not sys.stdout:
+        out.close()
+    return 0

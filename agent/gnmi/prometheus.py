@@ -1,0 +1,102 @@
+"""Latest gNMI values in the Prometheus text exposition format, over http.server.
+
+Names come from the path elements (``origin`` in front unless it is OpenConfig),
+labels from the path keys plus ``target``:
+``/interfaces/interface[name=swp1]/state/counters/in-octets`` ->
+``interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"}``.
+Strings become ``name{...,value="UP"} 1``; other non-numeric values are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agent.gnmi import paths
+
+_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _label_value(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def metric(target: str, path: str) -> tuple[str, dict[str, str]]:
+    """(metric name, labels) for an absolute path string (optionally ``origin:``-prefixed)."""
+    origin, rest = paths.split_origin(path)
+    names, labels = [], {"target": target}
+    if origin and origin != "openconfig":
+        names.append(origin)
+    for name, keys in paths.split(rest):
+        names.append(name)
+        for k, v in keys.items():
+            label = _BAD.sub("_", k)
+            labels[f"{_BAD.sub('_', name)}_{label}" if label in labels else label] = v
+    metric_name = _BAD.sub("_", "_".join(names)) or "value"
+    if metric_name[0].isdigit():
+        metric_name = "_" + metric_name
+    return metric_name, labels
+
+
+def render(latest: Iterable[tuple[str, str, Any]]) -> str:
+    """Exposition text for (target, path, value) triples."""
+    by_name: dict[str, list[str]] = {}
+    for target, path, value in latest:
+        try:
+            name, labels = metric(target, path)
+        except ValueError:
+            continue
+        if isinstance(value, bool):
+            number = "1" if value else "0"
+        elif isinstance(value, int | float):
+            number = repr(float(value)) if isinstance(value, float) else str(value)
+        elif isinstance(value, str):
+            labels["value"] = value
+            number = "1"
+        else:
+            continue
+        text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+        by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
+    out = []
+    for name in sorted(by_name):
+        out.append(f"# TYPE {name} untyped")
+        out.extend(sorted(by_name[name]))
+    return "\n".join(out) + "\n"
+
+
+class MetricsServer:
+    """``GET /metrics`` serving ``render(source())``; runs in its own daemon thread."""
+
+    def __init__(self, host: str, port: int, source: Callable[[], Iterable[tuple[str, str, Any]]]):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = render(outer.source()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:  # scrapes are not news
+                pass
+
+        self.source = source
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="swtel-prometheus", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,57 @@
+"""TLS credentials for the gNMI roles (dial-out client, collector, dial-in server).
+
+Files are read once when credentials are built; a missing or unreadable file raises
+``TlsError`` naming it, so the caller can log one clear line.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class TlsError(RuntimeError):
+    """A certificate, key or CA file could not be used."""
+
+
+def read_pem(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise TlsError(f"{what} {path!r}: {exc.strerror}") from None
+    if b"-----BEGIN" not in data:
+        raise TlsError(f"{what} {path!r}: not a PEM file")
+    return data
+
+
+def channel_credentials(
+    ca: str | None, cert: str | None = None, key: str | None = None
+) -> grpc.ChannelCredentials:
+    """Client side: verify the server against ``ca`` (system roots when None); mTLS with cert+key."""
+    if bool(cert) != bool(key):
+        raise TlsError("client cert and key go together")
+    return grpc.ssl_channel_credentials(
+        root_certificates=read_pem(ca, "CA"),
+        private_key=read_pem(key, "client key"),
+        certificate_chain=read_pem(cert, "client cert"),
+    )
+
+
+def channel_options(server_name: str | None) -> list[tuple[str, object]]:
+    """Check the server's certificate against ``server_name`` instead of the dialled host."""
+    return [("grpc.ssl_target_name_override", server_name)] if server_name else []
+
+
+def server_credentials(
+    cert: str | None, key: str | None, client_ca: str | None = None
+) -> grpc.ServerCredentials:
+    """Server side: ``client_ca`` set means mTLS, clients must present a cert it signed."""
+    if not (cert and key):
+        raise TlsError("a server needs both a certificate and a key (or run insecure)")
+    chain, pkey = read_pem(cert, "certificate"), read_pem(key, "key")
+    root = read_pem(client_ca, "client CA")
+    return grpc.ssl_server_credentials(
+        [(pkey, chain)], root_certificates=root, require_client_auth=root is not None
+    )
