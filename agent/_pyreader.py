@@ -234,6 +234,8 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
     n = len(cur)
     nchanged = 0
     for i in range(n):
+        if kinds[i] == 2:  # HIDDEN
+            continue
         c = cur[i]
         p = prev[i]
         flags = F_CHANGED

@@ -24,6 +24,7 @@ SWTEL_ORIGIN = "swtel"
 
 COUNTER = 0
 GAUGE = 1
+HIDDEN = 2  # read (it shares a buffer layout with wanted counters) but never reported
 
 # Change-kernel flags (agent/_ext/swtel.h mirrors these).
 F_CHANGED = 0x01
@@ -56,7 +57,7 @@ class CounterSpec:
     container: Container
     leaf: str
     width: int = 64  # 32 or 64: a 32-bit counter wraps
-    kind: int = COUNTER  # COUNTER or GAUGE
+    kind: int = COUNTER  # COUNTER, GAUGE or HIDDEN
     port: str | None = None  # interface name, for per-port insights
 
 
@@ -78,6 +79,14 @@ class CounterTable:
 
     def __len__(self) -> int:
         return len(self.specs)
+
+    @property
+    def visible(self) -> list[int]:
+        """Indices of the counters that are reported (all but HIDDEN), computed once."""
+        idx = self.cache.get("visible")
+        if idx is None:
+            idx = self.cache["visible"] = [i for i, k in enumerate(self.kinds) if k != HIDDEN]
+        return idx
 
 
 @dataclass

@@ -45,9 +45,14 @@ class Store:
                     self._states[key] = u
 
     def drop_containers(self, containers: list[Container]) -> None:
-        gone = set(containers)
+        """Forget states at or below these containers (a deleted port)."""
+
+        def below(c: Container) -> bool:
+            return any(c.origin == g.origin and (c.path == g.path or c.path.startswith(g.path + "/"))
+                       for g in containers)
+
         with self._lock:
-            for key in [k for k in self._states if k[0] in gone]:
+            for key in [k for k in self._states if below(k[0])]:
                 del self._states[key]
 
     # -- reads (any thread)
@@ -58,10 +63,9 @@ class Store:
         out = []
         for source, (table, values, ts_ns) in entries:
             copy = array("Q", values)
-            n = min(len(copy), len(table))
-            out.append(
-                Batch(source, ts_ns, table, list(range(n)), copy, [0] * n, bytes(n), snapshot=True)
-            )
+            idx = table.visible
+            n = len(idx)
+            out.append(Batch(source, ts_ns, table, idx, copy, [0] * n, bytes(n), snapshot=True))
         return out
 
     def states(self) -> list[StateUpdate]:

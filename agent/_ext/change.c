@@ -13,8 +13,9 @@ PyDoc_STRVAR(diff_doc,
 "diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) -> int\n\n"
 "cur: u64 raw values just read. prev (u64), acc (u64, cumulative exported\n"
 "values) and known (u8, 1 once a counter has a baseline) are state, updated\n"
-"in place. widths (u8: 32 or 64) and kinds (u8: 0 counter, 1 gauge) describe\n"
-"each counter. For every changed counter, its index (u32), delta (i64) and\n"
+"in place. widths (u8: 32 or 64) and kinds (u8: 0 counter, 1 gauge, 2 hidden)\n"
+"describe each counter; hidden ones are skipped.\n"
+"For every changed counter, its index (u32), delta (i64) and\n"
 "flags (u8: CHANGED, WRAP, RESET, NEW) are appended to the out buffers.\n"
 "A 32-bit counter that drops by more than half its range wrapped; any other\n"
 "drop of a counter is a reset (delta = new value); a jump above 2^31-1\n"
@@ -59,6 +60,8 @@ static PyObject *diff(PyObject *self, PyObject *args)
         uint64_t c = cur[i], p = prev[i];
         int64_t delta;
         uint8_t flags = SWTEL_F_CHANGED;
+        if (kind[i] == 2) /* HIDDEN: read but never reported */
+            continue;
         if (!known[i]) {
             known[i] = 1;
             prev[i] = acc[i] = c;

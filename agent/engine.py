@@ -1,0 +1,294 @@
+"""Tick engine: polls each source at its own interval, diffs in the change kernel,
+and hands what changed to the listeners (exporters, insights).
+
+Scheduling uses the monotonic clock; a tick that overruns is counted and the
+missed ticks are skipped, never queued, so the agent never bursts to catch up.
+Timestamps are realtime nanoseconds taken when the sample is collected.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from agent import _backend, logs
+from agent.counters import F_NEW, OPENCONFIG, SWTEL_ORIGIN, Batch, Container, CounterTable
+from agent.links import LinkTracker
+from agent.sources import REGISTRY, Source
+from agent.store import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from agent.config import Config
+    from agent.exporters.base import Listener
+
+log = logs.get("engine")
+
+
+class SourceRunner:
+    """One source plus its change-kernel state and its statistics."""
+
+    def __init__(self, source: Source, interval_s: float) -> None:
+        self.source = source
+        self.interval_s = interval_s
+        self.next_due = 0.0
+        self.link_gen = -1
+        self.link_gen_valid = False  # False until the source's setup() has run
+        self.table: CounterTable | None = None
+        self.prev = array("Q")
+        self.acc = array("Q")
+        self.known = bytearray()
+        self.out_idx = array("I")
+        self.out_delta = array("q")
+        self.out_flags = bytearray()
+        # statistics for status
+        self.reads = 0
+        self.overruns = 0
+        self.last_ok_ns = 0
+        self.last_duration_us = 0.0
+        self.changes = 0
+        self._change_times: deque[float] = deque(maxlen=32)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def adopt_table(self) -> list[Container]:
+        """The source rebuilt its table: carry each surviving counter's state over by
+        path (so a port add/remove causes no spurious resets); return removed containers."""
+        new = self.source.table
+        old = self.table
+        n = len(new)
+        prev, acc, known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
+        gone: list[Container] = []
+        if old is not None and len(old):
+            where = {(s.container, s.leaf): i for i, s in enumerate(old.specs)}
+            for i, spec in enumerate(new.specs):
+                j = where.get((spec.container, spec.leaf))
+                if j is not None:
+                    prev[i], acc[i], known[i] = self.prev[j], self.acc[j], self.known[j]
+            kept = {s.container for s in new.specs}
+            gone = sorted({s.container for s in old.specs} - kept, key=lambda c: (c.origin, c.path))
+        self.table, self.prev, self.acc, self.known = new, prev, acc, known
+        self.out_idx = array("I", bytes(4 * n))
+        self.out_delta = array("q", bytes(8 * n))
+        self.out_flags = bytearray(n)
+        return gone
+
+    def inherit(self, old: SourceRunner) -> None:
+        """Take over a replaced runner's counter state (config reload): adopt_table then
+        maps it onto the new table by path, so reloading causes no resets."""
+        self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
+        self.reads, self.changes, self._change_times = old.reads, old.changes, old._change_times
+        self.next_due = old.next_due
+
+    def diff(self) -> int:
+        return _backend.reader.diff(
+            self.source.values, self.prev, self.acc, self.known, self.table.widths,
+            self.table.kinds, self.out_idx, self.out_delta, self.out_flags,
+        )
+
+    def note_changes(self, n: int, mono: float) -> None:
+        if n:
+            self.changes += n
+            self._change_times.append(mono)
+
+    @property
+    def refresh_cadence_s(self) -> float | None:
+        """How often this source's values actually change (mean gap between reads with a change)."""
+        t = self._change_times
+        if len(t) < 2:
+            return None
+        return (t[-1] - t[0]) / (len(t) - 1)
+
+    def status(self) -> dict[str, Any]:
+        cadence = self.refresh_cadence_s
+        return {
+            "interval_s": self.interval_s,
+            "last_ok_ns": self.last_ok_ns,
+            "last_duration_us": round(self.last_duration_us, 1),
+            "counters": len(self.table.visible) if self.table else 0,
+            "refresh_cadence_s": round(cadence, 4) if cadence is not None else None,
+            "reads": self.reads,
+            "changes": self.changes,
+            "errors": self.source.errors,
+            "last_error": self.source.last_error,
+            "overruns": self.overruns,
+            "ports": len(self.source.ports),
+            **self.source.info(),
+        }
+
+
+class Engine:
+    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None):
+        self.cfg = cfg
+        self.listeners: list[Listener] = list(listeners or [])
+        self.store = store or Store()
+        self.links = LinkTracker()
+        self.ready = threading.Event()  # set after the first successful poll
+        self.tick_hooks: list[Callable[[], None]] = []  # run once per loop pass (watchdog)
+        self.ticks = 0
+        self.overruns = 0
+        self._runners: list[SourceRunner] = []
+        self._stop = threading.Event()
+        self._pending_cfg: Config | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.loop_error: str | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self.links.start()
+        self._runners = self._make_runners(self.cfg)
+        for listener in self.listeners:
+            listener.start(self.store)
+        self._thread = threading.Thread(target=self._loop, name="swtel-tick", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self.links.stop()
+        for r in self._runners:
+            r.source.close()
+
+    def reload(self, cfg: Config) -> None:
+        """Apply a new config on the tick thread at its next pass."""
+        with self._lock:
+            self._pending_cfg = cfg
+
+    def _make_runners(self, cfg: Config, keep: dict[str, SourceRunner] | None = None) -> list[SourceRunner]:
+        runners = []
+        for name, cls in REGISTRY.items():
+            section = getattr(cfg.sources, name, None)
+            if section is None or not section.enabled:
+                continue
+            runner = (keep or {}).get(name)
+            if runner is not None and section == runner.source.section:
+                runner.interval_s = cfg.interval_of(name)
+                runner.source.cfg = cfg
+                runners.append(runner)
+                continue
+            try:
+                source = cls(cfg)
+            except OSError as exc:
+                log.error("source unavailable", source=name, error=str(exc))
+                continue
+            fresh = SourceRunner(source, cfg.interval_of(name))
+            if runner is not None:
+                fresh.inherit(runner)
+            runners.append(fresh)
+        return runners
+
+    # ------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._apply_pending_config()
+                now = time.monotonic()
+                for runner in self._runners:
+                    if runner.next_due <= now:
+                        self._poll(runner, now)
+                        self._schedule(runner)
+                self.ticks += 1
+                for hook in self.tick_hooks:
+                    hook()
+                due = min((r.next_due for r in self._runners), default=time.monotonic() + 1.0)
+                self._stop.wait(max(0.0, due - time.monotonic()))
+        except Exception as exc:  # never die silently: status and the watchdog will see it
+            self.loop_error = repr(exc)
+            log.exception("tick loop failed")
+            raise
+
+    def _schedule(self, runner: SourceRunner) -> None:
+        now = time.monotonic()
+        if runner.next_due == 0.0:
+            runner.next_due = now
+        runner.next_due += runner.interval_s
+        if runner.next_due <= now:
+            missed = int((now - runner.next_due) // runner.interval_s) + 1
+            runner.overruns += missed
+            self.overruns += missed
+            runner.next_due += missed * runner.interval_s
+
+    def _apply_pending_config(self) -> None:
+        with self._lock:
+            cfg, self._pending_cfg = self._pending_cfg, None
+        if cfg is None:
+            return
+        old = {r.name: r for r in self._runners}
+        self._runners = self._make_runners(cfg, keep=old)
+        kept = {id(r) for r in self._runners}
+        for name, runner in old.items():
+            if id(runner) not in kept:
+                runner.source.close()
+                self.store.drop_source(name)
+        self.cfg = cfg
+
+    def _poll(self, runner: SourceRunner, mono: float) -> None:
+        source = runner.source
+        t0 = time.perf_counter()
+        ts_ns = time.time_ns()
+        gen = self.links.generation
+        if not runner.link_gen_valid or source.needs_setup or (source.uses_links and gen != runner.link_gen):
+            source.setup(self.links.links())
+            runner.link_gen = gen
+            runner.link_gen_valid = True
+        gone = runner.adopt_table() if source.table is not runner.table else []
+        try:
+            source.read()
+        except OSError as exc:
+            source.note_error(str(exc))
+            log.warning("read failed", source=source.name, error=str(exc))
+            return
+        n = runner.diff()
+        runner.reads += 1
+        runner.last_ok_ns = ts_ns
+        if n or gone or runner.reads == 1:
+            # Listeners may hold the batch past this tick: give them a copy.
+            values = array("Q", runner.acc)
+            self.store.set_source(source.name, runner.table, values, ts_ns)
+        else:
+            self.store.touch_source(source.name, ts_ns)
+        if gone:
+            self._publish_deletes(ts_ns, gone)
+        states = source.states(ts_ns)
+        if states:
+            self.store.set_states(states)
+            for listener in self.listeners:
+                listener.on_state(states)
+        if n:
+            idx = runner.out_idx[:n].tolist()
+            flags = bytes(runner.out_flags[:n])
+            batch = Batch(source.name, ts_ns, runner.table, idx, values, runner.out_delta[:n].tolist(), flags)
+            # The first read of a counter is its baseline, not a change seen on the wire.
+            fresh = sum(1 for f in flags if f & F_NEW)
+            runner.note_changes(n - fresh, mono)
+            for listener in self.listeners:
+                listener.on_batch(batch)
+        runner.last_duration_us = (time.perf_counter() - t0) * 1e6
+        if not self.ready.is_set():
+            self.ready.set()
+
+    def _publish_deletes(self, ts_ns: int, gone: list[Container]) -> None:
+        ports = {c.path.split("]/", 1)[0] + "]" for c in gone if c.path.startswith("/interfaces/interface[")}
+        whole = [Container(origin, p) for p in sorted(ports) for origin in (OPENCONFIG, SWTEL_ORIGIN)]
+        rest = [c for c in gone if not c.path.startswith("/interfaces/interface[")]
+        containers = whole + rest
+        self.store.drop_containers(containers)
+        for listener in self.listeners:
+            listener.on_delete(ts_ns, containers)
+
+    # ------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        return {
+            "ticks": self.ticks,
+            "overruns": self.overruns,
+            "loop_error": self.loop_error,
+            "sources": {r.name: r.status() for r in self._runners},
+        }

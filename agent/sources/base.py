@@ -1,0 +1,99 @@
+"""What every counter source is, and the registry they add themselves to."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from array import array
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from agent.counters import Container, CounterTable, StateUpdate
+
+if TYPE_CHECKING:
+    from agent.config import Config
+    from agent.links import Link
+
+REGISTRY: dict[str, type[Source]] = {}
+
+
+def register(cls: type[Source]) -> type[Source]:
+    """Class decorator: make a source available under ``cls.name``."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+class Source:
+    """Reads one kind of counter into a flat u64 buffer.
+
+    Lifecycle: ``setup(links)`` (re)builds ``table`` and ``values`` for the
+    current links; ``read()`` fills ``values`` in place (a port that could not
+    be read keeps its previous values, so it shows no change); ``close()``.
+    """
+
+    name: ClassVar[str]
+    #: True when the table depends on the set of network links.
+    uses_links: ClassVar[bool] = True
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.section = getattr(cfg.sources, self.name)
+        self.table = CounterTable(self.name, [])
+        self.values = array("Q")
+        self.errors = 0
+        self.last_error: str | None = None
+        self.ports: list[str] = []
+
+    @property
+    def needs_setup(self) -> bool:
+        """True when the source wants ``setup`` again before the next read (e.g. a driver's
+        stat count changed)."""
+        return False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.section.enabled)
+
+    def setup(self, links: dict[int, Link]) -> None:
+        raise NotImplementedError
+
+    def read(self) -> int:
+        """Fill ``self.values``; return how many units (ports, files) were read."""
+        raise NotImplementedError
+
+    def states(self, ts_ns: int) -> list[StateUpdate]:
+        """Non-counter values changed since the last call (default: none)."""
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def info(self) -> dict[str, Any]:
+        """Extra per-source fields for ``swtel status``."""
+        return {}
+
+    def note_error(self, message: str) -> None:
+        self.errors += 1
+        self.last_error = message
+
+
+def counter_wanted(name: str, include: list[str], exclude: list[str]) -> bool:
+    """Counter-name filter: include globs (empty = all), then exclude globs."""
+    if include and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in exclude)
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def leaf_name(raw: str) -> str:
+    """A driver's counter name as a path leaf: lowercase, hyphenated (``HwIfInOctets`` ->
+    ``hw-if-in-octets``, ``rx_prio3_bytes`` -> ``rx-prio3-bytes``)."""
+    text = _CAMEL.sub("-", raw.strip()).replace("_", "-").replace(" ", "-").replace(".", "-")
+    text = re.sub(r"[^A-Za-z0-9-]", "-", text).lower()
+    return re.sub(r"-{2,}", "-", text).strip("-") or "unnamed"
+
+
+def interface(port: str, origin: str, tail: str) -> Container:
+    """Container below one interface, e.g. ``interface(p, OPENCONFIG, "state/counters")``."""
+    return Container(origin, f"/interfaces/interface[name={port}]/{tail}")

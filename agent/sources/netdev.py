@@ -1,0 +1,131 @@
+"""netdev source: kernel interface statistics (``struct rtnl_link_stats64``) of every
+selected link from one netlink RTM_GETSTATS dump per poll; carrier transitions
+and oper-status from link events (no per-tick cost).
+"""
+
+from __future__ import annotations
+
+import socket
+from array import array
+
+from agent import _backend
+from agent.counters import (
+    COUNTER,
+    HIDDEN,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    CounterSpec,
+    CounterTable,
+    StateUpdate,
+)
+from agent.links import Link, select
+from agent.sources.base import Source, counter_wanted, interface, register
+
+_OC, _EXT = "state/counters", "netdev"
+
+#: Kernel field (in struct rtnl_link_stats64 order) -> (origin, container below the
+#: interface, leaf). Fields without an OpenConfig leaf use the swtel extension path.
+FIELDS: list[tuple[str, str, str, str]] = [
+    ("rx_packets", OPENCONFIG, _OC, "in-pkts"),
+    ("tx_packets", OPENCONFIG, _OC, "out-pkts"),
+    ("rx_bytes", OPENCONFIG, _OC, "in-octets"),
+    ("tx_bytes", OPENCONFIG, _OC, "out-octets"),
+    ("rx_errors", OPENCONFIG, _OC, "in-errors"),
+    ("tx_errors", OPENCONFIG, _OC, "out-errors"),
+    ("rx_dropped", OPENCONFIG, _OC, "in-discards"),
+    ("tx_dropped", OPENCONFIG, _OC, "out-discards"),
+    ("multicast", OPENCONFIG, _OC, "in-multicast-pkts"),
+    ("collisions", SWTEL_ORIGIN, _EXT, "collisions"),
+    ("rx_length_errors", SWTEL_ORIGIN, _EXT, "rx-length-errors"),
+    ("rx_over_errors", SWTEL_ORIGIN, _EXT, "rx-over-errors"),
+    ("rx_crc_errors", OPENCONFIG, _OC, "in-fcs-errors"),
+    ("rx_frame_errors", SWTEL_ORIGIN, _EXT, "rx-frame-errors"),
+    ("rx_fifo_errors", SWTEL_ORIGIN, _EXT, "rx-fifo-errors"),
+    ("rx_missed_errors", SWTEL_ORIGIN, _EXT, "rx-missed-errors"),
+    ("tx_aborted_errors", SWTEL_ORIGIN, _EXT, "tx-aborted-errors"),
+    ("tx_carrier_errors", SWTEL_ORIGIN, _EXT, "tx-carrier-errors"),
+    ("tx_fifo_errors", SWTEL_ORIGIN, _EXT, "tx-fifo-errors"),
+    ("tx_heartbeat_errors", SWTEL_ORIGIN, _EXT, "tx-heartbeat-errors"),
+    ("tx_window_errors", SWTEL_ORIGIN, _EXT, "tx-window-errors"),
+    ("rx_compressed", SWTEL_ORIGIN, _EXT, "rx-compressed"),
+    ("tx_compressed", SWTEL_ORIGIN, _EXT, "tx-compressed"),
+    ("rx_nohandler", SWTEL_ORIGIN, _EXT, "rx-nohandler"),
+    ("rx_otherhost_dropped", SWTEL_ORIGIN, _EXT, "rx-otherhost-dropped"),
+]
+#: From link events (IFLA_CARRIER_CHANGES), appended after the kernel fields of each port.
+CARRIER = ("carrier_changes", OPENCONFIG, _OC, "carrier-transitions")
+
+
+@register
+class NetdevSource(Source):
+    name = "netdev"
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        assert len(FIELDS) == _backend.reader.NETDEV_FIELDS
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self._sock.bind((0, 0))
+        self._fd = self._sock.fileno()
+        self._links: list[Link] = []
+        self._ifindexes = array("i")
+        self._seen = bytearray()
+        self._carrier_at = 0
+        self._oper: dict[str, str] = {}
+        self._pending_states: list[StateUpdate] = []
+
+    def setup(self, links: dict[int, Link]) -> None:
+        sec = self.section
+        chosen = select(links, sec.interfaces, sec.exclude)
+        structure = [(link.ifindex, link.name) for link in chosen]
+        if structure != [(link.ifindex, link.name) for link in self._links] or not self.ports:
+            self._build(chosen)
+        self._links = chosen
+        self._update_link_state(chosen)
+
+    def _build(self, chosen: list[Link]) -> None:
+        """Layout: NETDEV_FIELDS per port in reader order (so the C reader writes straight
+        into ``values``), then one carrier-transitions counter per port. Counters the
+        name filter rejects stay in the layout as HIDDEN: read, never reported."""
+        sec = self.section
+        specs: list[CounterSpec] = []
+        carrier: list[CounterSpec] = []
+        for link in chosen:
+            containers: dict[tuple[str, str], object] = {}
+            for field, origin, tail, leaf in FIELDS + [CARRIER]:
+                if (origin, tail) not in containers:
+                    containers[(origin, tail)] = interface(link.name, origin, tail)
+                kind = COUNTER if counter_wanted(field, sec.counters.include, sec.counters.exclude) else HIDDEN
+                spec = CounterSpec(containers[(origin, tail)], leaf, 64, kind, link.name)
+                (carrier if field == CARRIER[0] else specs).append(spec)
+        self.table = CounterTable(self.name, specs + carrier)
+        self.values = array("Q", bytes(8 * len(self.table)))
+        # Sorted for the reader's binary search (select() sorts by ifindex).
+        self._ifindexes = array("i", [link.ifindex for link in chosen])
+        self._seen = bytearray(len(chosen))
+        self._carrier_at = len(specs)
+        self.ports = [link.name for link in chosen]
+        self._oper = {name: old for name, old in self._oper.items() if name in self.ports}
+
+    def _update_link_state(self, chosen: list[Link]) -> None:
+        for n, link in enumerate(chosen):
+            self.values[self._carrier_at + n] = link.carrier_changes
+            if self._oper.get(link.name) != link.oper_status:
+                self._oper[link.name] = link.oper_status
+                self._pending_states.append((link.name, link.oper_status, link.admin_up))
+
+    def read(self) -> int:
+        if not self._links:
+            return 0
+        return _backend.reader.netdev_read(self._fd, self._ifindexes, self.values, self._seen)
+
+    def states(self, ts_ns: int) -> list[StateUpdate]:
+        out = []
+        for port, oper, admin_up in self._pending_states:
+            container = interface(port, OPENCONFIG, "state")
+            out.append(StateUpdate(ts_ns, container, "oper-status", oper, self.name))
+            out.append(StateUpdate(ts_ns, container, "admin-status", "UP" if admin_up else "DOWN", self.name))
+        self._pending_states.clear()
+        return out
+
+    def close(self) -> None:
+        self._sock.close()

@@ -1,0 +1,110 @@
+"""rdma source: RDMA port counters from sysfs, e.g.
+``<root>/class/infiniband/mlx5_0/ports/1/hw_counters/roce_adp_retrans``.
+
+The files stay open; each poll is one pread per file (C reader). mlx5's
+Q counters are 32-bit in firmware and wrap, so they are declared 32-bit here
+and the change kernel unwraps them. The root is injectable for tests.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from array import array
+
+from agent import _backend
+from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.sources.base import Source, counter_wanted, leaf_name, register
+
+#: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
+WIDTH_32 = {
+    "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps",
+    "roce_slow_restart_trans", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
+    "rnr_nak_retry_err", "duplicate_request", "implied_nak_seq_err", "out_of_buffer",
+    "rx_read_requests", "rx_write_requests", "rx_atomic_requests", "req_cqe_error",
+    "resp_cqe_error", "req_remote_access_errors", "resp_local_length_error",
+    "req_remote_invalid_request", "resp_remote_access_errors", "req_cqe_flush_error",
+    "resp_cqe_flush_error", "rx_icrc_encapsulated",
+    # IB PMA port counters without the extended (64-bit) variants
+    "symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "port_xmit_discards",
+    "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors", "VL15_dropped", "port_xmit_wait",
+}
+_DIRS = ("hw_counters", "counters")
+
+
+@register
+class RdmaSource(Source):
+    name = "rdma"
+    uses_links = False
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self._fds = array("i")
+        self._status = array("i")
+
+    def setup(self, links) -> None:
+        self.close()
+        sec = self.section
+        base = os.path.join(sec.root, "class", "infiniband")
+        specs: list[CounterSpec] = []
+        fds: list[int] = []
+        try:
+            devices = sorted(os.listdir(base))
+        except OSError:
+            devices = []
+        for dev in devices:
+            if not any(fnmatch.fnmatchcase(dev, p) for p in sec.devices):
+                continue
+            ports_dir = os.path.join(base, dev, "ports")
+            for port in sorted(_listdir(ports_dir), key=_num):
+                for sub in _DIRS:
+                    folder = os.path.join(ports_dir, port, sub)
+                    container = Container(
+                        SWTEL_ORIGIN,
+                        f"/rdma/devices/device[name={dev}]/ports/port[id={port}]/{sub.replace('_', '-')}",
+                    )
+                    for name in sorted(_listdir(folder)):
+                        if name == "lifespan" or not counter_wanted(name, sec.counters.include, sec.counters.exclude):
+                            continue
+                        try:
+                            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_CLOEXEC)
+                        except OSError:
+                            continue  # write-only or vanished: not a counter we can read
+                        fds.append(fd)
+                        width = 32 if name in WIDTH_32 else 64
+                        specs.append(CounterSpec(container, leaf_name(name), width, COUNTER, f"{dev}/{port}"))
+        self.table = CounterTable(self.name, specs)
+        self.values = array("Q", bytes(8 * len(specs)))
+        self._fds = array("i", fds)
+        self._status = array("i", bytes(4 * len(fds)))
+        self.ports = sorted({s.port for s in specs if s.port})
+
+    def read(self) -> int:
+        if not self._fds:
+            return 0
+        ok = _backend.reader.sysfs_read(self._fds, self.values, self._status)
+        if ok != len(self._fds):
+            bad = [self.table.specs[i].leaf for i, st in enumerate(self._status) if st]
+            self.note_error(f"unreadable: {', '.join(bad[:5])}")
+        return ok
+
+    def close(self) -> None:
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = array("i")
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _num(text: str) -> tuple[int, str]:
+    return (int(text), text) if text.isdigit() else (1 << 30, text)

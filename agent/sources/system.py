@@ -1,0 +1,52 @@
+"""system source: the switch's CPU and memory and the agent's own cost, via psutil."""
+
+from __future__ import annotations
+
+from array import array
+
+import psutil
+
+from agent.counters import COUNTER, GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.sources.base import Source, register
+
+_SYSTEM = Container(SWTEL_ORIGIN, "/system/state")
+_AGENT = Container(SWTEL_ORIGIN, "/agent/state")
+
+#: (container, leaf, kind) in value order; read() fills them in this order.
+LEAVES = [
+    (_SYSTEM, "cpu-utilization-percent", GAUGE),
+    (_SYSTEM, "memory-total-bytes", GAUGE),
+    (_SYSTEM, "memory-available-bytes", GAUGE),
+    (_SYSTEM, "load-average-1m-milli", GAUGE),
+    (_AGENT, "rss-bytes", GAUGE),
+    (_AGENT, "cpu-utilization-percent-milli", GAUGE),
+    (_AGENT, "cpu-time-ms", COUNTER),
+]
+
+
+@register
+class SystemSource(Source):
+    name = "system"
+    uses_links = False
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # prime: the first call has no interval to measure
+        psutil.cpu_percent(None)
+
+    def setup(self, links) -> None:
+        self.table = CounterTable(self.name, [CounterSpec(c, leaf, 64, kind) for c, leaf, kind in LEAVES])
+        self.values = array("Q", bytes(8 * len(LEAVES)))
+
+    def read(self) -> int:
+        mem = psutil.virtual_memory()
+        cpu = self._proc.cpu_times()
+        self.values[0] = int(psutil.cpu_percent(None))
+        self.values[1] = mem.total
+        self.values[2] = mem.available
+        self.values[3] = int(psutil.getloadavg()[0] * 1000)
+        self.values[4] = self._proc.memory_info().rss
+        self.values[5] = int(self._proc.cpu_percent(None) * 1000)
+        self.values[6] = int((cpu.user + cpu.system) * 1000)
+        return 1
