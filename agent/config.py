@@ -380,7 +380,7 @@ _CHOICES = {
     ("Log", "level"): ("debug", "info", "warning", "error"),
     ("Log", "format"): ("kv", "json"),
 }
-_NOT_KEYS = {"path"}  # Config.path is bookkeeping, not a YAML key
+_NOT_KEYS = {("Config", "path")}  # Config.path is bookkeeping, not a YAML key
 _MISSING = object()  # a conversion failed; its problem is already recorded
 
 
@@ -469,7 +469,7 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
         problems.append(f"{where or '(top level)'}: expected a mapping, got {data!r}")
         return cls()
     hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)} - _NOT_KEYS
+    known = {f.name for f in fields(cls) if (cls.__name__, f.name) not in _NOT_KEYS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
