@@ -1,0 +1,327 @@
+"""Reading the Store through gNMI paths: request paths -> patterns, matching, rendering, Get.
+
+Used by the dial-in server for Get and for every Subscribe snapshot. Matching a
+pattern against a whole :class:`CounterTable` is done once per table (cached on
+the :class:`PathSet` by table identity), so later reads and per-tick filtering
+cost per matched or changed counter, not per counter of the agent.
+
+Rendering yields serialized ``gnmi.SubscribeResponse`` bytes: PROTO encoding goes
+through the shared encoder (C fast path, ``uint_val`` counters); JSON_IETF (and
+JSON) is built here with ``json_ietf_val``/``json_val`` values.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import grpc
+from pygnmi.spec.v080 import gnmi_pb2
+
+from agent import _backend
+from agent.counters import OPENCONFIG, SWTEL_ORIGIN, Container, CounterTable, StateUpdate
+from agent.gnmi import encode, paths
+
+Elems = tuple[tuple[str, dict[str, str]], ...]
+Pattern = tuple[str, Elems]  # (origin, elems)
+
+SUPPORTED_ENCODINGS = (gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF)
+#: Accepted though not advertised: gnmic's default. Rendered like JSON_IETF, as json_val.
+ACCEPTED_ENCODINGS = (*SUPPORTED_ENCODINGS, gnmi_pb2.JSON)
+
+
+class RequestError(Exception):
+    """A request the server refuses: carries the gRPC status to abort with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ---------------------------------------------------------------- request paths
+
+
+def resolve_origin(origin: str) -> str:
+    """Empty, ``openconfig`` and OpenConfig module names mean OpenConfig; ``swtel`` the extensions."""
+    if not origin or origin == OPENCONFIG or origin.startswith("openconfig-"):
+        return OPENCONFIG
+    if origin == SWTEL_ORIGIN:
+        return SWTEL_ORIGIN
+    raise RequestError(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"unknown origin {origin!r}: this target serves {OPENCONFIG!r} and {SWTEL_ORIGIN!r}",
+    )
+
+
+def _elems(path: gnmi_pb2.Path) -> list[tuple[str, dict[str, str]]]:
+    if not path.elem and path.element:  # gNMI 0.3 string elements
+        return list(paths.split("/" + "/".join(path.element)))
+    out = []
+    for e in path.elem:
+        name = e.name.split(":", 1)[1] if ":" in e.name else e.name  # "module:name" qualifier
+        out.append((name, dict(e.key)))
+    return out
+
+
+def request_pattern(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path, target: str) -> Pattern:
+    """Absolute pattern of ``prefix`` + ``path``; the target, if named, must be ours."""
+    prefix = prefix if prefix is not None else gnmi_pb2.Path()
+    named = path.target or prefix.target
+    if named and named != target:
+        raise RequestError(grpc.StatusCode.NOT_FOUND, f"unknown target {named!r} (this is {target!r})")
+    origin = resolve_origin(path.origin or prefix.origin)
+    return origin, tuple(_elems(prefix) + _elems(path))
+
+
+def display(pattern: Pattern) -> str:
+    origin, elems = pattern
+    text = "/" + "/".join(n + "".join(f"[{k}={v}]" for k, v in sorted(ks.items())) for n, ks in elems)
+    return text if origin == OPENCONFIG else f"{origin}:{text}"
+
+
+def check_encoding(encoding: int) -> int:
+    if encoding not in ACCEPTED_ENCODINGS:
+        name = gnmi_pb2.Encoding.Name(encoding) if encoding in gnmi_pb2.Encoding.values() else encoding
+        raise RequestError(
+            grpc.StatusCode.UNIMPLEMENTED, f"encoding {name} not supported: use PROTO or JSON_IETF"
+        )
+    return encoding
+
+
+# ---------------------------------------------------------------- matching
+
+
+@lru_cache(maxsize=65536)
+def _split(path: str) -> Elems:
+    return tuple(paths.split(path))
+
+
+def _could_extend(pattern: Elems, container: Elems) -> bool:
+    """True if some leaf below ``container`` might match ``pattern`` though the container does not."""
+    if any(name == "..." for name, _ in pattern):
+        return True
+    n = len(container)
+    return len(pattern) > n and paths.matches(list(pattern[:n]), list(container))
+
+
+@dataclass
+class TableMatch:
+    table: CounterTable
+    indices: list[int]  # matching counter indices, ascending
+    mask: bytearray | None  # membership by index; None: every counter matches
+
+
+class PathSet:
+    """A set of path patterns, matched against tables (cached by identity) and states."""
+
+    def __init__(self, patterns: Iterable[Pattern]):
+        self.patterns: tuple[Pattern, ...] = tuple(patterns)
+        self._tables: dict[str, TableMatch] = {}  # by source; valid while .table is the same object
+        self._states: dict[tuple[Container, str], bool] = {}
+
+    def table(self, table: CounterTable) -> TableMatch:
+        m = self._tables.get(table.source)
+        if m is None or m.table is not table:
+            m = self._match_table(table)
+            self._tables[table.source] = m
+        return m
+
+    def _match_table(self, table: CounterTable) -> TableMatch:
+        verdicts: dict[Container, bool | None] = {}
+        indices = []
+        for i, spec in enumerate(table.specs):
+            c = spec.container
+            if c not in verdicts:
+                verdicts[c] = self._container_verdict(c)
+            verdict = verdicts[c]
+            if verdict or (verdict is None and self.matches_leaf(c, spec.leaf)):
+                indices.append(i)
+        if len(indices) == len(table.specs):
+            return TableMatch(table, indices, None)
+        mask = bytearray(len(table.specs))
+        for i in indices:
+            mask[i] = 1
+        return TableMatch(table, indices, mask)
+
+    def _container_verdict(self, container: Container) -> bool | None:
+        """True: every leaf matches; False: none can; None: decide per leaf."""
+        celems = _split(container.path)
+        maybe = False
+        for origin, elems in self.patterns:
+            if origin != container.origin:
+                continue
+            if paths.matches(list(elems), list(celems)):
+                return True
+            maybe = maybe or _could_extend(elems, celems)
+        return None if maybe else False
+
+    def matches_leaf(self, container: Container, leaf: str) -> bool:
+        key = (container, leaf)
+        hit = self._states.get(key)
+        if hit is None:
+            concrete = list(_split(container.path) + _split(leaf))
+            hit = any(
+                origin == container.origin and paths.matches(list(elems), concrete)
+                for origin, elems in self.patterns
+            )
+            if len(self._states) < 100_000:
+                self._states[key] = hit
+        return hit
+
+    def touches(self, container: Container) -> bool:
+        """A deleted container concerns us if it lies at, below or above one of our patterns."""
+        celems = list(_split(container.path))
+        return any(
+            origin == container.origin
+            and (paths.matches(list(elems), celems) or paths.matches(celems, list(elems)))
+            for origin, elems in self.patterns
+        )
+
+    def filter_changes(self, table: CounterTable, changed: list[int]) -> list[int]:
+        """The changed indices this set matches: cost per change."""
+        m = self.table(table)
+        if not m.indices:
+            return []
+        if m.mask is None:
+            return changed
+        mask = m.mask
+        return [i for i in changed if mask[i]]
+
+
+# ---------------------------------------------------------------- reading the Store
+
+
+@dataclass
+class Counters:
+    """Matched counters of one source, values copied: what a snapshot or a queued change carries."""
+
+    ts_ns: int
+    table: CounterTable
+    indices: list[int]
+    values: array
+
+
+def read(store: Any, pathset: PathSet) -> tuple[list[Counters], list[StateUpdate]]:
+    """Current values of everything ``pathset`` matches."""
+    counters = []
+    for batch in store.snapshot_batches():
+        indices = pathset.table(batch.table).indices
+        if indices:
+            counters.append(Counters(batch.ts_ns, batch.table, indices, batch.values))
+    states = [u for u in store.states() if pathset.matches_leaf(u.container, u.leaf)]
+    return counters, states
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def _json_scalar(value: Any, counter: bool) -> bytes:
+    if counter:  # RFC 7951: 64-bit integers are JSON strings
+        return b'"%d"' % value
+    return json.dumps(value).encode()
+
+
+class Renderer:
+    """Builds serialized SubscribeResponses for one target and encoding."""
+
+    def __init__(self, target: str, encoding: int):
+        self.target = target
+        self.encoding = encoding
+        self._json_field = "json_val" if encoding == gnmi_pb2.JSON else "json_ietf_val"
+
+    @property
+    def proto(self) -> bool:
+        return self.encoding == gnmi_pb2.PROTO
+
+    def counters(self, c: Counters) -> list[bytes]:
+        if not c.indices:
+            return []
+        if self.proto:
+            codec = encode.codec(c.table, self.target)
+            return _backend.encoder.encode_updates(
+                c.ts_ns, c.indices, c.values, codec.containers, codec.prefixes, codec.paths,
+                encode.MAX_UPDATES,
+            )
+        groups: dict[Container, list[int]] = {}
+        specs = c.table.specs
+        for i in c.indices:
+            groups.setdefault(specs[i].container, []).append(i)
+        out = []
+        for container, members in groups.items():
+            notif = self._notification(container, c.ts_ns)
+            for i in members:
+                self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True))
+            out.append(_response(notif))
+        return out
+
+    def states(self, updates: list[StateUpdate]) -> list[bytes]:
+        if not updates:
+            return []
+        if self.proto:
+            return encode.encode_states(updates, self.target)
+        groups: dict[tuple[int, Container], gnmi_pb2.Notification] = {}
+        for u in updates:
+            key = (u.ts_ns, u.container)
+            notif = groups.get(key)
+            if notif is None:
+                notif = groups[key] = self._notification(u.container, u.ts_ns)
+            if u.value is None:
+                notif.delete.add().MergeFromString(paths.encoded(u.leaf))
+            else:
+                self._add(notif, u.leaf, _json_scalar(u.value, False))
+        return [_response(n) for n in groups.values()]
+
+    def deletes(self, ts_ns: int, containers: list[Container]) -> list[bytes]:
+        return encode.encode_deletes(ts_ns, containers, self.target) if containers else []
+
+    def snapshot(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
+        out = []
+        for c in counters:
+            out += self.counters(c)
+        return out + self.states(states)
+
+    def _notification(self, container: Container, ts_ns: int) -> gnmi_pb2.Notification:
+        notif = gnmi_pb2.Notification(timestamp=ts_ns)
+        notif.prefix.MergeFromString(encode.prefix_bytes(container, self.target))
+        return notif
+
+    def _add(self, notif: gnmi_pb2.Notification, leaf: str, payload: bytes) -> None:
+        update = notif.update.add()
+        update.path.MergeFromString(paths.encoded(leaf))
+        setattr(update.val, self._json_field, payload)
+
+
+def _response(notif: gnmi_pb2.Notification) -> bytes:
+    return gnmi_pb2.SubscribeResponse(update=notif).SerializeToString()
+
+
+# ---------------------------------------------------------------- Get
+
+
+def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetResponse:
+    """Latest values under every requested path; a path with no data is NOT_FOUND."""
+    renderer = Renderer(target, check_encoding(request.encoding))
+    if request.type == gnmi_pb2.GetRequest.CONFIG:
+        raise RequestError(grpc.StatusCode.NOT_FOUND, "this target serves state data only")
+    requested = list(request.path) or [gnmi_pb2.Path()]
+    response = gnmi_pb2.GetResponse()
+    for path in requested:
+        pattern = request_pattern(request.prefix, path, target)
+        counters, states = read(store, PathSet([pattern]))
+        chunks = renderer.snapshot(counters, states)
+        if not chunks:
+            raise RequestError(grpc.StatusCode.NOT_FOUND, f"no data at {display(pattern)}")
+        for chunk in chunks:
+            response.notification.append(gnmi_pb2.SubscribeResponse.FromString(chunk).update)
+    return response
+
+
+def iter_responses(chunks: Iterable[bytes]) -> Iterator[gnmi_pb2.SubscribeResponse]:
+    """Decode serialized responses (tests and debugging)."""
+    for chunk in chunks:
+        yield gnmi_pb2.SubscribeResponse.FromString(chunk)

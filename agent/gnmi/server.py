@@ -1,0 +1,277 @@
+"""gNMI dial-in server (``exporters.server``): Capabilities, Get and Subscribe for pygnmi, gnmic, Telegraf.
+
+It is an exporter like the others: the engine calls ``on_batch``/``on_state``/
+``on_delete`` on its tick thread and the server only hands the changes to the
+subscribers whose paths match (see agent/gnmi/subscribe.py); gRPC threads do
+the rendering and sending. Get and snapshots read the engine's Store.
+
+Read-only: Set is UNIMPLEMENTED. TLS by default (mTLS when a client CA is
+configured); plaintext only with ``insecure: true``. Optional username/password
+from gRPC metadata. Never on port 9339 (Cumulus' own gNMI server).
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from array import array
+from concurrent import futures
+from typing import Any
+
+import grpc
+import structlog
+from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
+
+from agent import __version__
+from agent.config import ServerExporter
+from agent.counters import Batch, Container, StateUpdate
+from agent.gnmi import get
+from agent.gnmi.get import Counters, RequestError
+from agent.gnmi.subscribe import Subscriber
+
+log = structlog.get_logger("swtel.gnmi.server")
+
+GNMI_VERSION = "0.8.0"
+FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
+_SPARE_WORKERS = 4  # threads kept for unary calls when every subscriber slot is taken
+
+CAPABILITIES = gnmi_pb2.CapabilityResponse(
+    supported_models=[
+        gnmi_pb2.ModelData(name="openconfig-interfaces", organization="OpenConfig working group"),
+        gnmi_pb2.ModelData(name="openconfig-if-ethernet", organization="OpenConfig working group"),
+        gnmi_pb2.ModelData(name="openconfig-qos", organization="OpenConfig working group"),
+        gnmi_pb2.ModelData(name="swtel", organization="swtel", version=__version__),
+    ],
+    supported_encodings=list(get.SUPPORTED_ENCODINGS),
+    gNMI_version=GNMI_VERSION,
+)
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise RuntimeError(f"gNMI server: cannot read {what} {path!r}: {exc.strerror}") from None
+
+
+def server_credentials(cert: str, key: str, client_ca: str | None) -> grpc.ServerCredentials:
+    """TLS credentials; with ``client_ca`` clients must present a certificate it signed (mTLS)."""
+    return grpc.ssl_server_credentials(
+        [(_read(key, "TLS key"), _read(cert, "TLS certificate"))],
+        root_certificates=_read(client_ca, "client CA") if client_ca else None,
+        require_client_auth=bool(client_ca),
+    )
+
+
+def _passthrough(message: Any) -> bytes:
+    """Subscribe responses are pre-serialized (the C encoder's bytes); other replies are messages."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+class _Servicer(gnmi_pb2_grpc.gNMIServicer):
+    def __init__(self, owner: GnmiServer):
+        self._owner = owner
+
+    def Capabilities(self, request, context):  # noqa: N802 - gRPC method name
+        self._owner.authorize(context)
+        return CAPABILITIES
+
+    def Get(self, request, context):  # noqa: N802
+        self._owner.authorize(context)
+        try:
+            return get.get(self._owner.store, request, self._owner.target)
+        except RequestError as exc:
+            context.abort(exc.code, exc.message)
+
+    def Set(self, request, context):  # noqa: N802
+        self._owner.authorize(context)
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "swtel is read-only: Set is not supported")
+
+    def Subscribe(self, request_iterator, context):  # noqa: N802
+        self._owner.authorize(context)
+        first = next(request_iterator, None)
+        if first is None or not first.HasField("subscribe"):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be a SubscriptionList")
+        owner = self._owner
+        try:
+            sub = Subscriber(first.subscribe, owner.target, owner.min_interval_s, owner.queue_len,
+                             peer=context.peer())
+        except RequestError as exc:
+            context.abort(exc.code, exc.message)
+        if not owner.register(sub):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"too many subscriptions (limit {owner.max_subscribers})")
+        context.add_callback(sub.close)
+        try:
+            yield from sub.responses(owner.store, request_iterator)
+        except RequestError as exc:
+            context.abort(exc.code, exc.message)
+        finally:
+            owner.unregister(sub)
+
+
+def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
+    """pygnmi's service definition, with a pass-through serializer for Subscribe responses."""
+    g = gnmi_pb2
+    return grpc.method_handlers_generic_handler("gnmi.gNMI", {
+        "Capabilities": grpc.unary_unary_rpc_method_handler(
+            servicer.Capabilities, g.CapabilityRequest.FromString, _passthrough),
+        "Get": grpc.unary_unary_rpc_method_handler(servicer.Get, g.GetRequest.FromString, _passthrough),
+        "Set": grpc.unary_unary_rpc_method_handler(servicer.Set, g.SetRequest.FromString, _passthrough),
+        "Subscribe": grpc.stream_stream_rpc_method_handler(
+            servicer.Subscribe, g.SubscribeRequest.FromString, _passthrough),
+    })
+
+
+class GnmiServer:
+    """The Listener for ``exporters.server``.
+
+    ``min_interval_s`` is the agent's smallest source interval: a SAMPLE
+    subscription may not ask for less. ``listen`` with port 0 picks a free port
+    (tests); :attr:`port` tells which.
+    """
+
+    name = "server"
+
+    def __init__(
+        self,
+        cfg: ServerExporter,
+        target: str,
+        min_interval_s: float = 0.1,
+        *,
+        max_subscribers: int = 32,
+        queue_len: int = 1000,
+    ):
+        if cfg.listen.port == FORBIDDEN_PORT:
+            raise ValueError("gNMI server: port 9339 belongs to Cumulus' own gNMI server")
+        self.cfg = cfg
+        self.target = target
+        self.min_interval_s = min_interval_s
+        self.max_subscribers = max_subscribers
+        self.queue_len = queue_len
+        self.store: Any = None
+        self.port = 0
+        self._grpc: grpc.Server | None = None
+        self._lock = threading.Lock()
+        self._subs: tuple[Subscriber, ...] = ()  # copy-on-write: the tick thread iterates lock-free
+        self._password: bytes | None = None
+        self._state = "stopped"
+        self._last_error: str | None = None
+        self._sent_closed = 0
+        self._dropped_closed = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, store: Any) -> None:
+        self.store = store
+        cfg = self.cfg
+        if cfg.username and cfg.password_file:
+            self._password = _read(cfg.password_file, "password file").rstrip(b"\r\n")
+        elif cfg.username:
+            self._password = b""
+        if cfg.insecure:
+            creds = None
+            log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
+        else:
+            if not (cfg.tls.cert and cfg.tls.key):
+                raise RuntimeError("gNMI server: tls.cert and tls.key are required unless insecure: true")
+            creds = server_credentials(cfg.tls.cert, cfg.tls.key, cfg.tls.ca)
+        workers = self.max_subscribers + _SPARE_WORKERS
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gnmi-server"),
+            handlers=[_handlers(_Servicer(self))],
+            # Without this a second server could silently share the port (gRPC sets SO_REUSEPORT).
+            options=[("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=workers,
+        )
+        address = str(cfg.listen)
+        try:
+            port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        except RuntimeError:  # newer grpcio raises; 1.51 returns 0
+            port = 0
+        if not port:
+            self._state, self._last_error = "failed", f"cannot listen on {address}"
+            raise RuntimeError(f"gNMI server: cannot listen on {address} (in use or not a local address)")
+        server.start()
+        self._grpc, self.port = server, port
+        self._state = "listening"
+        log.info("gNMI server listening", listen=self.listen, tls=creds is not None,
+                 mtls=bool(cfg.tls.ca) and not cfg.insecure, auth=bool(cfg.username))
+
+    def stop(self, timeout: float) -> None:
+        for sub in self._subs:
+            sub.close()
+        if self._grpc is not None:
+            self._grpc.stop(grace=timeout).wait(timeout)
+            self._grpc = None
+        self._state = "stopped"
+
+    @property
+    def listen(self) -> str:
+        host = self.cfg.listen.rpartition(":")[0]
+        return f"{host}:{self.port or self.cfg.listen.port}"
+
+    # ------------------------------------------------------------ engine (tick thread): enqueue only
+
+    def on_batch(self, batch: Batch) -> None:
+        subs = self._subs
+        if not subs or not batch.indices:
+            return
+        values = None  # one copy of the value array, shared by every subscriber that matched
+        for sub in subs:
+            indices = sub.changed_indices(batch.table, batch.indices)
+            if indices:
+                if values is None:
+                    values = array("Q", batch.values)
+                sub.offer_counters(Counters(batch.ts_ns, batch.table, indices, values))
+
+    def on_state(self, updates: list[StateUpdate]) -> None:
+        for sub in self._subs:
+            sub.offer_states(updates)
+
+    def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
+        for sub in self._subs:
+            sub.offer_delete(ts_ns, containers)
+
+    # ------------------------------------------------------------ RPC side
+
+    def authorize(self, context: grpc.ServicerContext) -> None:
+        if self._password is None:
+            return
+        meta = dict(context.invocation_metadata() or ())
+        user = str(meta.get("username", "")).encode()
+        password = str(meta.get("password", "")).encode()
+        ok = hmac.compare_digest(user, self.cfg.username.encode())
+        ok = hmac.compare_digest(password, self._password) and ok
+        if not ok:
+            self._last_error = f"authentication failed for {context.peer()}"
+            log.warning("gNMI authentication failed", peer=context.peer(), username=user.decode(errors="replace"))
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
+
+    def register(self, sub: Subscriber) -> bool:
+        with self._lock:
+            if len(self._subs) >= self.max_subscribers:
+                return False
+            self._subs = (*self._subs, sub)
+        log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode))
+        return True
+
+    def unregister(self, sub: Subscriber) -> None:
+        sub.close()
+        with self._lock:
+            if sub in self._subs:
+                self._subs = tuple(s for s in self._subs if s is not sub)
+                self._sent_closed += sub.sent
+                self._dropped_closed += sub.dropped
+
+    def status(self) -> dict[str, Any]:
+        subs = self._subs
+        return {
+            "state": self._state,
+            "listen": self.listen,
+            "subscribers": len(subs),
+            "sent": self._sent_closed + sum(s.sent for s in subs),
+            "dropped": self._dropped_closed + sum(s.dropped for s in subs),
+            "last_error": self._last_error,
+        }

@@ -1,0 +1,284 @@
+"""One gNMI Subscribe RPC: request validation, the per-subscriber queue and the response stream.
+
+The engine's tick thread only *offers* changes (:meth:`Subscriber.offer_counters`,
+``offer_states``, ``offer_delete``): each is filtered by the subscription's
+cached per-table match and appended to a bounded queue. The RPC's own thread
+renders and sends. A slow client loses the oldest queued changes; each loss is
+counted and triggers a resync (current values of the on-change paths), so the
+client's view heals without unbounded memory.
+
+Modes: STREAM (ON_CHANGE; TARGET_DEFINED = ON_CHANGE for counters; SAMPLE with
+``sample_interval``, ``suppress_redundant``, ``heartbeat_interval``;
+``updates_only``), ONCE (snapshot, sync, close) and POLL (snapshot and sync on
+every Poll; nothing before the first Poll).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from pygnmi.spec.v080 import gnmi_pb2
+
+from agent.counters import Container, StateUpdate
+from agent.gnmi import encode
+from agent.gnmi.get import (
+    Counters,
+    PathSet,
+    Renderer,
+    RequestError,
+    check_encoding,
+    read,
+    request_pattern,
+)
+
+STREAM, ONCE, POLL = (gnmi_pb2.SubscriptionList.STREAM, gnmi_pb2.SubscriptionList.ONCE,
+                      gnmi_pb2.SubscriptionList.POLL)
+_SYNC = encode.encode_sync()
+_MISSING = object()
+
+
+def _fmt_ns(ns: int) -> str:
+    return f"{ns / 1e6:g}ms" if ns < 1_000_000_000 else f"{ns / 1e9:g}s"
+
+
+@dataclass
+class Entry:
+    """One Subscription of the list, as the stream loop schedules it."""
+
+    pathset: PathSet
+    sample_s: float = 0.0  # 0: on change
+    suppress: bool = False
+    heartbeat_s: float = 0.0
+    next_sample: float = 0.0
+    next_heartbeat: float = 0.0
+    last_counters: dict[str, Counters] = field(default_factory=dict)  # suppress_redundant
+    last_states: dict[tuple[Container, str], Any] = field(default_factory=dict)
+
+
+def _advance(due: float, period: float, now: float) -> float:
+    """Next deadline; a late one is skipped, never caught up in a burst."""
+    due += period
+    return due if due > now else now + period
+
+
+class Subscriber:
+    def __init__(
+        self,
+        request: gnmi_pb2.SubscriptionList,
+        target: str,
+        min_interval_s: float,
+        queue_len: int,
+        peer: str = "",
+    ):
+        self.peer = peer
+        self.mode = request.mode
+        self.updates_only = request.updates_only
+        self.renderer = Renderer(target, check_encoding(request.encoding))
+        if self.mode not in (STREAM, ONCE, POLL):
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown subscription mode {self.mode}")
+        if not request.subscription:
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "the subscription list is empty")
+        min_ns = round(min_interval_s * 1e9)
+        self.entries: list[Entry] = []
+        patterns, on_change = [], []
+        for sub in request.subscription:
+            pattern = request_pattern(request.prefix, sub.path, target)
+            patterns.append(pattern)
+            entry = Entry(PathSet([pattern]), suppress=sub.suppress_redundant)
+            if self.mode == STREAM:
+                if sub.mode == gnmi_pb2.SAMPLE:
+                    interval = sub.sample_interval or min_ns
+                    if interval < min_ns:
+                        raise RequestError(
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"sample_interval {_fmt_ns(interval)} is below the agent's smallest "
+                            f"source interval {_fmt_ns(min_ns)}",
+                        )
+                    entry.sample_s = interval / 1e9
+                elif sub.mode in (gnmi_pb2.ON_CHANGE, gnmi_pb2.TARGET_DEFINED):
+                    on_change.append(pattern)
+                else:
+                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown mode {sub.mode}")
+                if sub.heartbeat_interval:
+                    if sub.heartbeat_interval < min_ns:
+                        raise RequestError(
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"heartbeat_interval {_fmt_ns(sub.heartbeat_interval)} is below the "
+                            f"agent's smallest source interval {_fmt_ns(min_ns)}",
+                        )
+                    entry.heartbeat_s = sub.heartbeat_interval / 1e9
+            self.entries.append(entry)
+        self.all_paths = PathSet(patterns)
+        #: Only on-change subscriptions take queued changes; SAMPLE reads the Store on its timer.
+        self.on_change = PathSet(on_change) if on_change else None
+
+        self._cond = threading.Condition()
+        self._queue: deque[tuple] = deque()
+        self._queue_len = queue_len
+        self._resync = False
+        self.closed = False
+        self.sent = 0
+        self.dropped = 0
+
+    # ------------------------------------------------------------ tick thread
+
+    def changed_indices(self, table, changed: list[int]) -> list[int]:
+        return self.on_change.filter_changes(table, changed) if self.on_change else []
+
+    def offer_counters(self, counters: Counters) -> None:
+        self._put(("c", counters))
+
+    def offer_states(self, updates: list[StateUpdate]) -> None:
+        if self.on_change is None:
+            return
+        mine = [u for u in updates if self.on_change.matches_leaf(u.container, u.leaf)]
+        if mine:
+            self._put(("s", mine))
+
+    def offer_delete(self, ts_ns: int, containers: list[Container]) -> None:
+        if self.on_change is None:
+            return
+        mine = [c for c in containers if self.on_change.touches(c)]
+        if mine:
+            self._put(("d", ts_ns, mine))
+
+    def _put(self, item: tuple) -> None:
+        with self._cond:
+            if self.closed:
+                return
+            if len(self._queue) >= self._queue_len:
+                self._queue.popleft()
+                self.dropped += 1
+                self._resync = True
+            self._queue.append(item)
+            self._cond.notify()
+
+    # ------------------------------------------------------------ RPC thread
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+
+    def _take(self, deadline: float | None) -> tuple[list[tuple], bool]:
+        """Wait until something is queued, a resync is due, the deadline passes or we close."""
+        with self._cond:
+            while not (self._queue or self._resync or self.closed):
+                timeout = 1.0 if deadline is None else deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                self._cond.wait(min(timeout, 1.0))
+            items = list(self._queue)
+            self._queue.clear()
+            resync, self._resync = self._resync, False
+            return items, resync
+
+    def responses(self, store: Any, requests: Iterator[gnmi_pb2.SubscribeRequest]) -> Iterator[bytes]:
+        """Serialized SubscribeResponses for the whole life of the RPC."""
+        if self.mode == ONCE:
+            yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+            yield from self._counted([_SYNC])
+        elif self.mode == POLL:
+            yield from self._poll(store, requests)
+        else:
+            yield from self._stream(store)
+
+    def _counted(self, chunks: list[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self.sent += 1
+            yield chunk
+
+    def _poll(self, store: Any, requests: Iterator[gnmi_pb2.SubscribeRequest]) -> Iterator[bytes]:
+        for req in requests:
+            if self.closed:
+                return
+            if req.HasField("poll"):
+                yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+                yield from self._counted([_SYNC])
+            elif req.HasField("subscribe"):
+                raise RequestError(
+                    grpc.StatusCode.INVALID_ARGUMENT, "a POLL subscription takes only Poll requests"
+                )
+
+    def _stream(self, store: Any) -> Iterator[bytes]:
+        r = self.renderer
+        if not self.updates_only:
+            yield from self._counted(r.snapshot(*read(store, self.all_paths)))
+        for e in self.entries:  # suppress_redundant compares with the values as of subscribing
+            if e.sample_s and e.suppress:
+                self._sample(e, store, force=True)
+        yield from self._counted([_SYNC])
+        now = time.monotonic()
+        for e in self.entries:
+            e.next_sample = now + e.sample_s
+            e.next_heartbeat = now + e.heartbeat_s
+        while not self.closed:
+            items, resync = self._take(self._next_due())
+            if self.closed:
+                return
+            for item in items:
+                if item[0] == "c":
+                    yield from self._counted(r.counters(item[1]))
+                elif item[0] == "s":
+                    yield from self._counted(r.states(item[1]))
+                else:
+                    yield from self._counted(r.deletes(item[1], item[2]))
+            if resync and self.on_change is not None:
+                yield from self._counted(r.snapshot(*read(store, self.on_change)))
+            yield from self._counted(self._timers(store))
+
+    def _next_due(self) -> float | None:
+        dues = [e.next_sample for e in self.entries if e.sample_s]
+        dues += [e.next_heartbeat for e in self.entries if e.heartbeat_s]
+        return min(dues) if dues else None
+
+    def _timers(self, store: Any) -> list[bytes]:
+        now = time.monotonic()
+        out: list[bytes] = []
+        for e in self.entries:
+            heartbeat = bool(e.heartbeat_s) and now >= e.next_heartbeat
+            if heartbeat:
+                e.next_heartbeat = _advance(e.next_heartbeat, e.heartbeat_s, now)
+            if e.sample_s and now >= e.next_sample:
+                e.next_sample = _advance(e.next_sample, e.sample_s, now)
+                out += self._sample(e, store, force=heartbeat)
+            elif heartbeat and not e.sample_s:  # ON_CHANGE heartbeat: everything, changed or not
+                out += self.renderer.snapshot(*read(store, e.pathset))
+        return out
+
+    def _sample(self, e: Entry, store: Any, force: bool) -> list[bytes]:
+        counters, states = read(store, e.pathset)
+        if e.suppress:
+            counters, states = self._suppress(e, counters, states, force)
+        return self.renderer.snapshot(counters, states)
+
+    @staticmethod
+    def _suppress(
+        e: Entry, counters: list[Counters], states: list[StateUpdate], force: bool
+    ) -> tuple[list[Counters], list[StateUpdate]]:
+        """suppress_redundant: keep only values that changed since the last sample."""
+        out = []
+        for c in counters:
+            prev = e.last_counters.get(c.table.source)
+            e.last_counters[c.table.source] = c  # c.values is the Store's copy: safe to keep
+            if force or prev is None or prev.table is not c.table:
+                out.append(c)
+                continue
+            old, new = prev.values, c.values
+            changed = [i for i in c.indices if new[i] != old[i]]
+            if changed:
+                out.append(Counters(c.ts_ns, c.table, changed, new))
+        fresh = []
+        for u in states:
+            key = (u.container, u.leaf)
+            if force or e.last_states.get(key, _MISSING) != u.value:
+                fresh.append(u)
+            e.last_states[key] = u.value
+        return out, fresh
