@@ -134,6 +134,7 @@ class Engine:
         self.ticks = 0
         self.overruns = 0
         self._runners: list[SourceRunner] = []
+        self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
         self._stop = threading.Event()
         self._pending_cfg: Config | None = None
         self._lock = threading.Lock()
@@ -239,7 +240,10 @@ class Engine:
             source.setup(self.links.links())
             runner.link_gen = gen
             runner.link_gen_valid = True
-        gone = runner.adopt_table() if source.table is not runner.table else []
+        gone: list[Container] = []
+        if source.table is not runner.table:
+            gone = runner.adopt_table()
+            self._hold_ports(source.name, runner.table)
         try:
             source.read()
         except OSError as exc:
@@ -256,7 +260,7 @@ class Engine:
         else:
             self.store.touch_source(source.name, ts_ns)
         if gone:
-            self._publish_deletes(ts_ns, gone)
+            self._publish_deletes(source.name, ts_ns, gone)
         states = source.states(ts_ns)
         if states:
             self.store.set_states(states)
@@ -275,14 +279,30 @@ class Engine:
         if not self.ready.is_set():
             self.ready.set()
 
-    def _publish_deletes(self, ts_ns: int, gone: list[Container]) -> None:
+    def _publish_deletes(self, source: str, ts_ns: int, gone: list[Container]) -> None:
+        """A source dropped containers. A port's whole subtree (both origins) is deleted
+        once no source holds that port any more; other containers go one by one."""
         ports = {c.path.split("]/", 1)[0] + "]" for c in gone if c.path.startswith("/interfaces/interface[")}
-        whole = [Container(origin, p) for p in sorted(ports) for origin in (OPENCONFIG, SWTEL_ORIGIN)]
-        rest = [c for c in gone if not c.path.startswith("/interfaces/interface[")]
-        containers = whole + rest
+        vanished = []
+        for port in sorted(ports):
+            holders = self._port_holders.get(port, set())
+            holders.discard(source)
+            if not holders:
+                self._port_holders.pop(port, None)
+                vanished.append(port)
+        containers = [Container(origin, p) for p in vanished for origin in (OPENCONFIG, SWTEL_ORIGIN)]
+        containers += [c for c in gone if not c.path.startswith("/interfaces/interface[")]
+        if not containers:
+            return
         self.store.drop_containers(containers)
         for listener in self.listeners:
             listener.on_delete(ts_ns, containers)
+
+    def _hold_ports(self, source: str, table: CounterTable) -> None:
+        for spec in table.specs:
+            if spec.container.path.startswith("/interfaces/interface["):
+                port = spec.container.path.split("]/", 1)[0] + "]"
+                self._port_holders.setdefault(port, set()).add(source)
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -85,14 +85,19 @@ class LinkTracker:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._events: IPRoute | None = None
+        self._bind_error: OSError | None = None
 
     def start(self) -> None:
-        # Subscribe first, then dump, so no event between the two is lost.
-        self._events = IPRoute()
-        self._events.bind(groups=RTMGRP_LINK)
-        self.refresh()
-        self._thread = threading.Thread(target=self._listen, name="swtel-links", daemon=True)
+        # Subscribe first, then dump, so no event between the two is lost. The event
+        # socket is made on its reader thread: pyroute2 >= 0.9 ties a socket to its thread.
+        bound = threading.Event()
+        self._thread = threading.Thread(target=self._listen, args=(bound,), name="swtel-links", daemon=True)
         self._thread.start()
+        if not bound.wait(10.0):
+            raise RuntimeError("link event subscription did not start")
+        if self._bind_error is not None:
+            raise self._bind_error
+        self.refresh()
 
     def refresh(self) -> None:
         """Full re-discovery (start, and after the event socket overflowed)."""
@@ -103,7 +108,15 @@ class LinkTracker:
                 self._links = links
                 self.generation += 1
 
-    def _listen(self) -> None:
+    def _listen(self, bound: threading.Event) -> None:
+        try:
+            self._events = IPRoute()
+            self._events.bind(groups=RTMGRP_LINK)
+        except OSError as exc:
+            self._bind_error = exc
+            return
+        finally:
+            bound.set()
         while not self._stop.is_set():
             try:
                 msgs = self._events.get()
@@ -147,4 +160,5 @@ class LinkTracker:
             except Exception:  # noqa: BLE001 - closing during shutdown
                 pass
         if self._thread is not None:
-            self._thread.join(timeout=2.0)
+            # pyroute2 0.7 does not wake a blocked get() on close; the thread is a daemon.
+            self._thread.join(timeout=0.3)

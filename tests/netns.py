@@ -1,0 +1,149 @@
+"""Test hosts in network namespaces: veth pairs, exact traffic, the agent inside.
+
+Every name carries a random suffix so parallel runs never collide, and every
+helper undoes what it made. Addresses come from 198.18.0.0/15 (RFC 2544's
+benchmarking range) and exist only inside namespaces the tests create.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+UDP_OVERHEAD = 14 + 20 + 8  # Ethernet + IPv4 + UDP headers: on-wire bytes beyond the payload
+
+
+def sh(*args: str, check: bool = True, ns: str | None = None, **kw) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+@dataclass
+class Pair:
+    """Two namespaces joined by one veth: ``a_if`` in ``a``, ``b_if`` in ``b``."""
+
+    a: str
+    b: str
+    a_if: str
+    b_if: str
+    a_ip: str
+    b_ip: str
+
+    def ifindex(self, side: str) -> int:
+        ns, ifname = (self.a, self.a_if) if side == "a" else (self.b, self.b_if)
+        return int(sh("cat", f"/sys/class/net/{ifname}/ifindex", ns=ns).stdout)
+
+    def send_udp(self, count: int, size: int, port: int = 9) -> None:
+        """Exactly ``count`` datagrams of ``size`` payload bytes from a to b."""
+        code = (
+            "import socket,sys\n"
+            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            f"p=b'x'*{size}\n"
+            f"for _ in range({count}): s.sendto(p,('{self.b_ip}',{port}))\n"
+        )
+        sh(sys.executable, "-c", code, ns=self.a)
+
+
+def _quiet_namespace(ns: str) -> None:
+    # No IPv6 (no ND/MLD/router solicitations): only the test's own packets cross.
+    sh("sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", ns=ns)
+    sh("sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", ns=ns)
+    sh("ip", "link", "set", "lo", "up", ns=ns)
+
+
+def new_namespace(tag: str = "t") -> str:
+    name = f"swt{tag}{secrets.token_hex(3)}"
+    sh("ip", "netns", "add", name)
+    _quiet_namespace(name)
+    return name
+
+
+def delete_namespace(name: str) -> None:
+    sh("ip", "netns", "del", name, check=False)
+
+
+@contextmanager
+def veth_pair() -> Iterator[Pair]:
+    suffix = secrets.token_hex(3)
+    a, b = new_namespace("a"), new_namespace("b")
+    pair = Pair(a, b, f"va{suffix}", f"vb{suffix}", "198.18.0.1", "198.18.0.2")
+    try:
+        sh("ip", "link", "add", pair.a_if, "netns", a, "type", "veth", "peer", "name", pair.b_if, "netns", b)
+        macs = {}
+        for ns, ifname, ip in ((a, pair.a_if, pair.a_ip), (b, pair.b_if, pair.b_ip)):
+            sh("ip", "link", "set", ifname, "arp", "off", ns=ns)
+            sh("ip", "addr", "add", f"{ip}/30", "dev", ifname, ns=ns)
+            sh("ip", "link", "set", ifname, "up", ns=ns)
+            macs[ns] = sh("cat", f"/sys/class/net/{ifname}/address", ns=ns).stdout.strip()
+        # Static neighbours: no ARP packets on the wire.
+        sh("ip", "neigh", "add", pair.b_ip, "lladdr", macs[b], "dev", pair.a_if, "nud", "permanent", ns=a)
+        sh("ip", "neigh", "add", pair.a_ip, "lladdr", macs[a], "dev", pair.b_if, "nud", "permanent", ns=b)
+        yield pair
+    finally:
+        delete_namespace(a)
+        delete_namespace(b)
+
+
+class AgentProcess:
+    """``python -m agent run`` inside a namespace, with JSON lines to a file."""
+
+    def __init__(self, ns: str | None, config_text: str, workdir: Path, env: dict | None = None):
+        self.workdir = workdir
+        self.config = workdir / "swtel.yaml"
+        self.config.write_text(config_text)
+        self.jsonl = workdir / "out.jsonl"
+        self.log = workdir / "agent.log"
+        cmd = [sys.executable, "-m", "agent", "run", "-c", str(self.config)]
+        if ns:
+            cmd = ["ip", "netns", "exec", ns] + cmd
+        full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+        self._log_fh = open(self.log, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=self._log_fh, stderr=subprocess.STDOUT)
+
+    def wait_for(self, predicate, timeout: float = 10.0, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = predicate()
+            if result:
+                return result
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited ({self.proc.returncode}) waiting for {what}:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}; agent log:\n{self.log.read_text()}")
+
+    def records(self) -> list[dict]:
+        if not self.jsonl.exists():
+            return []
+        out = []
+        for line in self.jsonl.read_text().splitlines():
+            if line.strip():
+                out.append(json.loads(line))
+        return out
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        self.wait_for(lambda: "event=ready" in self.log.read_text() or '"event": "ready"' in self.log.read_text(),
+                      timeout, "ready")
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_fh.close()
+        return self.proc.returncode
