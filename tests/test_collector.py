@@ -141,6 +141,10 @@ def test_metric_names_and_labels():
     assert (name, labels) == ("swtel_a_b_c_d", {"target": "t", "name": "x", "b_name": "y"})
 
 
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def _collect(tmp_path, *extra):
     port = free_port()
     out = tmp_path / "lines.jsonl"
@@ -148,7 +152,7 @@ def _collect(tmp_path, *extra):
         [sys.executable, "-m", "agent", "collect", "--listen", f"127.0.0.1:{port}",
          "--output", str(out), *extra],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=_env(),
     )
     return proc, port, out
 
@@ -193,7 +197,7 @@ def test_cli_process_duration_and_stdout(tmp_path):
         [sys.executable, "-m", "agent", "collect", "--listen", f"127.0.0.1:{port}", "--insecure",
          "--duration", "3"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=_env(),
     )
     try:
         _wait_listening(port, proc)
@@ -211,5 +215,5 @@ def test_cli_process_duration_and_stdout(tmp_path):
 
 def test_cli_refuses_missing_tls(tmp_path):
     r = subprocess.run([sys.executable, "-m", "agent", "collect", "--listen", "127.0.0.1:0"],
-                       cwd=REPO, capture_output=True, text=True, timeout=30)
+                       cwd=REPO, capture_output=True, text=True, timeout=30, env=_env())
     assert r.returncode == 2 and "--tls-cert" in r.stderr
