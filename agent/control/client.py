@@ -174,7 +174,7 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
     cfg = status.get("config") or {}
     last = cfg.get("last_reload") or {}
     reload_text = "none yet"
-    if last:
+    if last and last.get("ok") is not None:
         reload_text = ("ok" if last.get("ok") else f"REJECTED: {last.get('error')}") + (
             f" ({_ago(now, last['ts_ns'])})" if last.get("ts_ns") else ""
         )

@@ -20,6 +20,7 @@ import selectors
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -75,17 +76,21 @@ class ControlServer:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        """Create the socket; raise :class:`ControlServerError` with the reason if it cannot."""
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        except OSError as exc:
+            raise ControlServerError(f"cannot create the directory of {self.path}: {exc.strerror}") from None
         _claim(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             sock.bind(self.path)
+            st = os.stat(self.path)
+            self._inode = (st.st_dev, st.st_ino)
+            os.chmod(self.path, self.mode)
         except OSError as exc:
             sock.close()
-            raise ControlServerError(f"cannot bind control socket {self.path}: {exc.strerror}") from None
-        st = os.stat(self.path)
-        self._inode = (st.st_dev, st.st_ino)
-        os.chmod(self.path, self.mode)
+            raise ControlServerError(f"cannot set up control socket {self.path}: {exc.strerror}") from None
         self._set_group()
         sock.listen(16)
         sock.setblocking(False)
@@ -171,6 +176,7 @@ class ControlServer:
             with contextlib.suppress(OSError):
                 conn.settimeout(0.2)
                 conn.sendall(pack({"ok": False, "error": "busy: too many control connections"}))
+                _linger(conn, timeout_s=0.0)  # drain only what already arrived: never wait here
             conn.close()
             return
         worker = threading.Thread(target=self._serve, args=(conn,), name="swtel-control-conn", daemon=True)
@@ -227,7 +233,8 @@ class ControlServer:
 
     def _fail(self, conn: socket.socket, error: str) -> bool:
         self._count("errors")
-        self._send(conn, pack({"ok": False, "error": error}))
+        if self._send(conn, pack({"ok": False, "error": error})):
+            _linger(conn)
         return False
 
     def _count(self, what: str) -> None:
@@ -241,6 +248,25 @@ class ControlServer:
             return True
         except OSError:
             return False
+
+
+def _linger(conn: socket.socket, limit: int = 4 * MAX_REQUEST, timeout_s: float = 0.5) -> None:
+    """Close gracefully after an error reply. Closing a UNIX socket with unread input
+    makes the peer's recv() fail with ECONNRESET, losing the reply: so signal EOF,
+    then discard what the client still sends (bounded in bytes and time)."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + timeout_s
+        while limit > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                conn.setblocking(False)  # one last non-blocking read of what is queued
+            else:
+                conn.settimeout(remaining)
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            limit -= len(chunk)
 
 
 def _claim(path: str) -> None:

@@ -1,0 +1,378 @@
+"""Control socket: framing, errors, stale/live socket handling, isolation of clients, fuzzing."""
+
+from __future__ import annotations
+
+import grp
+import os
+import socket
+import stat
+import struct
+import threading
+import time
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.config import Control, FileMode
+from agent.control import client
+from agent.control.protocol import MAX_REQUEST, pack
+from agent.control.server import ControlServer, ControlServerError
+
+
+def status_handler(_req):
+    return {"now_ns": time.time_ns(), "sources": {}}
+
+
+def boom(_req):
+    raise RuntimeError("handler exploded")
+
+
+def connect(path: str, timeout: float = 5.0) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    return s
+
+
+def read_replies(s: socket.socket) -> list[dict]:
+    """Every reply frame until the server closes the connection."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    replies = []
+    while data:
+        assert len(data) >= 4, f"truncated reply header {data!r}"
+        (size,) = struct.unpack(">I", data[:4])
+        assert len(data) >= 4 + size, "truncated reply body"
+        reply = msgpack.unpackb(data[4 : 4 + size], raw=False)
+        assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool), reply
+        if not reply["ok"]:
+            assert isinstance(reply["error"], str) and reply["error"]
+        replies.append(reply)
+        data = data[4 + size :]
+    return replies
+
+
+def roundtrip(s: socket.socket, obj) -> dict:
+    s.sendall(pack(obj))
+    header = s.recv(4, socket.MSG_WAITALL)
+    (size,) = struct.unpack(">I", header)
+    return msgpack.unpackb(s.recv(size, socket.MSG_WAITALL), raw=False)
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    servers = []
+
+    def make(handlers=None, sock_name="ctl/swtel.sock", **kw):
+        cfg = Control(socket=str(tmp_path / sock_name), group=None)
+        srv = ControlServer(cfg, handlers or {"status": status_handler, "boom": boom}, **kw)
+        srv.start()
+        servers.append(srv)
+        return srv
+
+    yield make
+    for srv in servers:
+        srv.stop()
+
+
+# ---------------------------------------------------------------- basics
+
+
+def test_status_roundtrip_and_several_requests_per_connection(make_server):
+    srv = make_server()
+    assert stat.S_ISSOCK(os.stat(srv.path).st_mode), "parent dir is created, socket bound"
+    with connect(srv.path) as s:
+        for _ in range(3):
+            reply = roundtrip(s, {"cmd": "status"})
+            assert reply["ok"] is True and "now_ns" in reply["result"]
+        assert roundtrip(s, {"cmd": "ping"}) == {"ok": True, "result": "pong"}
+    assert client.request(srv.path, "status")["sources"] == {}
+
+
+def test_handler_error_is_reported_and_connection_survives(make_server):
+    srv = make_server()
+    with connect(srv.path) as s:
+        reply = roundtrip(s, {"cmd": "boom"})
+        assert reply == {"ok": False, "error": "boom failed: handler exploded"}
+        assert roundtrip(s, {"cmd": "status"})["ok"] is True
+    with pytest.raises(client.ControlError, match="handler exploded"):
+        client.request(srv.path, "boom")
+
+
+@pytest.mark.parametrize(
+    "frame,fragment",
+    [
+        (pack({"cmd": "nope"}), "unknown command 'nope'"),
+        (pack({"command": "status"}), "request needs a string 'cmd'"),
+        (pack({"cmd": 7}), "request needs a string 'cmd'"),
+        (pack([1, 2, 3]), "expected a msgpack map, got list"),
+        (struct.pack(">I", 3) + b"\xc1\xc1\xc1", "malformed msgpack"),
+        (struct.pack(">I", 0), "empty frame"),
+        (struct.pack(">I", MAX_REQUEST + 1), f"exceeds the limit of {MAX_REQUEST}"),
+        (struct.pack(">I", 0xFFFFFFFF), "exceeds the limit"),
+        (struct.pack(">I", 10) + b"\x81", "closed in the middle of a frame"),
+        (b"\x00\x00", "closed in the middle of a frame"),
+    ],
+)
+def test_bad_frames_get_an_error_and_the_connection_is_closed(make_server, frame, fragment):
+    srv = make_server()
+    with connect(srv.path) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        replies = read_replies(s)  # returns only once the server closed the connection
+    assert len(replies) == 1 and not replies[0]["ok"]
+    assert fragment in replies[0]["error"]
+    assert client.request(srv.path, "ping") == "pong"
+
+
+def test_idle_and_trickling_clients_time_out(make_server):
+    srv = make_server(timeout_s=0.4)
+    with connect(srv.path) as idle:
+        assert "timed out" in read_replies(idle)[0]["error"]
+    # A client trickling one byte every 0.1 s would beat a per-recv timeout; the frame deadline stops it.
+    body = msgpack.packb({"cmd": "status", "pad": "x" * 40})
+    frame = struct.pack(">I", len(body)) + body
+    with connect(srv.path) as slow:
+        closed = False
+        for byte in frame:
+            try:
+                slow.send(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+        replies = read_replies(slow)
+    assert closed or (len(replies) == 1 and "timed out" in replies[0]["error"])
+
+
+def test_reply_that_cannot_be_encoded_as_msgpack_is_still_answered(make_server):
+    srv = make_server({"weird": lambda _r: {"obj": object(), "set": {1, 2}}})
+    result = client.request(srv.path, "weird")
+    assert result["obj"].startswith("<object object")  # unknown types are sent as str()
+
+
+# ---------------------------------------------------------------- socket file handling
+
+
+def test_mode_and_group_are_applied(tmp_path):
+    gid = os.getgid() if os.getuid() != 0 else grp.getgrnam("daemon").gr_gid
+    group = grp.getgrgid(gid).gr_name
+    cfg = Control(socket=str(tmp_path / "m.sock"), mode=FileMode(0o640), group=group)
+    srv = ControlServer(cfg, {"status": status_handler})
+    srv.start()
+    try:
+        st_ = os.stat(cfg.socket)
+        assert stat.S_IMODE(st_.st_mode) == 0o640 and st_.st_gid == gid
+    finally:
+        srv.stop()
+    assert not os.path.exists(cfg.socket), "stop removes its own socket"
+
+
+def test_missing_group_only_warns(tmp_path):
+    cfg = Control(socket=str(tmp_path / "g.sock"), group="no-such-group-swtel-test")
+    srv = ControlServer(cfg, {"status": status_handler})
+    srv.start()
+    try:
+        assert client.request(cfg.socket, "ping") == "pong"
+        assert os.stat(cfg.socket).st_gid == os.getgid()
+    finally:
+        srv.stop()
+
+
+def test_stale_socket_is_replaced(tmp_path):
+    path = str(tmp_path / "stale.sock")
+    crashed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    crashed.bind(path)  # bound, never listening, then closed: what a killed agent leaves behind
+    crashed.close()
+    assert os.path.exists(path)
+    srv = ControlServer(Control(socket=path, group=None), {"status": status_handler})
+    srv.start()
+    try:
+        assert client.request(path, "ping") == "pong"
+    finally:
+        srv.stop()
+
+
+def test_live_socket_is_not_taken_over(make_server):
+    first = make_server()
+    second = ControlServer(Control(socket=first.path, group=None), {"status": status_handler})
+    with pytest.raises(ControlServerError, match="already listening"):
+        second.start()
+    assert client.request(first.path, "ping") == "pong", "the first agent keeps its socket"
+
+
+def test_regular_file_in_the_way_is_not_deleted(tmp_path):
+    path = tmp_path / "file.sock"
+    path.write_text("precious")
+    with pytest.raises(ControlServerError, match="not a socket"):
+        ControlServer(Control(socket=str(path), group=None), {}).start()
+    assert path.read_text() == "precious"
+
+
+def test_stop_leaves_a_socket_that_replaced_ours(make_server, tmp_path):
+    srv = make_server()
+    os.unlink(srv.path)
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(srv.path)
+    try:
+        srv.stop()
+        assert os.path.exists(srv.path)
+    finally:
+        other.close()
+
+
+# ---------------------------------------------------------------- isolation
+
+
+def test_slow_handler_does_not_block_another_client(make_server):
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow(_req):
+        entered.set()
+        release.wait(10)
+        return "done"
+
+    srv = make_server({"slow": slow, "status": status_handler})
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(client.request(srv.path, "slow", timeout_s=15)))
+    t.start()
+    try:
+        assert entered.wait(5)
+        # While the first client's handler is still blocked, a second client is served.
+        assert "now_ns" in client.request(srv.path, "status", timeout_s=5)
+        assert not release.is_set() and result == []
+    finally:
+        release.set()
+        t.join(15)
+    assert result == ["done"]
+
+
+def test_too_many_connections_get_busy(make_server):
+    release = threading.Event()
+    srv = make_server({"slow": lambda _r: release.wait(10) and "done"}, max_clients=2)
+    holders = [connect(srv.path) for _ in range(2)]
+    try:
+        for h in holders:
+            h.sendall(pack({"cmd": "slow"}))
+        time.sleep(0.2)  # let both be accepted and enter the handler
+        with connect(srv.path) as third:
+            replies = read_replies(third)
+        assert replies[0]["error"].startswith("busy")
+    finally:
+        release.set()
+        for h in holders:
+            h.close()
+    deadline = time.monotonic() + 5
+    while True:  # slots free up as the holders' workers finish
+        try:
+            assert client.request(srv.path, "ping") == "pong"
+            break
+        except client.ControlError:
+            assert time.monotonic() < deadline, "slots were never released"
+            time.sleep(0.05)
+    assert srv.stats["rejected"] >= 1
+
+
+# ---------------------------------------------------------------- fuzzing
+
+KNOWN = ("status", "echo")
+
+
+def model(data: bytes) -> list[bool]:
+    """Expected sequence of reply ok-flags for a byte stream, then EOF."""
+    out: list[bool] = []
+    while data:
+        if len(data) < 4:
+            return out + [False]
+        (size,) = struct.unpack(">I", data[:4])
+        if size > MAX_REQUEST or size == 0 or len(data) < 4 + size:
+            return out + [False]
+        try:
+            obj = msgpack.unpackb(data[4 : 4 + size], raw=False, strict_map_key=False)
+        except Exception:
+            return out + [False]
+        if not isinstance(obj, dict) or obj.get("cmd") not in KNOWN:
+            return out + [False]
+        out.append(True)
+        data = data[4 + size :]
+    return out
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+msgpack_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=20) | st.binary(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=10,
+)
+chunks = st.one_of(
+    st.sampled_from(KNOWN).map(lambda c: pack({"cmd": c})),  # valid requests
+    st.builds(lambda c, v: pack({"cmd": c, "arg": v}), st.sampled_from(KNOWN), msgpack_values),
+    st.builds(lambda c: pack({"cmd": c}), st.text(max_size=12) | st.integers() | st.none()),
+    msgpack_values.map(lambda v: framed(msgpack.packb(v))),  # any value, usually not a map
+    st.binary(max_size=64).map(framed),  # framed garbage
+    st.binary(max_size=12),  # unframed garbage
+    st.integers(MAX_REQUEST + 1, 2**32 - 1).map(lambda n: struct.pack(">I", n)),  # oversized
+    st.builds(lambda b, cut: framed(b)[:cut], st.binary(min_size=1, max_size=40), st.integers(1, 40)),
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("fuzz") / "swtel.sock")
+    srv = ControlServer(
+        Control(socket=path, group=None),
+        {"status": status_handler, "echo": lambda req: req},
+        timeout_s=2.0,
+    )
+    srv.start()
+    ticks = {"n": 0, "max_gap": 0.0}
+    stop = threading.Event()
+
+    def tick_loop():  # stands in for the engine's tick thread
+        last = time.monotonic()
+        while not stop.wait(0.01):
+            now = time.monotonic()
+            ticks["n"] += 1
+            ticks["max_gap"] = max(ticks["max_gap"], now - last)
+            last = now
+
+    t = threading.Thread(target=tick_loop, daemon=True)
+    t.start()
+    yield srv, ticks
+    stop.set()
+    t.join()
+    srv.stop()
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(chunks, min_size=1, max_size=4))
+def test_random_and_malformed_frames(fuzz_server, parts):
+    srv, _ = fuzz_server
+    data = b"".join(parts)
+    with connect(srv.path) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server already answered an early bad frame and closed
+        replies = read_replies(s)
+    assert [r["ok"] for r in replies] == model(data)
+
+
+def test_after_fuzzing_status_still_answers_and_ticks_went_on(fuzz_server):
+    srv, ticks = fuzz_server
+    n = ticks["n"]
+    assert "now_ns" in client.request(srv.path, "status")
+    time.sleep(0.1)
+    assert ticks["n"] > n, "the tick thread keeps running"
+    # Not a timing benchmark: a stall would show as a gap of seconds, not milliseconds.
+    assert ticks["max_gap"] < 1.0, ticks
+    assert srv.stats["errors"] > 0 and srv.stats["requests"] > 0
