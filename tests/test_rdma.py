@@ -1,0 +1,90 @@
+"""rdma source against a fake sysfs tree (injected root), through the real engine."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agent import config
+from agent.counters import F_NEW, F_WRAP
+from agent.engine import Engine
+
+DEV = "class/infiniband/mlx5_0/ports/1"
+
+
+class Collect:
+    name = "collect"
+
+    def __init__(self):
+        self.batches = []
+
+    def start(self, store):
+        pass
+
+    def on_batch(self, batch):
+        self.batches.append(batch)
+
+    def on_state(self, updates):
+        pass
+
+    def on_delete(self, ts_ns, containers):
+        pass
+
+    def stop(self, timeout):
+        pass
+
+    def status(self):
+        return {}
+
+    def changes(self, leaf: str) -> list[tuple[int, int, int]]:
+        return [(v, d, f) for b in self.batches for spec, _p, v, d, f in b.items() if spec.leaf == leaf]
+
+
+def _write(root: Path, sub: str, name: str, value: int) -> None:
+    # In place, as the kernel presents it: the agent keeps the file open.
+    path = root / DEV / sub / name
+    with open(path, "r+" if path.exists() else "w") as fh:
+        fh.write(f"{value}\n")
+        fh.truncate()
+
+
+def _wait(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_rdma_counters_wrap_and_count(tmp_path):
+    for sub in ("hw_counters", "counters"):
+        (tmp_path / DEV / sub).mkdir(parents=True)
+    _write(tmp_path, "hw_counters", "roce_adp_retrans", 4294967290)  # 32-bit, about to wrap
+    _write(tmp_path, "hw_counters", "np_cnp_sent", 10)
+    _write(tmp_path, "hw_counters", "out_of_sequence", 0)
+    _write(tmp_path, "counters", "port_rcv_data", 1000)
+    cfg = config.parse(
+        f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
+        f" system: {{enabled: false}}, rdma: {{enabled: true, root: {tmp_path}}}}}\n"
+        f"control: {{socket: {tmp_path}/s.sock}}\n"
+    )
+    sink = Collect()
+    engine = Engine(cfg, [sink])
+    engine.start()
+    try:
+        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 1)
+        _write(tmp_path, "hw_counters", "roce_adp_retrans", 5)  # wrapped: +11
+        _write(tmp_path, "hw_counters", "np_cnp_sent", 25)
+        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 2 and len(sink.changes("np-cnp-sent")) == 2)
+        status = engine.status()["sources"]["rdma"]
+    finally:
+        engine.stop()
+    (v0, d0, f0), (v1, d1, f1) = sink.changes("roce-adp-retrans")
+    assert f0 & F_NEW and v0 == 4294967290
+    assert (v1, d1) == (4294967290 + 11, 11) and f1 & F_WRAP
+    assert sink.changes("np-cnp-sent")[1][:2] == (25, 15)
+    paths = {p for b in sink.batches for _s, p, *_ in b.items()}
+    assert "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters/roce-adp-retrans" in paths
+    assert "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/counters/port-rcv-data" in paths
+    assert status["counters"] == 4 and status["errors"] == 0

@@ -1,0 +1,66 @@
+"""``swtel run`` and ``swtel --version`` as an operator meets them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.netns import ROOT
+
+
+def swtel(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_version_names_the_backend():
+    from agent import _backend
+
+    out = swtel("--version")
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"swtel 0.1.0 (reader: {_backend.NAME})"
+
+
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("bogus: 1\n", "bogus: unknown key"),
+        ("interval: -1s\n", "interval: must not be negative"),
+        ("interval: 5ms\n", "interval: must be at least 10ms"),
+        ("sources: {netdev: {interval: 1ms}}\n", "sources.netdev.interval: must be at least 10ms"),
+        ("sources: {netdev: {interfaces: swp1}}\n", "sources.netdev.interfaces: expected a list"),
+        ("sources: {ethtool: {enabled: maybe}}\n", "sources.ethtool.enabled: expected a boolean"),
+        ("exporters: {jsonl: {path: [1]}}\n", "exporters.jsonl.path: expected a string"),
+    ],
+)
+def test_bad_config_names_the_key_and_exits_nonzero(tmp_path, text, fragment):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text)
+    out = swtel("run", "-c", str(cfg))
+    assert out.returncode != 0
+    assert fragment in out.stderr, out.stderr
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path):
+    out = swtel("run", "-c", str(tmp_path / "nope.yaml"))
+    assert out.returncode != 0
+    assert "nope.yaml" in out.stderr and "No such file" in out.stderr
+
+
+def test_run_for_a_bounded_time_flushes_jsonl(tmp_path):
+    out_file = tmp_path / "out.jsonl"
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text(
+        "interval: 50ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false},"
+        " system: {interval: 100ms}}\n"
+        f"exporters: {{jsonl: {{path: {out_file}}}}}\ncontrol: {{socket: {tmp_path}/s.sock, group: null}}\n"
+    )
+    res = swtel("run", "-c", str(cfg), "--duration", "1")
+    assert res.returncode == 0, res.stderr + res.stdout
+    lines = out_file.read_text().splitlines()
+    assert any('"/interfaces/interface[name=lo]/state/counters/in-pkts"' in line for line in lines)
+    assert any('"swtel:/agent/state/rss-bytes"' in line for line in lines)
