@@ -1,0 +1,255 @@
+#!/bin/bash
+# Packaging checks for CI (Debian 12, as root): build the .deb from a clean copy
+# of the tree, lintian, local apt repository, apt-get install, validate the
+# shipped config, run the installed agent as user swtel with Debian's python3
+# against veth ports in a network namespace with the installed "swtel collect"
+# receiving dial-out, query "swtel status" over the socket, systemd-analyze
+# verify both units, and purge. Exits non-zero if any check fails.
+#
+#   packaging/ci-test.sh            # everything
+#   SWTEL_CI_KEEP=1 packaging/ci-test.sh   # leave swtel installed at the end
+set -uo pipefail
+
+PATH=/usr/sbin:/usr/bin:/sbin:/bin   # Debian's python3 and tools, not a venv's
+export PATH DEBIAN_FRONTEND=noninteractive
+here=$(cd "$(dirname "$0")/.." && pwd)
+out="$here/packaging/out"
+tmp=$(mktemp -d /tmp/swtel-ci.XXXXXX)
+chmod 0755 "$tmp"                    # the swtel user reads the test config here
+suffix=$(printf '%04x%02x' "$RANDOM" "$((RANDOM % 256))")
+ns_agent="swtci-a-$suffix" ns_peer="swtci-p-$suffix"
+port_a="swta$suffix" port_p="swtp$suffix"   # 14 chars: under IFNAMSIZ
+passed=0 failed=0
+agent_pid="" collector_pid=""
+t_start=$(date +%s)
+
+log() { printf '\n=== %s\n' "$*"; }
+pass() { passed=$((passed + 1)); printf 'PASS: %s\n' "$*"; }
+fail() { failed=$((failed + 1)); printf 'FAIL: %s\n' "$*" >&2; }
+# check NAME CMD...: run CMD, count it, show its output on failure.
+check() {
+	local name=$1; shift
+	if "$@" >"$tmp/step.log" 2>&1; then
+		pass "$name"
+	else
+		fail "$name (exit $?)"; sed 's/^/    /' "$tmp/step.log" >&2
+	fi
+}
+
+cleanup() {
+	for pid in $agent_pid $collector_pid; do
+		kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	done
+	ip netns del "$ns_agent" 2>/dev/null
+	ip netns del "$ns_peer" 2>/dev/null
+	"$here/packaging/make-apt-repo.sh" --remove 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+need_root() { [ "$(id -u)" = 0 ] || { echo "ci-test: must run as root" >&2; exit 2; }; }
+need_root
+
+# ------------------------------------------------------------------ build deps
+log "build dependencies (apt-get build-dep ./)"
+t0=$(date +%s)
+if apt-get install -y -q --no-install-recommends dpkg-dev build-essential lintian \
+		apt-utils iproute2 util-linux man-db iputils-ping >"$tmp/apt.log" 2>&1 &&
+	(cd "$here" && apt-get build-dep -y -q ./) >>"$tmp/apt.log" 2>&1; then
+	pass "build dependencies installed ($(($(date +%s) - t0)) s)"
+else
+	fail "installing build dependencies"; tail -30 "$tmp/apt.log" >&2
+	echo "0 passed, 1 failed"; exit 1
+fi
+
+# ----------------------------------------------------------------------- build
+log "build the .deb from a clean copy (packaging/build-deb.sh)"
+t0=$(date +%s)
+if "$here/packaging/build-deb.sh" >"$tmp/build.log" 2>&1; then
+	pass "dpkg-buildpackage ($(($(date +%s) - t0)) s)"
+else
+	fail "dpkg-buildpackage"; tail -40 "$tmp/build.log" >&2
+	echo "$passed passed, $failed failed"; exit 1
+fi
+deb=$(ls "$out"/swtel_*.deb | head -1)
+echo "--- dpkg -c $(basename "$deb")"
+dpkg -c "$deb"
+echo "--- dpkg -I (control)"
+dpkg-deb -f "$deb" Package Version Architecture Depends Recommends
+
+# --------------------------------------------------------------------- lintian
+log "lintian"
+lintian -I --pedantic --fail-on error "$out"/swtel_*.changes >"$tmp/lintian.log" 2>&1
+rc=$?
+cat "$tmp/lintian.log"
+if [ $rc = 0 ]; then pass "lintian: no errors"; else fail "lintian reported errors (exit $rc)"; fi
+
+# ------------------------------------------------------------ repo and install
+log "local apt repository and apt-get install swtel"
+if dpkg -s swtel >/dev/null 2>&1; then apt-get purge -y -q swtel >/dev/null 2>&1; fi
+check "make-apt-repo.sh" "$here/packaging/make-apt-repo.sh"
+check "apt-get install swtel (from the local repository)" apt-get install -y -q swtel
+apt-cache policy swtel | sed 's/^/    /'
+check "installed version comes from the file: repository" \
+	sh -c "apt-cache policy swtel | grep -q 'file:'"
+
+log "installed files"
+check "/usr/bin/swtel validate /etc/swtel/swtel.yaml" /usr/bin/swtel validate /etc/swtel/swtel.yaml
+check "/etc/swtel/swtel.yaml is a conffile" sh -c "dpkg-query -W -f='\${Conffiles}' swtel | grep -q ' /etc/swtel/swtel.yaml '"
+check "system user and group swtel exist" sh -c "getent passwd swtel && getent group swtel"
+check "C extension loads under Debian's python3 (swtel --version says reader: C)" \
+	sh -c "/usr/bin/swtel --version | tee /dev/stderr | grep -q 'reader: C'"
+check "vendored pygnmi messages import with Debian's protobuf/grpcio" \
+	/usr/bin/python3 -c 'import sys; sys.path[:0] = ["/usr/lib/swtel/vendor"]; from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc; import google.protobuf, grpc; assert google.protobuf.__file__.startswith("/usr/lib/python3/dist-packages"), google.protobuf.__file__; print("protobuf", google.protobuf.__version__, "grpcio", grpc.__version__)'
+check "nothing installed into dist-packages" sh -c "! dpkg -L swtel | grep -E 'dist-packages|site-packages'"
+
+# --------------------------------------------------------- systemd unit check
+log "systemd-analyze verify"
+verify_unit() {  # a unit (or template instance) must verify without any message
+	local msgs
+	msgs=$(systemd-analyze verify "$@" 2>&1)
+	local rc=$?
+	printf '%s\n' "$msgs"
+	[ $rc = 0 ] && [ -z "$msgs" ]
+}
+check "systemd-analyze verify swtel.service" verify_unit /lib/systemd/system/swtel.service
+# A template verifies as an instance; mgmt is the instance Cumulus uses.
+check "systemd-analyze verify swtel@.service (as swtel@mgmt.service)" verify_unit swtel@mgmt.service
+check "units are not enabled by the install" sh -c "! ls /etc/systemd/system/*.wants/swtel* 2>/dev/null"
+
+# ------------------------------------------------------- run the installed agent
+log "run the installed agent as user swtel against veth ports, with swtel collect"
+run_agent_check() {
+	ip netns add "$ns_agent" && ip netns add "$ns_peer" || return 1
+	ip -n "$ns_agent" link set lo up
+	ip -n "$ns_agent" link add "$port_a" type veth peer name "$port_p" netns "$ns_peer" || return 1
+	ip -n "$ns_agent" addr add 198.18.0.1/30 dev "$port_a"
+	ip -n "$ns_peer" addr add 198.18.0.2/30 dev "$port_p"
+	ip -n "$ns_agent" link set "$port_a" up && ip -n "$ns_peer" link set "$port_p" up || return 1
+
+	local port
+	port=$(ip netns exec "$ns_agent" /usr/bin/python3 -c \
+		'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	cat >"$tmp/swtel-ci.yaml" <<-EOF
+	target: ci-$suffix
+	interval: 100ms
+	sources:
+	  netdev: {interfaces: ["$port_a"]}
+	  ethtool: {interfaces: ["$port_a"]}
+	  rdma: {enabled: false}
+	  system: {interval: 1s}
+	exporters:
+	  dialout:
+	    - {name: c1, address: "127.0.0.1:$port", insecure: true}
+	control: {socket: /run/swtel/swtel.sock, mode: "0660", group: swtel}
+	log: {level: info, format: kv}
+	EOF
+	chmod 0644 "$tmp/swtel-ci.yaml"
+	# What systemd's RuntimeDirectory= would make for User=swtel.
+	install -d -o swtel -g swtel -m 0750 /run/swtel
+
+	ip netns exec "$ns_agent" /usr/bin/swtel collect --listen "127.0.0.1:$port" --insecure \
+		-o "$tmp/collected.jsonl" --duration 30 >"$tmp/collector.log" 2>&1 &
+	collector_pid=$!
+	for _ in $(seq 50); do
+		ip netns exec "$ns_agent" /usr/bin/python3 -c \
+			"import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+		sleep 0.1
+	done
+
+	# ip netns exec and setpriv exec in place: $! is the agent itself.
+	ip netns exec "$ns_agent" /usr/bin/setpriv --reuid=swtel --regid=swtel --init-groups \
+		--inh-caps=-all -- /usr/bin/swtel run -c "$tmp/swtel-ci.yaml" --duration 8 \
+		>"$tmp/agent.log" 2>&1 &
+	agent_pid=$!
+
+	local answered=no
+	for _ in $(seq 60); do
+		if setpriv --reuid=swtel --regid=swtel --init-groups /usr/bin/swtel status \
+			--socket /run/swtel/swtel.sock --json >"$tmp/status.json" 2>"$tmp/status.err"; then
+			answered=yes; break
+		fi
+		# exit 1 = unhealthy but answered (e.g. dial-out not yet connected): retry
+		sleep 0.2
+	done
+	# Known traffic on the watched port after the first snapshot.
+	ip netns exec "$ns_peer" ping -q -c 20 -i 0.05 -s 200 198.18.0.1 >"$tmp/ping.log" 2>&1
+	sleep 1.5
+	setpriv --reuid=swtel --regid=swtel --init-groups /usr/bin/swtel status \
+		--socket /run/swtel/swtel.sock --json >"$tmp/status.json" 2>"$tmp/status.err" && answered=yes
+
+	echo "agent process: $(grep -E '^(Uid|CapEff|CapBnd|CapPrm)' /proc/$agent_pid/status 2>/dev/null | tr '\n\t' '  ')"
+	grep -qE '^Uid:\s+'"$(id -u swtel)"'\s' /proc/$agent_pid/status &&
+		grep -qE '^CapEff:\s+0+$' /proc/$agent_pid/status || { echo "agent not running as swtel without capabilities"; return 1; }
+
+	wait "$agent_pid"; local agent_rc=$?; agent_pid=""
+	kill "$collector_pid" 2>/dev/null; wait "$collector_pid" 2>/dev/null; collector_pid=""
+	echo "--- agent log (tail)"; tail -15 "$tmp/agent.log"
+	echo "--- collector log (tail)"; tail -5 "$tmp/collector.log"
+	[ "$agent_rc" = 0 ] || { echo "agent exited with $agent_rc"; return 1; }
+	[ "$answered" = yes ] || { echo "swtel status never answered:"; cat "$tmp/status.err"; return 1; }
+
+	/usr/bin/python3 - "$tmp/collected.jsonl" "$tmp/status.json" "$port_a" "ci-$suffix" <<-'EOF'
+	import json, sys
+	collected, status_file, port, target = sys.argv[1:]
+	lines = [json.loads(l) for l in open(collected) if l.strip()]
+	ours = [l for l in lines if "path" in l and port in l["path"] and l.get("target") == target]
+	stamps = sorted({l["ts"] for l in ours})
+	print(f"collector: {len(lines)} lines, {len(ours)} updates for {port}, {len(stamps)} distinct timestamps")
+	for l in ours[:3]:
+	    print("  e.g.", json.dumps(l))
+	assert ours, f"no update for {port} from target {target} reached the collector"
+	assert len(stamps) >= 2, "only the initial snapshot arrived: the ping traffic was not streamed"
+	status = json.load(open(status_file))
+	print("status: version", status.get("version"), "backend", status.get("backend"),
+	      "sources", sorted(status.get("sources") or {}), "exporters", sorted(status.get("exporters") or {}))
+	assert status.get("backend") == "C", f"installed agent did not load the C extension: {status.get('backend')}"
+	assert "dialout:c1" in (status.get("exporters") or {}), "status lists no dial-out exporter c1"
+	EOF
+}
+t0=$(date +%s)
+if run_agent_check >"$tmp/run.log" 2>&1; then
+	cat "$tmp/run.log"; pass "installed agent as swtel: data reached swtel collect, swtel status answered ($(($(date +%s) - t0)) s)"
+else
+	cat "$tmp/run.log" >&2; fail "installed agent run"
+	[ -f "$tmp/agent.log" ] && { echo "--- agent log" >&2; cat "$tmp/agent.log" >&2; }
+fi
+ip netns del "$ns_agent" 2>/dev/null; ip netns del "$ns_peer" 2>/dev/null
+
+# ----------------------------------------------------------------------- purge
+if [ "${SWTEL_CI_KEEP:-0}" = 1 ]; then
+	log "SWTEL_CI_KEEP=1: leaving swtel installed"
+else
+	log "apt-get purge swtel leaves nothing behind"
+	dpkg -L swtel >"$tmp/files.txt"
+	# Enable both units as an operator would (offline: systemctl only makes the
+	# links), so the purge must also clean up enablement links.
+	check "systemctl enable swtel.service swtel@mgmt.service (links only)" \
+		sh -c "systemctl enable swtel.service swtel@mgmt.service 2>&1 && ls -l /etc/systemd/system/multi-user.target.wants/ | grep swtel"
+	check "apt-get purge swtel" apt-get purge -y -q swtel
+	leftovers() {
+		local left=0 f
+		while read -r f; do
+			[ "$f" = /. ] && continue
+			# A directory another installed package also owns stays, rightly.
+			if [ -d "$f" ] && dpkg -S "$f" >/dev/null 2>&1; then continue; fi
+			if [ -e "$f" ] || [ -L "$f" ]; then echo "left behind: $f"; left=1; fi
+		done <"$tmp/files.txt"
+		for f in /etc/swtel /usr/lib/swtel /var/lib/swtel /run/swtel /usr/share/doc/swtel \
+			/etc/systemd/system/*.wants/swtel*; do
+			if [ -e "$f" ] || [ -L "$f" ]; then echo "left behind: $f"; left=1; fi
+		done
+		if dpkg -s swtel >/dev/null 2>&1; then echo "dpkg still knows swtel"; left=1; fi
+		return $left
+	}
+	check "no file, directory, conffile, state or runtime dir of swtel remains" leftovers
+	# Policy: the system user stays (like Debian's own packages), see debian/swtel.postrm.
+	echo "note: user swtel kept after purge: $(getent passwd swtel || echo 'absent')"
+fi
+
+t_total=$(($(date +%s) - t_start))
+echo
+echo "packaging CI took ${t_total} s"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
