@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -320,8 +320,3 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetRe
             response.notification.append(gnmi_pb2.SubscribeResponse.FromString(chunk).update)
     return response
 
-
-def iter_responses(chunks: Iterable[bytes]) -> Iterator[gnmi_pb2.SubscribeResponse]:
-    """Decode serialized responses (tests and debugging)."""
-    for chunk in chunks:
-        yield gnmi_pb2.SubscribeResponse.FromString(chunk)

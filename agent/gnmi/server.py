@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import hmac
 import threading
-from array import array
 from concurrent import futures
 from typing import Any
 
 import grpc
-import structlog
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from agent import __version__
+from agent import __version__, logs
 from agent.config import ServerExporter
 from agent.counters import Batch, Container, StateUpdate
-from agent.gnmi import get
+from agent.gnmi import get, tls
 from agent.gnmi.get import Counters, RequestError
 from agent.gnmi.subscribe import Subscriber
 
-log = structlog.get_logger("swtel.gnmi.server")
+log = logs.get("server")
 
 GNMI_VERSION = "0.8.0"
 FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
@@ -47,21 +45,12 @@ CAPABILITIES = gnmi_pb2.CapabilityResponse(
 )
 
 
-def _read(path: str, what: str) -> bytes:
+def _read_password(path: str) -> bytes:
     try:
         with open(path, "rb") as fh:
-            return fh.read()
+            return fh.read().rstrip(b"\r\n")
     except OSError as exc:
-        raise RuntimeError(f"gNMI server: cannot read {what} {path!r}: {exc.strerror}") from None
-
-
-def server_credentials(cert: str, key: str, client_ca: str | None) -> grpc.ServerCredentials:
-    """TLS credentials; with ``client_ca`` clients must present a certificate it signed (mTLS)."""
-    return grpc.ssl_server_credentials(
-        [(_read(key, "TLS key"), _read(cert, "TLS certificate"))],
-        root_certificates=_read(client_ca, "client CA") if client_ca else None,
-        require_client_auth=bool(client_ca),
-    )
+        raise RuntimeError(f"gNMI server: password file {path!r}: {exc.strerror}") from None
 
 
 def _passthrough(message: Any) -> bytes:
@@ -160,23 +149,24 @@ class GnmiServer:
         self._last_error: str | None = None
         self._sent_closed = 0
         self._dropped_closed = 0
+        self._auth_log = logs.RateLimiter(60.0)  # a client retrying a bad password logs once a minute
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self, store: Any) -> None:
         self.store = store
         cfg = self.cfg
-        if cfg.username and cfg.password_file:
-            self._password = _read(cfg.password_file, "password file").rstrip(b"\r\n")
-        elif cfg.username:
-            self._password = b""
+        if cfg.username:
+            self._password = _read_password(cfg.password_file) if cfg.password_file else b""
         if cfg.insecure:
             creds = None
             log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
         else:
-            if not (cfg.tls.cert and cfg.tls.key):
-                raise RuntimeError("gNMI server: tls.cert and tls.key are required unless insecure: true")
-            creds = server_credentials(cfg.tls.cert, cfg.tls.key, cfg.tls.ca)
+            try:
+                creds = tls.server_credentials(cfg.tls.cert, cfg.tls.key, cfg.tls.ca)
+            except tls.TlsError as exc:
+                self._state, self._last_error = "failed", str(exc)
+                raise RuntimeError(f"gNMI server: {exc}") from None
         workers = self.max_subscribers + _SPARE_WORKERS
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gnmi-server"),
@@ -218,13 +208,11 @@ class GnmiServer:
         subs = self._subs
         if not subs or not batch.indices:
             return
-        values = None  # one copy of the value array, shared by every subscriber that matched
+        # The engine hands listeners a value array of their own (never written again): keep it.
         for sub in subs:
             indices = sub.changed_indices(batch.table, batch.indices)
             if indices:
-                if values is None:
-                    values = array("Q", batch.values)
-                sub.offer_counters(Counters(batch.ts_ns, batch.table, indices, values))
+                sub.offer_counters(Counters(batch.ts_ns, batch.table, indices, batch.values))
 
     def on_state(self, updates: list[StateUpdate]) -> None:
         for sub in self._subs:
@@ -246,7 +234,8 @@ class GnmiServer:
         ok = hmac.compare_digest(password, self._password) and ok
         if not ok:
             self._last_error = f"authentication failed for {context.peer()}"
-            log.warning("gNMI authentication failed", peer=context.peer(), username=user.decode(errors="replace"))
+            self._auth_log.log(log, "warning", "auth", "gNMI authentication failed",
+                               peer=context.peer(), username=user.decode(errors="replace"))
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
 
     def register(self, sub: Subscriber) -> bool:
