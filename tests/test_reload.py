@@ -1,0 +1,346 @@
+"""End to end against a real `python -m agent run -c cfg.yaml` in a network namespace of its own:
+SIGHUP reloads (invalid and valid), `swtel status`, sd_notify, socket takeover rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agent.control import client
+
+REPO = Path(__file__).resolve().parent.parent
+N_PACKETS = 50
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2"),
+]
+
+
+def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def netns():
+    name = f"swtel-rl-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+class NotifyListener:
+    def __init__(self, path: str):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.setblocking(False)
+        self.received: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.received.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.received
+
+    def seen(self, prefix: str) -> int:
+        return sum(1 for m in self.drain() if m.startswith(prefix))
+
+
+class Agent:
+    """A real agent process and the files around it."""
+
+    def __init__(self, tmp: Path, netns: str, dialout: str = "", notify: NotifyListener | None = None):
+        self.tmp, self.netns = tmp, netns
+        self.cfg = tmp / "swtel.yaml"
+        self.sock = str(tmp / "run" / "swtel.sock")
+        self.out = tmp / "changes.jsonl"
+        self.log = tmp / "agent.log"
+        self.dialout = dialout  # extra YAML lines under exporters:
+        self.write_config(interval="100ms")
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env.pop("NOTIFY_SOCKET", None)
+        if notify is not None:
+            env.update(NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="400000")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-m", "agent", "run", "-c", str(self.cfg)],
+            stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
+        )
+
+    def write_config(self, interval: str, broken: bool = False) -> None:
+        text = textwrap.dedent(f"""\
+            interval: {interval}
+            sources:
+              netdev: {{interfaces: [lo], exclude: []}}
+              ethtool: {{enabled: false}}
+              system: {{enabled: false}}
+            exporters:
+              jsonl: {{path: {self.out}}}
+            {self.dialout}
+            control: {{socket: {self.sock}, group: null, health_grace: 1s}}
+            log: {{level: info, format: json}}
+            """)
+        if broken:
+            text += "exporters_typo: {}\n"
+        tmp = self.cfg.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.cfg)  # atomically, as an editor or NVUE would
+
+    def status(self) -> dict:
+        return client.request(self.sock, "status")
+
+    def wait_ready(self) -> dict:
+        def ready():
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                st = self.status()
+            except client.ControlError:
+                return None
+            return st if st["sources"].get("netdev", {}).get("last_ok_ns") else None
+
+        return wait_for(ready, 20, what="agent ready")
+
+    def reloaded(self, after_ns: int) -> dict:
+        def done():
+            st = self.status()
+            ts = st["config"]["last_reload"]["ts_ns"]
+            return st if ts and ts > after_ns else None
+
+        return wait_for(done, 10, what="reload result")
+
+    def traffic(self, n: int = N_PACKETS) -> None:
+        """n UDP datagrams over the namespace's loopback: exactly n more in-pkts and out-pkts on lo."""
+        code = (
+            "import socket\n"
+            "r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(('127.0.0.1', 0))\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"for _ in range({n}): s.sendto(b'x' * 100, r.getsockname())\n"
+        )
+        subprocess.run(["ip", "netns", "exec", self.netns, sys.executable, "-c", code], check=True, timeout=30)
+
+    def records(self, leaf: str) -> list[dict]:
+        path = f"/interfaces/interface[name=lo]/state/counters/{leaf}"
+        out = []
+        for line in self.out.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("path") == path:
+                out.append(rec)
+        return out
+
+    def value(self, leaf: str) -> int:
+        recs = self.records(leaf)
+        return recs[-1]["value"] if recs else -1
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def logged(self) -> list[dict]:
+        events = []
+        for line in self.log.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return events
+
+
+@pytest.fixture
+def agent(tmp_path, netns):
+    a = Agent(tmp_path, netns)
+    yield a
+    a.stop()
+
+
+def status_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent", "status", *args], capture_output=True, text=True,
+                          timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+# ---------------------------------------------------------------- reload
+
+
+def test_sighup_with_invalid_file_keeps_the_running_config(agent):
+    before = agent.wait_ready()
+    assert before["config"]["last_reload"]["ok"] is None
+    agent.write_config(interval="100ms", broken=True)
+    sent_ns = time.time_ns()
+    agent.proc.send_signal(signal.SIGHUP)
+    after = agent.reloaded(sent_ns)
+    assert agent.proc.poll() is None, "still running"
+    last = after["config"]["last_reload"]
+    assert last["ok"] is False
+    assert "exporters_typo: unknown key" in last["error"]
+    assert after["sources"]["netdev"]["interval_s"] == 0.1, "old config still in force"
+    assert after["config"]["path"] == str(agent.cfg)
+    reads = after["sources"]["netdev"]["reads"]
+    wait_for(lambda: agent.status()["sources"]["netdev"]["reads"] > reads + 3, what="polling goes on")
+    assert any(e.get("event", "").startswith("reload rejected") for e in agent.logged())
+    # The human summary says so too.
+    r = status_cli("--socket", agent.sock)
+    assert r.returncode == 0 and "REJECTED" in r.stdout and "exporters_typo" in r.stdout
+
+
+def test_sighup_with_valid_file_changes_interval_without_resets(agent):
+    agent.wait_ready()
+    agent.traffic()
+    wait_for(lambda: agent.value("in-pkts") >= N_PACKETS, what="first traffic seen")
+    in_before = agent.value("in-pkts")
+    st = agent.status()
+    reads_before = st["sources"]["netdev"]["reads"]
+
+    agent.write_config(interval="250ms")
+    sent_ns = time.time_ns()
+    agent.proc.send_signal(signal.SIGHUP)
+    after = agent.reloaded(sent_ns)
+    assert after["config"]["last_reload"] == {"ok": True, "ts_ns": after["config"]["last_reload"]["ts_ns"],
+                                               "error": None}
+    wait_for(lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.25, what="new interval")
+    assert agent.status()["sources"]["netdev"]["reads"] >= reads_before, "source state kept"
+
+    agent.traffic()
+    wait_for(lambda: agent.value("in-pkts") >= in_before + N_PACKETS, what="traffic after reload")
+    recs = agent.records("in-pkts")
+    values = [r["value"] for r in recs]
+    assert values == sorted(values), "cumulative counters never go back"
+    assert not any(r.get("reset") for r in recs), "no spurious resets"
+    assert sum(1 for r in recs if r.get("new")) == 1, "no new baseline/snapshot after the reload"
+    assert sum(r["delta"] for r in recs) == values[-1] - values[0], "deltas add up across the reload"
+
+
+def test_reload_over_the_control_socket(agent):
+    agent.wait_ready()
+    agent.write_config(interval="200ms")
+    result = client.request(agent.sock, "reload")
+    assert result["ok"] is True
+    assert agent.status()["sources"]["netdev"]["interval_s"] == 0.2 or wait_for(
+        lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.2, what="new interval")
+    agent.write_config(interval="200ms", broken=True)
+    result = client.request(agent.sock, "reload")
+    assert result["ok"] is False and "exporters_typo" in result["error"]
+
+
+# ---------------------------------------------------------------- swtel status
+
+
+def test_swtel_status_json_and_summary(agent):
+    agent.wait_ready()
+    r = status_cli("--socket", agent.sock, "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["health"] == {"ok": True, "problems": []}
+    assert st["pid"] == agent.proc.pid
+    assert st["backend"] in ("C", "python")
+    assert st["sources"]["netdev"]["ports"] == 1 and st["sources"]["netdev"]["counters"] > 0
+    assert st["exporters"]["jsonl"]["kind"] == "jsonl"
+    # The socket path can come from the config file instead of --socket.
+    r = status_cli("-c", str(agent.cfg))
+    assert r.returncode == 0, r.stderr
+    assert "netdev" in r.stdout and "health: OK" in r.stdout
+
+
+def test_swtel_status_without_an_agent(tmp_path):
+    r = status_cli("--socket", str(tmp_path / "nobody.sock"))
+    assert r.returncode == 2 and "no agent answered" in r.stderr
+
+
+def test_swtel_status_unhealthy_when_every_dialout_is_down(tmp_path, netns):
+    # Nothing listens on this port inside the fresh namespace: the destination stays down.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    a = Agent(tmp_path, netns, dialout=f"  dialout: [{{name: down1, address: '127.0.0.1:{port}', insecure: true}}]")
+    try:
+        a.wait_ready()
+
+        def unhealthy():
+            # -c: socket path and control.health_grace (1s) from the agent's config file
+            r = status_cli("-c", str(a.cfg), "--json")
+            return r if r.returncode == 1 else None
+
+        r = wait_for(unhealthy, 20, 0.3, what="unhealthy after health_grace")
+        st = json.loads(r.stdout)
+        assert st["exporters"]["dialout:down1"]["down_since_ns"] is not None
+        assert any("every dial-out destination" in p for p in st["health"]["problems"]), st["health"]
+        assert a.proc.poll() is None, "a down destination does not stop the agent"
+    finally:
+        a.stop()
+
+
+# ---------------------------------------------------------------- socket ownership
+
+
+def test_second_agent_refuses_a_live_socket_and_replaces_a_stale_one(agent, tmp_path, netns):
+    agent.wait_ready()
+    second = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "agent", "run", "-c", str(agent.cfg)],
+        capture_output=True, text=True, timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert second.returncode != 0 and "already listening" in second.stdout + second.stderr
+    assert agent.status()["pid"] == agent.proc.pid, "the first agent keeps answering"
+
+    agent.proc.kill()  # a crash leaves the socket file behind
+    agent.proc.wait()
+    assert os.path.exists(agent.sock)
+    successor = Agent(agent.tmp, netns)
+    try:
+        assert successor.wait_ready()["pid"] == successor.proc.pid
+    finally:
+        successor.stop()
+
+
+# ---------------------------------------------------------------- systemd notify
+
+
+def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, netns):
+    listener = NotifyListener(str(tmp_path / "notify.sock"))
+    a = Agent(tmp_path, netns, notify=listener)
+    try:
+        a.wait_ready()
+        wait_for(lambda: listener.seen("READY=1"), what="READY=1")
+        wait_for(lambda: listener.seen("WATCHDOG=1") >= 3, what="periodic WATCHDOG=1")
+        a.write_config(interval="200ms")
+        a.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: listener.seen("RELOADING=1"), what="RELOADING=1")
+        wait_for(lambda: listener.seen("READY=1") >= 2, what="READY=1 after the reload")
+        watchdogs = listener.seen("WATCHDOG=1")
+        wait_for(lambda: listener.seen("WATCHDOG=1") > watchdogs, what="watchdog continues after reload")
+        assert a.stop() == 0
+        msgs = listener.drain()
+        assert msgs[-1] == "STOPPING=1", msgs[-5:]
+        reloading = next(m for m in msgs if m.startswith("RELOADING=1"))
+        assert "MONOTONIC_USEC=" in reloading
+        order = [m.split("\n")[0].split("=")[0] for m in msgs if not m.startswith("WATCHDOG")]
+        assert order == ["READY", "RELOADING", "READY", "STOPPING"], order
+    finally:
+        a.stop()
+        listener.sock.close()
