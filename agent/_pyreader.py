@@ -262,8 +262,8 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
             acc[i] = (acc[i] + delta) & _MASK64
             flags |= F_WRAP
         else:
-            delta = c
-            acc[i] = (acc[i] + c) & _MASK64
+            delta = 0 if c > (_JUMP_32 if widths[i] == 32 else _JUMP_64) else c
+            acc[i] = (acc[i] + delta) & _MASK64
             flags |= F_RESET
         prev[i] = c
         out_idx[nchanged] = i

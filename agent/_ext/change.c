@@ -18,8 +18,9 @@ PyDoc_STRVAR(diff_doc,
 "For every changed counter, its index (u32), delta (i64) and\n"
 "flags (u8: CHANGED, WRAP, RESET, NEW) are appended to the out buffers.\n"
 "A 32-bit counter that drops by more than half its range wrapped; any other\n"
-"drop of a counter is a reset (delta = new value); a jump above 2^31-1\n"
-"(32-bit) or 1e13 (64-bit) is a discontinuity (delta 0, flagged RESET).\n"
+"drop of a counter is a reset (delta = new value); a jump, or a value after\n"
+"a reset, above 2^31-1 (32-bit) or 1e13 (64-bit) is a discontinuity\n"
+"(delta 0, flagged RESET).\n"
 "acc never decreases for a counter. Returns the number of changes.");
 
 static PyObject *diff(PyObject *self, PyObject *args)
@@ -87,8 +88,10 @@ static PyObject *diff(PyObject *self, PyObject *args)
             acc[i] += d;
             flags |= SWTEL_F_WRAP;
         } else {
-            delta = (int64_t)c;
-            acc[i] += c;
+            /* A reset: the new value is what was counted since. A value too
+             * large to be that is a discontinuity like a jump. */
+            delta = c > (width[i] == 32 ? JUMP_32 : JUMP_64) ? 0 : (int64_t)c;
+            acc[i] += (uint64_t)delta;
             flags |= SWTEL_F_RESET;
         }
         prev[i] = c;
