@@ -16,8 +16,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.control import client
+from tests.test_control import chunks, connect, read_replies
 
 REPO = Path(__file__).resolve().parent.parent
 N_PACKETS = 50
@@ -294,6 +297,41 @@ def test_swtel_status_unhealthy_when_every_dialout_is_down(tmp_path, netns):
         assert a.proc.poll() is None, "a down destination does not stop the agent"
     finally:
         a.stop()
+
+
+# ---------------------------------------------------------------- hostile clients
+
+
+@pytest.fixture
+def fuzzed_agent(agent):
+    agent.wait_ready()
+    first = agent.status()
+    yield agent
+    # After 1,000 random and malformed frames: the agent answers, and it kept polling all along.
+    last = agent.status()
+    assert last["pid"] == first["pid"] and agent.proc.poll() is None
+    elapsed_s = (last["now_ns"] - first["now_ns"]) / 1e9
+    polls = last["sources"]["netdev"]["reads"] - first["sources"]["netdev"]["reads"]
+    # Generous on a shared 2-core machine: a stalled loop would poll ~0 times, not a quarter as often.
+    assert polls >= elapsed_s / 0.1 / 4, (polls, elapsed_s)
+    r = status_cli("-c", str(agent.cfg))
+    assert r.returncode == 0 and "health: OK" in r.stdout, r.stdout + r.stderr
+    metrics = client.request(agent.sock, "metrics")
+    assert metrics["control"]["errors"] > 0 and metrics["control"]["requests"] > 0
+
+
+@settings(max_examples=1000, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(parts=st.lists(chunks, min_size=1, max_size=4))
+def test_random_frames_against_the_running_agent(fuzzed_agent, parts):
+    with connect(fuzzed_agent.sock) as s:
+        try:
+            s.sendall(b"".join(parts))
+            s.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        for reply in read_replies(s):  # every reply is a well-formed frame
+            assert reply["ok"] or reply["error"]
 
 
 # ---------------------------------------------------------------- socket ownership
