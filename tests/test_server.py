@@ -18,6 +18,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from agent.config import HostPort, ServerExporter, ServerTls
 from agent.counters import (
+    HIDDEN,
     OPENCONFIG,
     SWTEL_ORIGIN,
     Container,
@@ -25,6 +26,7 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
+from agent.gnmi import paths
 from agent.gnmi.get import PathSet, request_pattern
 from agent.gnmi.server import GnmiServer
 from agent.gnmi.subscribe import Subscriber
@@ -55,8 +57,9 @@ class Feed:
         self.table = make_table(PORTS)
         self.values = array("Q", [1000 * (i + 1) for i in range(len(self.table))])
         self.rdma = CounterTable("rdma", [CounterSpec(RDMA, "roce-adp-retrans"),
-                                          CounterSpec(RDMA, "out-of-sequence")])
-        self.rdma_values = array("Q", [7, 0])
+                                          CounterSpec(RDMA, "out-of-sequence"),
+                                          CounterSpec(RDMA, "filtered-out", kind=HIDDEN)])
+        self.rdma_values = array("Q", [7, 0, 99])
         self.ts = time.time_ns()
         store.set_source("netdev", self.table, array("Q", self.values), self.ts)
         store.set_source("rdma", self.rdma, array("Q", self.rdma_values), self.ts)
@@ -165,6 +168,7 @@ def test_get_wildcards_keys_prefix_and_origin(server, feed):
         assert updates_by_leaf(mod["notification"][0]) == {"oper-status": "UP"}
         # extension paths live under the swtel origin, not under OpenConfig
         ext = gc.get(path=["swtel:/rdma/device[name=mlx5_0]"], encoding="proto")
+        # (a HIDDEN counter, filtered out by config, is never served)
         assert updates_by_leaf(ext["notification"][0]) == {"roce-adp-retrans": 7, "out-of-sequence": 0}
         with pytest.raises(gNMIException) as exc:
             gc.get(path=["/rdma/device[name=mlx5_0]"], encoding="proto")
@@ -484,6 +488,13 @@ def test_table_match_is_cached_by_identity_and_filters_per_change(feed):
     assert ps.filter_changes(feed.table, [0, 1]) == []
     rebuilt = make_table(PORTS)  # a new table object (ports changed): matched afresh
     assert ps.table(rebuilt) is not m and ps.table(rebuilt).indices == m.indices
+    # leaf-level patterns: "*" for an element, "..." for any depth; HIDDEN never matches
+    per_leaf = PathSet([(OPENCONFIG, tuple(paths.split("/interfaces/*/state/counters/out-octets"))),
+                        (OPENCONFIG, tuple(paths.split("/interfaces/.../in-errors")))])
+    assert per_leaf.table(feed.table).indices == sorted(
+        feed.index(p, leaf) for p in PORTS for leaf in ("out-octets", "in-errors"))
+    hidden = PathSet([(SWTEL_ORIGIN, ())]).table(feed.rdma)
+    assert hidden.indices == [0, 1] and hidden.mask is not None
     everything = PathSet([(OPENCONFIG, ())])
     assert everything.table(feed.table).mask is None  # all match: no per-index filtering
     assert everything.filter_changes(feed.table, [3, 4]) == [3, 4]

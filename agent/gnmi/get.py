@@ -23,7 +23,7 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent import _backend
-from agent.counters import OPENCONFIG, SWTEL_ORIGIN, Container, CounterTable, StateUpdate
+from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterTable, StateUpdate
 from agent.gnmi import encode, paths
 
 Elems = tuple[tuple[str, dict[str, str]], ...]
@@ -101,12 +101,8 @@ def _split(path: str) -> Elems:
     return tuple(paths.split(path))
 
 
-def _could_extend(pattern: Elems, container: Elems) -> bool:
-    """True if some leaf below ``container`` might match ``pattern`` though the container does not."""
-    if any(name == "..." for name, _ in pattern):
-        return True
-    n = len(container)
-    return len(pattern) > n and paths.matches(list(pattern[:n]), list(container))
+def _has_dots(elems: Elems) -> bool:
+    return any(name == "..." for name, _ in elems)
 
 
 @dataclass
@@ -114,6 +110,11 @@ class TableMatch:
     table: CounterTable
     indices: list[int]  # matching counter indices, ascending
     mask: bytearray | None  # membership by index; None: every counter matches
+
+
+#: What a container's leaves must still match: (pattern number, elements already consumed);
+#: a consumed count of -1 means "match the whole path" (patterns with ``...``).
+Tails = tuple[tuple[int, int], ...]
 
 
 class PathSet:
@@ -132,14 +133,32 @@ class PathSet:
         return m
 
     def _match_table(self, table: CounterTable) -> TableMatch:
-        verdicts: dict[Container, bool | None] = {}
+        # Decided once per container and, below it, once per distinct leaf name. Specs
+        # of one container are usually adjacent: an identity check skips the hashing.
+        verdicts: dict[Container, bool | Tails] = {}
+        leaf_caches: dict[tuple, dict[str, bool]] = {}  # by (tails, container path if "...")
+        kinds = table.kinds
         indices = []
+        last, verdict, leaf_hits = None, False, {}
         for i, spec in enumerate(table.specs):
             c = spec.container
-            if c not in verdicts:
-                verdicts[c] = self._container_verdict(c)
-            verdict = verdicts[c]
-            if verdict or (verdict is None and self.matches_leaf(c, spec.leaf)):
+            if c is not last:
+                last = c
+                verdict = verdicts.get(c)
+                if verdict is None:
+                    verdict = verdicts[c] = self._container_verdict(c)
+                if verdict is not True and verdict:
+                    key = (verdict, c.path if any(n < 0 for _, n in verdict) else None)
+                    leaf_hits = leaf_caches.setdefault(key, {})
+            if not verdict or kinds[i] == HIDDEN:  # HIDDEN: read for the layout, never reported
+                continue
+            if verdict is True:
+                indices.append(i)
+                continue
+            hit = leaf_hits.get(spec.leaf)
+            if hit is None:
+                hit = leaf_hits[spec.leaf] = self._leaf_matches(verdict, c, spec.leaf)
+            if hit:
                 indices.append(i)
         if len(indices) == len(table.specs):
             return TableMatch(table, indices, None)
@@ -148,17 +167,33 @@ class PathSet:
             mask[i] = 1
         return TableMatch(table, indices, mask)
 
-    def _container_verdict(self, container: Container) -> bool | None:
-        """True: every leaf matches; False: none can; None: decide per leaf."""
-        celems = _split(container.path)
-        maybe = False
-        for origin, elems in self.patterns:
+    def _container_verdict(self, container: Container) -> bool | Tails:
+        """True: every leaf below matches; otherwise the pattern tails its leaves must match
+        (empty: none can)."""
+        celems = list(_split(container.path))
+        n = len(celems)
+        tails = []
+        for k, (origin, elems) in enumerate(self.patterns):
             if origin != container.origin:
                 continue
-            if paths.matches(list(elems), list(celems)):
+            if paths.matches(list(elems), celems):
                 return True
-            maybe = maybe or _could_extend(elems, celems)
-        return None if maybe else False
+            if _has_dots(elems):
+                tails.append((k, -1))
+            elif len(elems) > n and paths.matches(list(elems[:n]), celems):
+                tails.append((k, n))
+        return tuple(tails)
+
+    def _leaf_matches(self, tails: Tails, container: Container, leaf: str) -> bool:
+        leaf_elems = list(_split(leaf))
+        for k, n in tails:
+            elems = self.patterns[k][1]
+            if n < 0:
+                if paths.matches(list(elems), list(_split(container.path)) + leaf_elems):
+                    return True
+            elif paths.matches(list(elems[n:]), leaf_elems):
+                return True
+        return False
 
     def matches_leaf(self, container: Container, leaf: str) -> bool:
         key = (container, leaf)

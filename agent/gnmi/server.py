@@ -88,6 +88,7 @@ class _Servicer(gnmi_pb2_grpc.gNMIServicer):
                              peer=context.peer())
         except RequestError as exc:
             context.abort(exc.code, exc.message)
+        sub.warm(owner.store)
         if not owner.register(sub):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"too many subscriptions (limit {owner.max_subscribers})")

@@ -126,6 +126,13 @@ class Subscriber:
         self.sent = 0
         self.dropped = 0
 
+    def warm(self, store: Any) -> None:
+        """Match the on-change paths against the current tables here, on the RPC thread,
+        so the tick thread only pays for tables rebuilt later."""
+        if self.on_change is not None:
+            for batch in store.snapshot_batches():
+                self.on_change.table(batch.table)
+
     # ------------------------------------------------------------ tick thread
 
     def changed_indices(self, table, changed: list[int]) -> list[int]:
