@@ -142,12 +142,13 @@ run_agent_check() {
 	exporters:
 	  dialout:
 	    - {name: c1, address: "127.0.0.1:$port", insecure: true}
+	  jsonl: {path: /var/log/swtel/ci.jsonl}
 	control: {socket: /run/swtel/swtel.sock, mode: "0660", group: swtel}
 	log: {level: info, format: kv}
 	EOF
 	chmod 0644 "$tmp/swtel-ci.yaml"
-	# What systemd's RuntimeDirectory= would make for User=swtel.
-	install -d -o swtel -g swtel -m 0750 /run/swtel
+	# What systemd's RuntimeDirectory=, StateDirectory= and LogsDirectory= make for User=swtel.
+	install -d -o swtel -g swtel -m 0750 /run/swtel /var/lib/swtel /var/log/swtel
 
 	ip netns exec "$ns_agent" /usr/bin/swtel collect --listen "127.0.0.1:$port" --insecure \
 		-o "$tmp/collected.jsonl" --duration 30 >"$tmp/collector.log" 2>&1 &
@@ -206,6 +207,9 @@ run_agent_check() {
 	      "sources", sorted(status.get("sources") or {}), "exporters", sorted(status.get("exporters") or {}))
 	assert status.get("backend") == "C", f"installed agent did not load the C extension: {status.get('backend')}"
 	assert "dialout:c1" in (status.get("exporters") or {}), "status lists no dial-out exporter c1"
+	logged = sum(1 for l in open("/var/log/swtel/ci.jsonl") if port in l)
+	print(f"jsonl exporter: {logged} lines for {port} in /var/log/swtel/ci.jsonl")
+	assert logged, "the jsonl exporter wrote nothing to the LogsDirectory"
 	EOF
 }
 t0=$(date +%s)
@@ -268,7 +272,7 @@ else
 			if [ -d "$f" ] && dpkg -S "$f" >/dev/null 2>&1; then continue; fi
 			if [ -e "$f" ] || [ -L "$f" ]; then echo "left behind: $f"; left=1; fi
 		done <"$tmp/files.txt"
-		for f in /etc/swtel /usr/lib/swtel /var/lib/swtel /run/swtel /usr/share/doc/swtel \
+		for f in /etc/swtel /usr/lib/swtel /var/lib/swtel /var/log/swtel /run/swtel /usr/share/doc/swtel \
 			/etc/systemd/system/*.wants/swtel*; do
 			if [ -e "$f" ] || [ -L "$f" ]; then echo "left behind: $f"; left=1; fi
 		done
