@@ -54,6 +54,8 @@ need_root
 # ------------------------------------------------------------------ build deps
 log "build dependencies (apt-get build-dep ./)"
 t0=$(date +%s)
+# A fresh machine (or container) may have no package lists yet.
+if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then apt-get update -q >"$tmp/apt.log" 2>&1; fi
 if apt-get install -y -q --no-install-recommends dpkg-dev build-essential lintian \
 		apt-utils iproute2 util-linux man-db iputils-ping strace >"$tmp/apt.log" 2>&1 &&
 	(cd "$here" && apt-get build-dep -y -q ./) >>"$tmp/apt.log" 2>&1; then
