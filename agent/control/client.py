@@ -175,7 +175,8 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
     last = cfg.get("last_reload") or {}
     reload_text = "none yet"
     if last and last.get("ok") is not None:
-        reload_text = ("ok" if last.get("ok") else f"REJECTED: {last.get('error')}") + (
+        error = "; ".join(str(last.get("error")).splitlines())
+        reload_text = ("ok" if last.get("ok") else f"REJECTED: {error}") + (
             f" ({_ago(now, last['ts_ns'])})" if last.get("ts_ns") else ""
         )
     lines.append(f"config {cfg.get('path') or '(defaults)'}  last reload: {reload_text}")
