@@ -7,6 +7,7 @@ real client receives. Both backends: the PROTO path uses the active encoder.
 
 from __future__ import annotations
 
+import json
 import time
 from array import array
 from pathlib import Path
@@ -541,7 +542,6 @@ gc.close()
 @pytest.mark.root
 @pytest.mark.slow
 def test_end_to_end_agent_in_namespace_pygnmi_get_on_change_oper_down(tmp_path):
-    import json
     import subprocess
     import sys
 
@@ -601,3 +601,24 @@ def test_end_to_end_agent_in_namespace_pygnmi_get_on_change_oper_down(tmp_path):
                 client_proc.kill()
                 client_proc.wait()
             assert agent.stop() == 0
+
+
+def test_big_containers_split_alike_in_proto_and_json_ietf():
+    from agent.gnmi.get import Counters, Renderer
+
+    big = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp1]/ethtool")
+    table = CounterTable("ethtool", [CounterSpec(big, f"q{i}") for i in range(2500)])
+    values = array("Q", range(10**12, 10**12 + 2500))
+    counters = Counters(123, table, list(range(2500)), values)
+    decoded = {}
+    for enc in (gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF):
+        notifs = [gnmi_pb2.SubscribeResponse.FromString(b).update
+                  for b in Renderer(TARGET, enc).counters(counters)]
+        assert [len(n.update) for n in notifs] == [1000, 1000, 500]
+        assert all(n.timestamp == 123 and n.prefix.origin == SWTEL_ORIGIN and n.prefix.target == TARGET
+                   for n in notifs)
+        decoded[enc] = {u.path.elem[0].name: (u.val.uint_val if enc == gnmi_pb2.PROTO
+                                              else int(json.loads(u.val.json_ietf_val)))
+                        for n in notifs for u in n.update}
+    assert decoded[gnmi_pb2.PROTO] == decoded[gnmi_pb2.JSON_IETF] == {
+        f"q{i}": 10**12 + i for i in range(2500)}

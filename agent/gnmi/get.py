@@ -287,11 +287,13 @@ class Renderer:
         for i in c.indices:
             groups.setdefault(specs[i].container, []).append(i)
         out = []
+        step = encode.MAX_UPDATES  # split big containers as the PROTO encoder does
         for container, members in groups.items():
-            notif = self._notification(container, c.ts_ns)
-            for i in members:
-                self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True))
-            out.append(_response(notif))
+            for start in range(0, len(members), step):
+                notif = self._notification(container, c.ts_ns)
+                for i in members[start : start + step]:
+                    self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True))
+                out.append(_response(notif))
         return out
 
     def states(self, updates: list[StateUpdate]) -> list[bytes]:
