@@ -376,3 +376,69 @@ def test_after_fuzzing_status_still_answers_and_ticks_went_on(fuzz_server):
     # Not a timing benchmark: a stall would show as a gap of seconds, not milliseconds.
     assert ticks["max_gap"] < 1.0, ticks
     assert srv.stats["errors"] > 0 and srv.stats["requests"] > 0
+
+
+# ---------------------------------------------------------------- the health rule of `swtel status`
+
+NOW = 1_800_000_000 * 10**9
+S = 10**9
+
+
+def status_doc(sources=None, exporters=None, uptime_s=3600.0, grace_s=None):
+    doc = {"now_ns": NOW, "uptime_s": uptime_s, "sources": sources or {}, "exporters": exporters or {},
+           "config": {"path": "/etc/swtel/swtel.yaml", "last_reload": {"ok": None}}}
+    if grace_s is not None:
+        doc["config"]["health_grace_s"] = grace_s
+    return doc
+
+
+def dialout(down_for_s=None):
+    return {"kind": "dialout", "state": "backoff" if down_for_s is not None else "connected",
+            "down_since_ns": None if down_for_s is None else NOW - int(down_for_s * S)}
+
+
+HEALTH = [
+    # (status, grace, expected problem fragments; [] = healthy)
+    (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": NOW - S // 10}}), None, []),
+    (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": NOW - S // 2}}), None,
+     ["source netdev: no successful poll for 0.5s (interval 100ms)"]),
+    (status_doc({"system": {"interval_s": 5.0, "last_ok_ns": NOW - 14 * S}}), None, []),
+    (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": None}}, uptime_s=0.2), None, []),
+    (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": None}}, uptime_s=1.0), None,
+     ["source netdev: no successful poll since start-up"]),
+    (status_doc({"rdma": {"enabled": False, "interval_s": 0.1, "last_ok_ns": None}}), None, []),
+    (status_doc(exporters={"dialout:a": dialout(None), "dialout:b": dialout(3600)}), None, []),
+    (status_doc(exporters={"dialout:a": dialout(30), "dialout:b": dialout(3600)}), None, []),
+    (status_doc(exporters={"dialout:a": dialout(61), "dialout:b": dialout(3600)}), None,
+     ["every dial-out destination has been down for at least 61s (grace 60s)"]),
+    (status_doc(exporters={"dialout:a": dialout(20)}, grace_s=10.0), None, ["every dial-out destination"]),
+    (status_doc(exporters={"dialout:a": dialout(20)}, grace_s=10.0), 30.0, []),
+    (status_doc(exporters={"jsonl": {"kind": "jsonl", "state": "running"}}), None, []),
+    (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": NOW - 5 * S}},
+                {"dialout:a": dialout(600)}), None, ["source netdev", "every dial-out"]),
+]
+
+
+@pytest.mark.parametrize("doc,grace,expected", HEALTH, ids=[f"health{i}" for i in range(len(HEALTH))])
+def test_health_rule(doc, grace, expected):
+    problems = client.health_problems(doc, grace)
+    assert len(problems) == len(expected), problems
+    for fragment, problem in zip(expected, problems, strict=True):
+        assert fragment in problem
+
+
+def test_summary_lists_every_section():
+    doc = status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": NOW - S // 20, "last_duration_us": 35.2,
+                                 "counters": 1250, "refresh_cadence_s": 1.0, "ports": 50, "errors": 0,
+                                 "overruns": 2}},
+                     {"dialout:c1": dict(dialout(90), queue=12, sent=100, dropped=3, reconnects=4,
+                                         last_error="UNAVAILABLE: connection refused")})
+    doc.update(version="0.1.0", pid=42, backend="C", tick={"ticks": 10, "overruns": 1,
+                                                           "cpu_percent": 0.8, "rss_bytes": 31 << 20},
+               events=[{"ts_ns": NOW - 2 * S, "kind": "error_burst", "port": "swp11s1", "state": "raised"}])
+    doc["config"]["last_reload"] = {"ok": False, "ts_ns": NOW - 10 * S, "error": "a: bad\nb: worse"}
+    text = client.render(doc, client.health_problems(doc))
+    for fragment in ("pid 42", "reader C", "REJECTED: a: bad; b: worse", "netdev", "1250", "35.2us",
+                     "dialout:c1", "down 90s ago", "UNAVAILABLE", "rss 31.0 MiB", "port=swp11s1",
+                     "health: UNHEALTHY", "every dial-out destination"):
+        assert fragment in text, (fragment, text)
