@@ -104,6 +104,14 @@ check "C extension loads under Debian's python3 (swtel --version says reader: C)
 	sh -c "/usr/bin/swtel --version | tee /dev/stderr | grep -q 'reader: C'"
 check "vendored pygnmi messages import with Debian's protobuf/grpcio" \
 	/usr/bin/python3 -c 'import sys; sys.path[:0] = ["/usr/lib/swtel/vendor"]; from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc; import google.protobuf, grpc; assert google.protobuf.__file__.startswith("/usr/lib/python3/dist-packages"), google.protobuf.__file__; print("protobuf", google.protobuf.__version__, "grpcio", grpc.__version__)'
+all_modules_installed() {  # a new subpackage missing from pyproject.toml shows here
+	local f missing=0
+	for f in $(cd "$here" && git ls-files 'agent/*.py'); do
+		[ -e "/usr/lib/swtel/$f" ] || { echo "not installed: $f"; missing=1; }
+	done
+	return $missing
+}
+check "every agent/**/*.py of the tree is installed" all_modules_installed
 check "nothing installed into dist-packages" sh -c "! dpkg -L swtel | grep -E 'dist-packages|site-packages'"
 
 # --------------------------------------------------------- systemd unit check
