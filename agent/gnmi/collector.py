@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -80,10 +81,13 @@ class Collector:
         output: IO[str] | None = None,
         prometheus: str | None = None,
         keep_messages: bool = True,
+        on_lines: Callable[[list[dict[str, Any]], int], None] | None = None,
     ):
         self.listen = listen
         self.output = output
         self.keep_messages = keep_messages
+        #: called with each message's JSON-line dicts and its receipt time (ns), e.g. to time it
+        self.on_lines = on_lines
         #: (target, path) -> {"value", "ts"}
         self.latest: dict[tuple[str, str], dict[str, Any]] = {}
         self.messages: list[dict[str, Any]] = []
@@ -186,6 +190,7 @@ class Collector:
         log.info("stream closed", method=method, peer=stream.peer, messages=stream.messages)
 
     def _receive(self, stream: Stream, raw: bytes) -> None:
+        rx_ns = time.time_ns()
         msg = gnmi_pb2.SubscribeResponse.FromString(raw)
         lines: list[dict[str, Any]] = []
         with self._cond:
@@ -213,6 +218,8 @@ class Collector:
             if self.keep_messages:
                 self.messages.extend(lines)
             self._cond.notify_all()
+        if self.on_lines is not None and lines:
+            self.on_lines(lines, rx_ns)
         if self.output is not None and lines:
             self.output.write("".join(json.dumps(line, default=_json_default) + "\n" for line in lines))
             self.output.flush()
