@@ -24,6 +24,15 @@ log = logs.get("agent")
 STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 
 
+def min_interval(cfg: config.Config) -> float:
+    """The smallest poll interval of any enabled source."""
+    return min(
+        (cfg.interval_of(n) for n in ("netdev", "ethtool", "rdma", "system", "sim")
+         if getattr(cfg.sources, n).enabled),
+        default=float(cfg.interval),
+    )
+
+
 def build_exporters(cfg: config.Config) -> dict[str, Any]:
     """One listener per configured exporter, keyed by a stable name (for reload)."""
     out: dict[str, Any] = {}
@@ -38,12 +47,7 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
     if ex.server is not None and ex.server.enabled:
         from agent.gnmi.server import GnmiServer
 
-        smallest = min(
-            (cfg.interval_of(n) for n in ("netdev", "ethtool", "rdma", "system", "sim")
-             if getattr(cfg.sources, n).enabled),
-            default=float(cfg.interval),
-        )
-        out["server"] = GnmiServer(ex.server, cfg.target, min_interval_s=smallest)
+        out["server"] = GnmiServer(ex.server, cfg.target, min_interval_s=min_interval(cfg))
     return out
 
 
@@ -53,7 +57,8 @@ def _exporter_config(cfg: config.Config, key: str) -> Any:
     if key == "jsonl":
         return ex.jsonl
     if key == "server":
-        return (ex.server, cfg.target)
+        # The smallest source interval bounds the server's sample_interval check.
+        return (ex.server, cfg.target, min_interval(cfg))
     name = key.split(":", 1)[1]
     return (next((d for d in ex.dialout if d.name == name), None), cfg.target)
 
@@ -151,14 +156,23 @@ class Agent:
             old = self.exporters.get(key)
             if old is not None and _exporter_config(self.cfg, key) == _exporter_config(new, key):
                 merged[key] = old  # unchanged destination: no reconnect, no new snapshot
-            else:
-                fresh.start(self.engine.store)
-                merged[key] = fresh
+                continue
+            if old is not None:
+                old.stop(1.0)  # first: the new one may need the old one's port
+            self._start_exporter(key, fresh)
+            merged[key] = fresh
         for key, old in self.exporters.items():
-            if merged.get(key) is not old:
+            if key not in wanted:
                 old.stop(1.0)
         self.exporters = merged
         self.engine.listeners = list(merged.values())
+
+    def _start_exporter(self, key: str, exporter: Any) -> None:
+        """Start one exporter; a failure is logged and shown in its status, never fatal."""
+        try:
+            exporter.start(self.engine.store)
+        except (OSError, RuntimeError) as exc:
+            log.error("exporter failed to start", exporter=key, error=str(exc))
 
     def _reload_cmd(self, _req: dict) -> dict[str, Any]:
         ok = self.reload()
@@ -225,8 +239,9 @@ def serve(cfg: config.Config, duration: float | None = None) -> int:
     signal.signal(signal.SIGHUP, lambda *_: agent.request_reload())
     try:
         agent.start()
-    except ControlServerError as exc:
+    except (ControlServerError, RuntimeError, OSError) as exc:
         log.error("cannot start", error=str(exc))
+        agent.shutdown()
         return 1
     try:
         return agent.run(duration)
