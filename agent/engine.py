@@ -15,7 +15,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from agent import _backend, logs
-from agent.counters import F_NEW, OPENCONFIG, SWTEL_ORIGIN, Batch, Container, CounterTable
+from agent.counters import (
+    F_NEW,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    Batch,
+    Container,
+    CounterTable,
+    StateUpdate,
+)
 from agent.links import LinkTracker
 from agent.sources import REGISTRY, Source
 from agent.store import Store
@@ -27,6 +35,7 @@ if TYPE_CHECKING:
     from agent.exporters.base import Listener
 
 log = logs.get("engine")
+HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change only)
 
 
 class SourceRunner:
@@ -134,6 +143,8 @@ class Engine:
         self.ticks = 0
         self.overruns = 0
         self._runners: list[SourceRunner] = []
+        self._next_health = 0.0
+        self._health_sent: dict[tuple[Container, str], Any] = {}
         self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
         self._stop = threading.Event()
         self._pending_cfg: Config | None = None
@@ -197,6 +208,8 @@ class Engine:
                         self._poll(runner, now)
                         self._schedule(runner)
                 self.ticks += 1
+                if now >= self._next_health:
+                    self._publish_health(now)
                 for hook in self.tick_hooks:
                     hook()
                 due = min((r.next_due for r in self._runners), default=time.monotonic() + 1.0)
@@ -303,6 +316,30 @@ class Engine:
             if spec.container.path.startswith("/interfaces/interface["):
                 port = spec.container.path.split("]/", 1)[0] + "]"
                 self._port_holders.setdefault(port, set()).add(source)
+
+    def _publish_health(self, now: float) -> None:
+        """Every HEALTH_PERIOD_S, each source's interval, measured refresh cadence, read
+        cost and overruns go out as on-change values under swtel:/agent/sources/..."""
+        self._next_health = now + HEALTH_PERIOD_S
+        ts_ns = time.time_ns()
+        updates = []
+        for r in self._runners:
+            c = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={r.name}]/state")
+            cadence = r.refresh_cadence_s
+            for leaf, value in (
+                ("interval-ms", round(r.interval_s * 1000)),
+                ("refresh-cadence-ms", None if cadence is None else round(cadence * 1000)),
+                ("last-read-us", round(r.last_duration_us)),
+                ("overruns", r.overruns),
+                ("errors", r.source.errors),
+            ):
+                if value is not None and self._health_sent.get((c, leaf)) != value:
+                    self._health_sent[(c, leaf)] = value
+                    updates.append(StateUpdate(ts_ns, c, leaf, value, "agent"))
+        if updates:
+            self.store.set_states(updates)
+            for listener in self.listeners:
+                listener.on_state(updates)
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -84,3 +84,27 @@ def test_ports_added_and_removed_while_running(tmp_path):
         both_ends = [f"/interfaces/interface[name={n}]" for n in (new_a, new_b)]  # a veth dies whole
         assert sorted(deletes) == sorted(both_ends + [f"swtel:{p}" for p in both_ends])
         assert not [r for r in records[deleted_at + 1:] if f"[name={new_a}]" in r["path"] and not r.get("delete")]
+
+
+def test_rename_is_a_delete_and_a_new_port_and_health_is_published(tmp_path):
+    with veth_pair() as pair:
+        extra = ""
+        agent = AgentProcess(pair.b, _config(tmp_path, ["*"], extra), tmp_path)
+        try:
+            agent.wait_ready()
+            old = f"/interfaces/interface[name={pair.b_if}]"
+            agent.wait_for(lambda: any(r.get("path") == f"{old}/state/counters/in-pkts" for r in agent.records()),
+                           what="the port's baseline")
+            renamed = f"r{pair.b_if[2:]}"
+            sh("ip", "link", "set", pair.b_if, "down", ns=pair.b)
+            sh("ip", "link", "set", pair.b_if, "name", renamed, ns=pair.b)
+            sh("ip", "link", "set", renamed, "up", ns=pair.b)
+            new = f"/interfaces/interface[name={renamed}]/state/counters/in-pkts"
+            agent.wait_for(lambda: any(r.get("path") == new for r in agent.records()), what="renamed port")
+            agent.wait_for(lambda: any(r.get("delete") and r["path"] == old for r in agent.records()),
+                           what="delete of the old name")
+            cadence = "swtel:/agent/sources/source[name=netdev]/state/interval-ms"
+            agent.wait_for(lambda: any(r.get("path") == cadence and r["value"] == 50 for r in agent.records()),
+                           what="per-source health")
+        finally:
+            assert agent.stop() == 0
