@@ -59,6 +59,14 @@ def render() -> str:
             "## System and agent (psutil)", "", "| source | value | path | kind |", "|---|---|---|---|"]
     for container, leaf, kind in system.LEAVES:
         out.append(_row("system", leaf, f"swtel:{container.path}/{leaf}", "gauge" if kind == 1 else "counter"))
+    out += ["", "## Agent health (every 5 s, sent on change)", "", "| source | value | path | kind |",
+            "|---|---|---|---|"]
+    for leaf, meaning in (("interval-ms", "configured poll interval"),
+                          ("refresh-cadence-ms", "measured: mean time between reads that saw a change"),
+                          ("last-read-us", "cost of the last read + diff"),
+                          ("overruns", "ticks skipped because a poll overran"),
+                          ("errors", "read errors")):
+        out.append(_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
     return "\n".join(out) + "\n"
 
 
