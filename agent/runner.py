@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+import psutil
+
 from agent import __version__, _backend, config, logs
 from agent.control.server import ControlServer, ControlServerError
 from agent.engine import Engine
@@ -71,13 +73,17 @@ class Agent:
         self.exporters = build_exporters(cfg)
         self.engine = Engine(cfg, list(self.exporters.values()))
         self.engine.tick_hooks.append(self.notifier.tick)
-        self.control = ControlServer(
-            cfg.control, {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd}
-        )
+        self.control: ControlServer | None = None
+        if cfg.control.enabled:
+            self.control = ControlServer(
+                cfg.control, {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd}
+            )
         self.last_reload: dict[str, Any] = {"ok": None, "ts_ns": None, "error": None}
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # prime: the next call measures from here
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -90,7 +96,8 @@ class Agent:
         )
         if _backend.FALLBACK_REASON and not _backend.FORCED:
             log.warning("using the pure-Python reader", reason=_backend.FALLBACK_REASON)
-        self.control.start()
+        if self.control is not None:
+            self.control.start()
         self.engine.start()
 
     def run(self, duration: float | None = None) -> int:
@@ -122,7 +129,8 @@ class Agent:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for exporter in self.exporters.values():
             exporter.stop(max(0.1, deadline - time.monotonic()))
-        self.control.stop()
+        if self.control is not None:
+            self.control.stop()
         self.notifier.close()
 
     # ------------------------------------------------------------ reload
@@ -189,17 +197,28 @@ class Agent:
             "uptime_s": round(time.monotonic() - self.started, 3),
             "now_ns": time.time_ns(),
             "target": self.cfg.target,
-            "config": {"path": self.cfg.path, "last_reload": self.last_reload},
+            "config": {
+                "path": self.cfg.path,
+                "last_reload": self.last_reload,
+                "health_grace_s": float(self.cfg.control.health_grace),
+            },
             "sources": eng["sources"],
             "exporters": {k: e.status() for k, e in self.exporters.items()},
             "events": [],
-            "tick": {"ticks": eng["ticks"], "overruns": eng["overruns"], "loop_error": eng["loop_error"]},
+            "tick": {
+                "ticks": eng["ticks"],
+                "overruns": eng["overruns"],
+                "loop_error": eng["loop_error"],
+                **self._own_cost(),
+            },
         }
 
-    def metrics(self, _req: dict | None = None) -> dict[str, Any]:
-        import psutil
+    def _own_cost(self) -> dict[str, Any]:
+        """The agent's CPU (% of one core since the last status) and RSS, from psutil."""
+        return {"cpu_percent": round(self._proc.cpu_percent(None), 2), "rss_bytes": self._proc.memory_info().rss}
 
-        proc = psutil.Process()
+    def metrics(self, _req: dict | None = None) -> dict[str, Any]:
+        proc = self._proc
         with proc.oneshot():
             cpu = proc.cpu_times()
             rss = proc.memory_info().rss
@@ -210,7 +229,7 @@ class Agent:
             "cpu_system_s": cpu.system,
             "threads": threads,
             "uptime_s": round(time.monotonic() - self.started, 3),
-            "control": dict(self.control.stats),
+            "control": dict(self.control.stats) if self.control else None,
             "notify": {"sent": self.notifier.sent, "failed": self.notifier.failed},
         }
 
