@@ -423,3 +423,27 @@ def test_e2e_collector_killed_5s_final_values_equal_kernel(tmp_path, pki):
         assert _in_pkts(col.lines(), path)[-1] == kernel
         log = agent.log.read_text()
         assert "destination down" in log and log.count("destination connected") == 2
+
+
+def test_snapshot_supersedes_counters_keeps_events_and_real_deletes():
+    """Queued while down: counter changes (superseded by the snapshot), a state and deletes.
+    A delete of a port that is back in the snapshot must not wipe it at the collector."""
+    from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
+    from tests.gnmi_helpers import port_container
+
+    feed = Feed(ports=2)  # swp1 and swp2 exist again in the store
+    exp = DialoutExporter(_cfg(free_port(), insecure=True), TARGET)
+    exp._store = feed.store
+    exp.on_batch(feed.change([0, 1]))
+    gone = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp9]/pfc")
+    exp.on_delete(5, [port_container("swp1"), gone])  # swp1 was removed, then re-added
+    exp.on_state([StateUpdate(6, Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp2]"), "oper-status", "UP")])
+    msgs = [gnmi_pb2.SubscribeResponse.FromString(m) for m in exp._snapshot(sync=True)]
+    assert msgs[-1].sync_response
+    assert sum(len(m.update.update) for m in msgs[:-1]) == len(feed.table)
+    queued = [gnmi_pb2.SubscribeResponse.FromString(item[1]).update for item in exp._queue]
+    assert exp.superseded == 1  # the counter message (one container changed)
+    assert [paths.from_proto(d) for d in queued[0].delete] == [gone.path]  # swp1's delete removed
+    assert queued[0].prefix.origin == SWTEL_ORIGIN
+    assert queued[1].update[0].val.string_val == "UP"
+    assert len(queued) == 2

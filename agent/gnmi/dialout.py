@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import structlog
 
+from agent.counters import Container
 from agent.gnmi import encode, tls
 
 if TYPE_CHECKING:
     from agent.config import DialoutExporter as DialoutConfig
-    from agent.counters import Batch, Container, StateUpdate
+    from agent.counters import Batch, StateUpdate
     from agent.store import Store
 
 METHODS = {
@@ -36,7 +37,8 @@ METHODS = {
 }
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
-_COUNTERS, _EVENTS = 0, 1  # queue item kinds: counter changes (supersedable) / states, deletes
+# Queue item kinds: counter changes (superseded by a snapshot), states, deletes.
+_COUNTERS, _EVENTS, _DELETES = 0, 1, 2
 
 log = structlog.get_logger("swtel.dialout")
 
@@ -74,7 +76,8 @@ class DialoutExporter:
         self.name = cfg.name or str(cfg.address)
         self.method = METHODS[cfg.protocol]
         self._cond = threading.Condition()
-        self._queue: deque[tuple[int, bytes]] = deque()
+        # (kind, message, deleted containers with their timestamp, for _DELETES)
+        self._queue: deque[tuple[int, bytes, Any]] = deque()
         self._need_snapshot = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,7 +111,11 @@ class DialoutExporter:
         self._enqueue(_EVENTS, encode.encode_states(updates, self.target))
 
     def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
-        self._enqueue(_EVENTS, encode.encode_deletes(ts_ns, containers, self.target))
+        by_origin: dict[str, list[Container]] = {}
+        for c in containers:
+            by_origin.setdefault(c.origin, []).append(c)
+        for group in by_origin.values():  # one message per origin, each knowing its containers
+            self._enqueue(_DELETES, encode.encode_deletes(ts_ns, group, self.target), (ts_ns, tuple(group)))
 
     def stop(self, timeout: float) -> None:
         """Send what is queued for up to ``timeout`` seconds, close the stream, end the thread."""
@@ -141,39 +148,58 @@ class DialoutExporter:
         }
 
     # ------------------------------------------------------------ queue
-    def _enqueue(self, kind: int, msgs: list[bytes]) -> None:
+    def _enqueue(self, kind: int, msgs: list[bytes], extra: Any = None) -> None:
         if not msgs:
             return
         limit = self.cfg.queue
         with self._cond:
             for m in msgs:
                 if len(self._queue) >= limit:
-                    old_kind, _ = self._queue.popleft()
+                    old_kind = self._queue.popleft()[0]
                     self.dropped += 1
                     if old_kind == _COUNTERS:
                         self._need_snapshot = True  # the store still holds the newest values
-                self._queue.append((kind, m))
+                self._queue.append((kind, m, extra))
             self._cond.notify()
 
-    def _take(self, timeout: float) -> tuple[int, bytes] | None:
+    def _take(self, timeout: float) -> tuple[int, bytes, Any] | None:
         with self._cond:
             if not self._queue:
                 self._cond.wait(timeout)
             return self._queue.popleft() if self._queue else None
 
     def _snapshot(self, sync: bool) -> list[bytes]:
-        """Every current value (superseding queued counter changes), then sync_response if asked."""
+        """Every current value (superseding queued counter changes), then sync_response if asked.
+
+        Queued states and deletes stay queued, to follow the snapshot in order, except a
+        delete of a container that exists again in the snapshot (a port removed and re-added).
+        """
         with self._cond:
-            kept = deque(item for item in self._queue if item[0] != _COUNTERS)
-            self.superseded += len(self._queue) - len(kept)
-            self._queue = kept
+            queued = list(self._queue)
+            self._queue.clear()
             self._need_snapshot = False
         store = self._store
         msgs: list[bytes] = []
+        live: set[Container] = set()
         if store is not None:
             for batch in store.snapshot_batches():
                 msgs.extend(encode.encode_batch(batch, self.target))
-            msgs.extend(encode.encode_states(store.states(), self.target))
+                live.update(spec.container for spec in batch.table.specs)
+            states = store.states()
+            live.update(u.container for u in states)
+            msgs.extend(encode.encode_states(states, self.target))
+        kept: list[tuple[int, bytes, Any]] = []
+        for kind, m, extra in queued:
+            if kind == _COUNTERS:
+                self.superseded += 1
+            elif kind == _DELETES and any(c in live for c in extra[1]):
+                ts_ns, gone = extra[0], [c for c in extra[1] if c not in live]
+                kept.extend((kind, m2, (ts_ns, tuple(gone)))
+                            for m2 in encode.encode_deletes(ts_ns, gone, self.target))
+            else:
+                kept.append((kind, m, extra))
+        with self._cond:  # ahead of whatever the tick thread queued meanwhile
+            self._queue.extendleft(reversed(kept))
         if sync:
             msgs.append(encode.encode_sync())
         self.snapshots += 1
