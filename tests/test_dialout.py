@@ -30,8 +30,12 @@ def pki(tmp_path_factory):
 class Feed:
     """A synthetic source: a table, its values in a Store, and change Batches for the exporter."""
 
-    def __init__(self, ports: int = 4):
-        self.table = make_table([f"swp{i}" for i in range(1, ports + 1)])
+    def __init__(self, ports: int = 4, leaves: int = 0):
+        names = [f"swp{i}" for i in range(1, ports + 1)]
+        if leaves:
+            self.table = make_table(names, tuple(f"counter-{i}" for i in range(leaves)))
+        else:
+            self.table = make_table(names)
         self.values = [1000 + i for i in range(len(self.table))]
         self.store = Store()
         self._publish(list(range(len(self.table))), snapshot=True)
@@ -447,3 +451,61 @@ def test_snapshot_supersedes_counters_keeps_events_and_real_deletes():
     assert queued[0].prefix.origin == SWTEL_ORIGIN
     assert queued[1].update[0].val.string_val == "UP"
     assert len(queued) == 2
+
+
+def test_destinations_are_independent():
+    """One destination down does not hold back the other; each counts its own drops."""
+    port = free_port()
+    col = _collector(port)
+    feed = Feed(ports=4)
+    live = DialoutExporter(_cfg(port, insecure=True, queue=100), TARGET)
+    dead = DialoutExporter(_cfg(free_port(), insecure=True, queue=5), TARGET)
+    for exp in (live, dead):
+        exp.start(feed.store)
+    try:
+        assert col.wait_for(lambda c: _synced_streams(c) == 1, 15)
+        for _ in range(10):
+            batch = feed.change(range(len(feed.table)))
+            live.on_batch(batch)
+            dead.on_batch(batch)
+            time.sleep(0.02)
+        assert col.wait_for(lambda c: c.values(TARGET) == feed.expected(), 10)
+        a, b = live.status(), dead.status()
+        assert a["state"] == "connected" and a["dropped"] == 0
+        assert b["state"] != "connected" and b["dropped"] == 10 * 4 - 5 and b["queue"] == 5
+    finally:
+        live.stop(1)
+        dead.stop(0)
+        col.stop(0)
+
+
+class SlowCollector(Collector):
+    """Takes 20 ms per message: the stream backs up into the agent's queue."""
+
+    def _receive(self, stream, raw):
+        time.sleep(0.02)
+        super()._receive(stream, raw)
+
+
+def test_slow_collector_overflow_heals_to_newest_values():
+    port = free_port()
+    # no BDP probing: the HTTP/2 window stays 64 KB, so backpressure reaches the agent soon
+    col = SlowCollector(f"127.0.0.1:{port}", insecure=True, server_options=[("grpc.http2.bdp_probe", 0)]).start()
+    feed = Feed(ports=8, leaves=100)  # ~2.5 KB per message, 8 per tick
+    exp = DialoutExporter(_cfg(port, insecure=True, queue=8), TARGET)
+    exp.start(feed.store)
+    try:
+        assert col.wait_for(lambda c: _synced_streams(c) == 1, 15)
+        for _ in range(30):  # 160 messages/s offered, 50/s taken
+            exp.on_batch(feed.change(range(len(feed.table))))
+            time.sleep(0.05)
+        assert col.wait_for(lambda c: c.values(TARGET) == feed.expected(), 30), exp.status()
+        st = exp.status()
+        assert st["dropped"] > 0 and st["state"] == "connected" and st["reconnects"] == 0
+        # values at the collector never went backwards
+        for path in feed.table.paths:
+            seen = [ln["value"] for ln in col.messages if ln.get("path") == path]
+            assert seen == sorted(seen), path
+    finally:
+        exp.stop(1)
+        col.stop(0)

@@ -82,6 +82,7 @@ class Collector:
         prometheus: str | None = None,
         keep_messages: bool = True,
         on_lines: Callable[[list[dict[str, Any]], int], None] | None = None,
+        server_options: list[tuple[str, Any]] | None = None,
     ):
         self.listen = listen
         self.output = output
@@ -94,7 +95,8 @@ class Collector:
         self.streams: list[Stream] = []
         self.received = 0
         self._cond = threading.Condition()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="collect"))
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="collect"),
+                                   options=server_options or [])
         self._server.add_generic_rpc_handlers([self._handler()])
         if insecure:
             port = self._server.add_insecure_port(listen)
