@@ -109,7 +109,8 @@ class AgentProcess:
         cmd = [sys.executable, "-m", "agent", "run", "-c", str(self.config)]
         if ns:
             cmd = ["ip", "netns", "exec", ns] + cmd
-        full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        full_env = {**os.environ, **(env or {}), "PYTHONPATH": path}
         self._log_fh = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=self._log_fh, stderr=subprocess.STDOUT)
 
