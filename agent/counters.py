@@ -33,7 +33,7 @@ F_RESET = 0x04
 F_NEW = 0x08
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Container:
     """A gNMI notification prefix: origin plus an absolute path.
 
@@ -50,7 +50,7 @@ class Container:
         return base if self.origin == OPENCONFIG else f"{self.origin}:{base}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CounterSpec:
     """One counter as a source declares it."""
 
@@ -75,7 +75,14 @@ class CounterTable:
     def __post_init__(self) -> None:
         self.widths = bytes(s.width for s in self.specs)
         self.kinds = bytes(s.kind for s in self.specs)
-        self.paths = [s.container.full(s.leaf) for s in self.specs]
+
+    @property
+    def paths(self) -> list[str]:
+        """Display path of every counter, built on first use (only text exporters need it)."""
+        out = self.cache.get("paths")
+        if out is None:
+            out = self.cache["paths"] = [s.container.full(s.leaf) for s in self.specs]
+        return out
 
     def __len__(self) -> int:
         return len(self.specs)

@@ -295,6 +295,7 @@ class DialoutExporter:
             drain.join(2.0)
         finally:
             channel.unsubscribe(on_state)
+            _wait_connectivity_poller(channel)
             channel.close()
         return connected.is_set(), self._session_error
 
@@ -357,3 +358,14 @@ class DialoutExporter:
                     continue
             self.sent += 1
             yield item[1]
+
+
+def _wait_connectivity_poller(channel: grpc.Channel, limit_s: float = 0.5) -> None:
+    """grpc's connectivity poller thread notices an unsubscribe only at its next 0.2 s
+    wake-up; closing the channel before that makes it raise "Cannot monitor channel
+    state: Channel closed!" in its thread. Wait for it (private attribute, so
+    best-effort: without it we just close)."""
+    state = getattr(channel, "_connectivity_state", None)
+    deadline = time.monotonic() + limit_s
+    while getattr(state, "polling", False) and time.monotonic() < deadline:
+        time.sleep(0.01)
