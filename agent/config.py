@@ -199,6 +199,9 @@ class DialoutExporter:
     subscription_name: str = "swtel"
     username: str | None = None
     password_file: str | None = None
+    # per-container: one Notification per container per tick (OpenConfig-style prefixes);
+    # per-tick: one per origin per tick, absolute paths (far fewer gRPC messages).
+    notifications: str = "per-container"
 
 
 @dataclass
@@ -377,6 +380,7 @@ class Config:
 
 _CHOICES = {
     ("DialoutExporter", "protocol"): ("nokia", "sonic"),
+    ("DialoutExporter", "notifications"): ("per-container", "per-tick"),
     ("Log", "level"): ("debug", "info", "warning", "error"),
     ("Log", "format"): ("kv", "json"),
 }

@@ -62,7 +62,7 @@ def outer(args: argparse.Namespace) -> int:
     try:
         cmd = ["ip", "netns", "exec", b, sys.executable, __file__, "--inner", "--ns-a", a, "--tag", tag,
                "--ports", str(args.ports), "--seconds", str(args.seconds), "--interval", str(args.interval),
-               "--protocol", args.protocol, "--load", str(args.load)]
+               "--protocol", args.protocol, "--load", str(args.load), "--notifications", args.notifications]
         if args.tls:
             cmd.append("--tls")
         return subprocess.call(cmd, cwd=ROOT)
@@ -147,7 +147,8 @@ def inner(args: argparse.Namespace) -> int:
         f"target: bench\ninterval: {args.interval}\n"
         f"sources:\n  netdev: {{interfaces: ['eb*']}}\n  ethtool: {{interfaces: ['eb*']}}\n"
         "  system: {enabled: false}\n"
-        f"exporters:\n  dialout:\n    - {{name: col, address: '127.0.0.1:{port}', protocol: {args.protocol}, {tls_cfg}}}\n"
+        f"exporters:\n  dialout:\n    - {{name: col, address: '127.0.0.1:{port}', protocol: {args.protocol}, {tls_cfg},"
+        f" notifications: {args.notifications}}}\n"
         f"control: {{socket: {tmp / 'swtel.sock'}, group: null}}\nlog: {{level: warning}}\n"
     )
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
@@ -187,7 +188,7 @@ def inner(args: argparse.Namespace) -> int:
             missing = sum(len(q) for q in pending)
         ex = status["exporters"]["dialout:col"]
         print(f"agent backend={status['backend']} ports={args.ports} interval={args.interval * 1000:.0f}ms "
-              f"tls={args.tls} protocol={args.protocol} load={args.load} window={wall1 - wall0:.1f}s frames={sum(sent)}")
+              f"tls={args.tls} protocol={args.protocol} notifications={args.notifications} load={args.load} window={wall1 - wall0:.1f}s frames={sum(sent)}")
         print(f"agent CPU: {cpu_pct:.2f}% of one core   RSS: {rss / 2**20:.1f} MiB")
         print(f"dial-out: sent={ex['sent']} dropped={ex['dropped']} superseded={ex['superseded']} "
               f"reconnects={ex['reconnects']} state={ex['state']}; collector messages={col.received}")
@@ -220,6 +221,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.1)
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--protocol", default="nokia", choices=("nokia", "sonic"))
+    ap.add_argument("--notifications", default="per-container", choices=("per-container", "per-tick"))
     ap.add_argument("--load", type=float, default=1.0, help="share of ports hit per round (1.0: all)")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ns-a", help=argparse.SUPPRESS)

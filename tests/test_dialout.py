@@ -326,7 +326,8 @@ class CollectorProcess:
         self.err.close()
 
 
-def _agent_config(tmp_path, pair, port: int, pki=None, protocol: str = "nokia") -> str:
+def _agent_config(tmp_path, pair, port: int, pki=None, protocol: str = "nokia",
+                  notifications: str = "per-container") -> str:
     tls = (f"tls: {{ca: {pki.ca}, server_name: collector.test}}" if pki else "insecure: true")
     return (
         "target: e2e-leaf\n"
@@ -337,7 +338,8 @@ def _agent_config(tmp_path, pair, port: int, pki=None, protocol: str = "nokia") 
         "  system: {enabled: false}\n"
         "exporters:\n"
         "  dialout:\n"
-        f"    - {{name: col, address: '127.0.0.1:{port}', protocol: {protocol}, {tls}, queue: 100}}\n"
+        f"    - {{name: col, address: '127.0.0.1:{port}', protocol: {protocol}, {tls}, queue: 100,"
+        f" notifications: {notifications}}}\n"
         f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
     )
 
@@ -356,16 +358,18 @@ def _snapshot_then_sync(col: CollectorProcess, path: str):
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("secure,protocol", [(True, "nokia"), (False, "sonic")])
-def test_e2e_exact_packets_reach_collector(tmp_path, pki, secure, protocol):
+@pytest.mark.parametrize("secure,protocol,notifications",
+                         [(True, "nokia", "per-container"), (False, "sonic", "per-container"),
+                          (False, "nokia", "per-tick")])
+def test_e2e_exact_packets_reach_collector(tmp_path, pki, secure, protocol, notifications):
     from tests.netns import AgentProcess, veth_pair
 
     n = 777
     with veth_pair() as pair:
         port = free_port()
         col = CollectorProcess(pair.b, port, tmp_path / "col.jsonl", pki if secure else None)
-        agent = AgentProcess(pair.b, _agent_config(tmp_path, pair, port, pki if secure else None, protocol),
-                             tmp_path)
+        agent = AgentProcess(pair.b, _agent_config(tmp_path, pair, port, pki if secure else None, protocol,
+                                                   notifications), tmp_path)
         path = f"/interfaces/interface[name={pair.b_if}]/state/counters/in-pkts"
         try:
             agent.wait_ready()

@@ -192,3 +192,30 @@ def test_deletes_and_sync():
     assert [paths.from_proto(d) for d in oc.delete] == [gone[0].path, gone[2].path]
     assert msgs[1].update.prefix.origin == SWTEL_ORIGIN
     assert gnmi_pb2.SubscribeResponse.FromString(encode.encode_sync()).sync_response is True
+
+
+def test_per_tick_mode_carries_the_same_values_in_one_notification_per_origin():
+    table = make_table([f"swp{i}" for i in range(1, 5)])
+    ext = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp1]/pfc")
+    table = CounterTable("t", table.specs + [CounterSpec(ext, "priority[id=3]/in-pause-pkts")])
+    values = list(range(500, 500 + len(table)))
+    indices = [0, 12, 3, 17, len(table) - 1]
+    batch = make_batch(table, values, ts_ns=7, indices=indices)
+
+    def absolute(blobs):
+        out = {}
+        for m in _decode(blobs):
+            n = m.update
+            assert n.timestamp == 7 and n.prefix.target == "leaf01"
+            for u in n.update:
+                out[(n.prefix.origin, paths.join(n.prefix, u.path))] = u.val.uint_val
+        return out
+
+    per_container = encode.encode_batch(batch, "leaf01")
+    per_tick = encode.encode_batch(batch, "leaf01", per_tick=True)
+    assert absolute(per_tick) == absolute(per_container)
+    assert len(per_container) == 4 and len(per_tick) == 2  # openconfig + swtel
+    msgs = _decode(per_tick)
+    assert [m.update.prefix.origin for m in msgs] == ["openconfig", SWTEL_ORIGIN]
+    assert all(paths.from_proto(m.update.prefix) == "/" for m in msgs)
+    assert encode.codec(table, "leaf01", per_tick=True) is not encode.codec(table, "leaf01")

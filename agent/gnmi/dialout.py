@@ -52,15 +52,15 @@ class _SharedEncoding:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[Any, str] | None = None
+        self._key: tuple[Any, str, bool] | None = None
         self._msgs: list[bytes] = []
 
-    def batch(self, batch: Batch, target: str) -> list[bytes]:
+    def batch(self, batch: Batch, target: str, per_tick: bool) -> list[bytes]:
         with self._lock:
             # keeping a reference to the batch keeps its id from being reused
-            if self._key is None or self._key[0] is not batch or self._key[1] != target:
-                self._msgs = encode.encode_batch(batch, target)
-                self._key = (batch, target)
+            if self._key is None or self._key[0] is not batch or self._key[1:] != (target, per_tick):
+                self._msgs = encode.encode_batch(batch, target, per_tick=per_tick)
+                self._key = (batch, target, per_tick)
             return self._msgs
 
 
@@ -73,6 +73,7 @@ class DialoutExporter:
     def __init__(self, cfg: DialoutConfig, target: str) -> None:
         self.cfg = cfg
         self.target = target
+        self.per_tick = cfg.notifications == "per-tick"
         self.name = cfg.name or str(cfg.address)
         self.method = METHODS[cfg.protocol]
         self._cond = threading.Condition()
@@ -105,7 +106,7 @@ class DialoutExporter:
         self._thread.start()
 
     def on_batch(self, batch: Batch) -> None:
-        self._enqueue(_COUNTERS, _shared.batch(batch, self.target))
+        self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick))
 
     def on_state(self, updates: list[StateUpdate]) -> None:
         self._enqueue(_EVENTS, encode.encode_states(updates, self.target))
@@ -183,7 +184,7 @@ class DialoutExporter:
         live: set[Container] = set()
         if store is not None:
             for batch in store.snapshot_batches():
-                msgs.extend(encode.encode_batch(batch, self.target))
+                msgs.extend(encode.encode_batch(batch, self.target, per_tick=self.per_tick))
                 live.update(spec.container for spec in batch.table.specs)
             states = store.states()
             live.update(u.container for u in states)

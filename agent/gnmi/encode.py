@@ -44,29 +44,39 @@ def prefix_bytes(container: Container, target: str) -> bytes:
     return paths.encoded(container.path, container.origin, target)
 
 
-def codec(table: CounterTable, target: str) -> TableCodec:
-    """The table's cached codec for ``target``, built on first use."""
-    key = f"gnmi:{target}"
+def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCodec:
+    """The table's cached codec for ``target``, built on first use.
+
+    ``per_tick``: one Notification per origin instead of per container (prefix: origin
+    and target only, update paths absolute). Far fewer messages when many ports change
+    at once; gRPC's per-message cost then stops dominating latency.
+    """
+    key = f"gnmi:{target}:{'tick' if per_tick else 'container'}"
     cached = table.cache.get(key)
     if cached is None:
-        ids: dict[Container, int] = {}
+        ids: dict[Any, int] = {}
         containers = array("I")
-        for spec in table.specs:
-            containers.append(ids.setdefault(spec.container, len(ids)))
-        cached = TableCodec(
-            prefixes=[prefix_bytes(c, target) for c in ids],
-            paths=[paths.encoded(spec.leaf) for spec in table.specs],
-            containers=containers,
-        )
+        if per_tick:
+            for spec in table.specs:
+                containers.append(ids.setdefault(spec.container.origin, len(ids)))
+            prefixes = [paths.encoded("/", origin, target) for origin in ids]
+            leaf_paths = [paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString() for s in table.specs]
+        else:
+            for spec in table.specs:
+                containers.append(ids.setdefault(spec.container, len(ids)))
+            prefixes = [prefix_bytes(c, target) for c in ids]
+            leaf_paths = [paths.encoded(spec.leaf) for spec in table.specs]
+        cached = TableCodec(prefixes=prefixes, paths=leaf_paths, containers=containers)
         table.cache[key] = cached
     return cached
 
 
-def encode_batch(batch: Batch, target: str, max_updates: int = MAX_UPDATES) -> list[bytes]:
-    """One SubscribeResponse per container with changed counters (uint_val values)."""
+def encode_batch(batch: Batch, target: str, max_updates: int = MAX_UPDATES, per_tick: bool = False) -> list[bytes]:
+    """One SubscribeResponse per container (or, ``per_tick``, per origin) with changed
+    counters (uint_val values), split every ``max_updates`` updates."""
     if not batch.indices:
         return []
-    c = codec(batch.table, target)
+    c = codec(batch.table, target, per_tick)
     return _backend.encoder.encode_updates(
         batch.ts_ns, batch.indices, batch.values, c.containers, c.prefixes, c.paths, max_updates
     )
