@@ -6,10 +6,12 @@ tick, which costs one integer comparison; tables are rebuilt only after an event
 from __future__ import annotations
 
 import fnmatch
+import socket
 import threading
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from agent import logs
 
@@ -101,8 +103,17 @@ class LinkTracker:
 
     def refresh(self) -> None:
         """Full re-discovery (start, and after the event socket overflowed)."""
+        # One request per link rather than one dump: pyroute2 parses a whole dump into
+        # memory at once (about 7 MB for 256 ports, most of it never returned to the OS).
+        links: dict[int, Link] = {}
         with IPRoute() as ipr:
-            links = {link.ifindex: link for link in map(link_from_msg, ipr.get_links())}
+            for ifindex, _name in socket.if_nameindex():
+                try:
+                    msgs = ipr.get_links(ifindex)
+                except NetlinkError:
+                    continue  # gone since if_nameindex(): its RTM_DELLINK is queued anyway
+                for link in map(link_from_msg, msgs):
+                    links[link.ifindex] = link
         with self._lock:
             if links != self._links:
                 self._links = links
