@@ -157,10 +157,11 @@ def ethtool_strings(fd: int, ifname: str) -> list[str]:
     count = _stats_count(fd, ifname)
     if count == 0:
         return []
-    buf = bytearray(12 + count * _ETH_GSTRING_LEN)
+    room = count * 2 + 1024  # the kernel writes the driver's current count: headroom
+    buf = bytearray(12 + room * _ETH_GSTRING_LEN)
     struct.pack_into("=III", buf, 0, _ETHTOOL_GSTRINGS, _ETH_SS_STATS, count)
     _call(fd, ifname, buf)
-    got = min(struct.unpack_from("=I", buf, 8)[0], count)
+    got = min(struct.unpack_from("=I", buf, 8)[0], room)
     names = []
     for i in range(got):
         raw = bytes(buf[12 + i * _ETH_GSTRING_LEN: 12 + (i + 1) * _ETH_GSTRING_LEN])
@@ -238,6 +239,7 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
             continue
         c = cur[i]
         p = prev[i]
+        w32 = widths[i] == 32 and c <= 0xFFFFFFFF and p <= 0xFFFFFFFF  # wider: really 64-bit
         flags = F_CHANGED
         if not known[i]:
             known[i] = 1
@@ -251,18 +253,18 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
             acc[i] = c
         elif c > p:
             d = c - p
-            if d > (_JUMP_32 if widths[i] == 32 else _JUMP_64):
+            if d > (_JUMP_32 if w32 else _JUMP_64):
                 delta = 0
                 flags |= F_RESET
             else:
                 delta = d
                 acc[i] = (acc[i] + d) & _MASK64
-        elif widths[i] == 32 and p - c > 0x80000000:
+        elif w32 and p - c > 0x80000000:
             delta = c + 0x100000000 - p
             acc[i] = (acc[i] + delta) & _MASK64
             flags |= F_WRAP
         else:
-            delta = 0 if c > (_JUMP_32 if widths[i] == 32 else _JUMP_64) else c
+            delta = 0 if c > (_JUMP_32 if w32 else _JUMP_64) else c
             acc[i] = (acc[i] + delta) & _MASK64
             flags |= F_RESET
         prev[i] = c

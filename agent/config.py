@@ -508,6 +508,10 @@ def _check(cfg: Config, problems: list[str]) -> None:
     sim = cfg.sources.sim
     if not 1 <= sim.ports <= 4096:
         problems.append(f"sources.sim.ports: expected 1..4096, got {sim.ports}")
+    if sim.enabled:
+        # Accepted (DESIGN's config shape) but refused until the simulator exists,
+        # rather than silently ignored.
+        problems.append("sources.sim.enabled: the simulated switch is not available in this version")
     if not cfg.sources.rdma.root.startswith("/"):
         problems.append(f"sources.rdma.root: expected an absolute path, got {cfg.sources.rdma.root!r}")
     _check_exporters(cfg.exporters, problems)

@@ -33,6 +33,12 @@ F_RESET = 0x04
 F_NEW = 0x08
 
 
+def escape_key(value: str) -> str:
+    """A key value as it stands inside ``[k=...]`` in a path string: ``\\`` and ``]`` escaped
+    (gNMI path conventions), so any interface name survives a round trip."""
+    return value.replace("\\", "\\\\").replace("]", "\\]")
+
+
 @dataclass(frozen=True, slots=True)
 class Container:
     """A gNMI notification prefix: origin plus an absolute path.

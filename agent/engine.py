@@ -23,9 +23,11 @@ from agent.counters import (
     Container,
     CounterTable,
     StateUpdate,
+    escape_key,
 )
 from agent.links import LinkTracker
 from agent.sources import REGISTRY, Source
+from agent.sources.base import interface_path
 from agent.store import Store
 
 if TYPE_CHECKING:
@@ -36,6 +38,15 @@ if TYPE_CHECKING:
 
 log = logs.get("engine")
 HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change only)
+
+
+def _containers(table: CounterTable) -> set[Container]:
+    return {s.container for s in table.specs}
+
+
+def _ports(table: CounterTable) -> set[str]:
+    """Interfaces this table has data for (their subtree is deleted when the last source drops them)."""
+    return {s.port for s in table.specs if s.port and s.container.path.startswith("/interfaces/interface[")}
 
 
 class SourceRunner:
@@ -66,27 +77,30 @@ class SourceRunner:
     def name(self) -> str:
         return self.source.name
 
-    def adopt_table(self) -> list[Container]:
+    def adopt_table(self) -> tuple[list[Container], set[str]]:
         """The source rebuilt its table: carry each surviving counter's state over by
-        path (so a port add/remove causes no spurious resets); return removed containers."""
+        path (so a port add/remove causes no spurious resets); return the containers and
+        the ports that are no longer in it."""
         new = self.source.table
         old = self.table
         n = len(new)
         prev, acc, known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
         gone: list[Container] = []
+        ports: set[str] = set()
         if old is not None and len(old):
             where = {(s.container, s.leaf): i for i, s in enumerate(old.specs)}
             for i, spec in enumerate(new.specs):
                 j = where.get((spec.container, spec.leaf))
                 if j is not None:
                     prev[i], acc[i], known[i] = self.prev[j], self.acc[j], self.known[j]
-            kept = {s.container for s in new.specs}
-            gone = sorted({s.container for s in old.specs} - kept, key=lambda c: (c.origin, c.path))
+            gone = _containers(old) - _containers(new)
+            gone = sorted(gone, key=lambda c: (c.origin, c.path))
+            ports = _ports(old) - _ports(new)
         self.table, self.prev, self.acc, self.known = new, prev, acc, known
         self.out_idx = array("I", bytes(4 * n))
         self.out_delta = array("q", bytes(8 * n))
         self.out_flags = bytearray(n)
-        return gone
+        return gone, ports
 
     def inherit(self, old: SourceRunner) -> None:
         """Take over a replaced runner's counter state (config reload): adopt_table then
@@ -118,7 +132,7 @@ class SourceRunner:
         cadence = self.refresh_cadence_s
         return {
             "interval_s": self.interval_s,
-            "last_ok_ns": self.last_ok_ns,
+            "last_ok_ns": self.last_ok_ns or None,  # None: no successful poll yet
             "last_duration_us": round(self.last_duration_us, 1),
             "counters": len(self.table.visible) if self.table else 0,
             "refresh_cadence_s": round(cadence, 4) if cadence is not None else None,
@@ -143,6 +157,8 @@ class Engine:
         self.ticks = 0
         self.overruns = 0
         self._runners: list[SourceRunner] = []
+        self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
+        self.listener_errors = 0
         self._next_health = 0.0
         self._health_sent: dict[tuple[Container, str], Any] = {}
         self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
@@ -237,12 +253,27 @@ class Engine:
             return
         old = {r.name: r for r in self._runners}
         self._runners = self._make_runners(cfg, keep=old)
-        kept = {id(r) for r in self._runners}
+        still = {r.name for r in self._runners}
+        ts_ns = time.time_ns()
         for name, runner in old.items():
-            if id(runner) not in kept:
+            if not any(r is runner for r in self._runners):
                 runner.source.close()
-                self.store.drop_source(name)
+            if name not in still:
+                self._retire(runner, ts_ns)
         self.cfg = cfg
+        self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
+
+    def _retire(self, runner: SourceRunner, ts_ns: int) -> None:
+        """A source was turned off: its data is gone, so collectors get deletes."""
+        self.store.drop_source(runner.name)
+        if runner.table is not None:
+            self._publish_deletes(
+                runner.name, ts_ns, sorted(_containers(runner.table), key=lambda c: (c.origin, c.path)),
+                _ports(runner.table),
+            )
+        health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(runner.name)}]")
+        self._health_sent = {k: v for k, v in self._health_sent.items() if not k[0].path.startswith(health.path)}
+        self._publish_deletes(runner.name, ts_ns, [health], set())
 
     def _poll(self, runner: SourceRunner, mono: float) -> None:
         source = runner.source
@@ -253,32 +284,36 @@ class Engine:
             source.setup(self.links.links())
             runner.link_gen = gen
             runner.link_gen_valid = True
+            if source.uses_links and not source.ports and self._rate.allow(("no-ports", source.name)):
+                log.warning("source selects no interface", source=source.name,
+                            interfaces=list(getattr(source.section, "interfaces", [])))
         gone: list[Container] = []
-        if source.table is not runner.table:
-            gone = runner.adopt_table()
+        gone_ports: set[str] = set()
+        rebuilt = source.table is not runner.table
+        if rebuilt:
+            gone, gone_ports = runner.adopt_table()
             self._hold_ports(source.name, runner.table)
         try:
             source.read()
         except OSError as exc:
             source.note_error(str(exc))
-            log.warning("read failed", source=source.name, error=str(exc))
+            self._rate.log(log, "warning", ("read", source.name), "read failed", source=source.name, error=str(exc))
             return
         n = runner.diff()
         runner.reads += 1
         runner.last_ok_ns = ts_ns
-        if n or gone or runner.reads == 1:
+        if n or rebuilt:
             # Listeners may hold the batch past this tick: give them a copy.
             values = array("Q", runner.acc)
             self.store.set_source(source.name, runner.table, values, ts_ns)
         else:
             self.store.touch_source(source.name, ts_ns)
-        if gone:
-            self._publish_deletes(source.name, ts_ns, gone)
+        if gone or gone_ports:
+            self._publish_deletes(source.name, ts_ns, gone, gone_ports)
         states = source.states(ts_ns)
         if states:
             self.store.set_states(states)
-            for listener in self.listeners:
-                listener.on_state(states)
+            self._tell("on_state", states)
         if n:
             idx = runner.out_idx[:n].tolist()
             flags = bytes(runner.out_flags[:n])
@@ -286,36 +321,49 @@ class Engine:
             # The first read of a counter is its baseline, not a change seen on the wire.
             fresh = sum(1 for f in flags if f & F_NEW)
             runner.note_changes(n - fresh, mono)
-            for listener in self.listeners:
-                listener.on_batch(batch)
+            self._tell("on_batch", batch)
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
 
-    def _publish_deletes(self, source: str, ts_ns: int, gone: list[Container]) -> None:
-        """A source dropped containers. A port's whole subtree (both origins) is deleted
-        once no source holds that port any more; other containers go one by one."""
-        ports = {c.path.split("]/", 1)[0] + "]" for c in gone if c.path.startswith("/interfaces/interface[")}
-        vanished = []
+    def _tell(self, method: str, *args: Any) -> None:
+        """Hand data to every listener; one listener's bug must not stop polling or the others."""
+        for listener in self.listeners:
+            try:
+                getattr(listener, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - isolate listeners from the tick loop
+                self.listener_errors += 1
+                self._rate.log(log, "error", ("listener", getattr(listener, "name", "?"), method),
+                               "exporter failed on new data", exporter=getattr(listener, "name", "?"),
+                               method=method, error=repr(exc))
+
+    def _publish_deletes(self, source: str, ts_ns: int, gone: list[Container], ports: set[str]) -> None:
+        """A source dropped containers and ports. A port's whole subtree (both origins) is
+        deleted once, when the link is gone or no source holds it any more; containers of
+        a port that stays (another source still reads it) go one by one."""
+        existing = {link.name for link in self.links.links().values()} if ports else set()
+        vanished, covered = [], []
         for port in sorted(ports):
-            holders = self._port_holders.get(port, set())
+            holders = self._port_holders.get(port)
+            if holders is None:  # its subtree was deleted already (another source noticed first)
+                covered.append(port)
+                continue
             holders.discard(source)
-            if not holders:
-                self._port_holders.pop(port, None)
+            if not holders or port not in existing:
+                del self._port_holders[port]
                 vanished.append(port)
-        containers = [Container(origin, p) for p in vanished for origin in (OPENCONFIG, SWTEL_ORIGIN)]
-        containers += [c for c in gone if not c.path.startswith("/interfaces/interface[")]
+        whole = [interface_path(p) for p in vanished]
+        skip = whole + [interface_path(p) for p in covered]
+        containers = [Container(origin, p) for p in whole for origin in (OPENCONFIG, SWTEL_ORIGIN)]
+        containers += [c for c in gone if not any(c.path.startswith(p + "/") for p in skip)]
         if not containers:
             return
         self.store.drop_containers(containers)
-        for listener in self.listeners:
-            listener.on_delete(ts_ns, containers)
+        self._tell("on_delete", ts_ns, containers)
 
     def _hold_ports(self, source: str, table: CounterTable) -> None:
-        for spec in table.specs:
-            if spec.container.path.startswith("/interfaces/interface["):
-                port = spec.container.path.split("]/", 1)[0] + "]"
-                self._port_holders.setdefault(port, set()).add(source)
+        for port in _ports(table):
+            self._port_holders.setdefault(port, set()).add(source)
 
     def _publish_health(self, now: float) -> None:
         """Every HEALTH_PERIOD_S, each source's interval, measured refresh cadence, read
@@ -324,7 +372,7 @@ class Engine:
         ts_ns = time.time_ns()
         updates = []
         for r in self._runners:
-            c = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={r.name}]/state")
+            c = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(r.name)}]/state")
             cadence = r.refresh_cadence_s
             for leaf, value in (
                 ("interval-ms", round(r.interval_s * 1000)),
@@ -338,14 +386,14 @@ class Engine:
                     updates.append(StateUpdate(ts_ns, c, leaf, value, "agent"))
         if updates:
             self.store.set_states(updates)
-            for listener in self.listeners:
-                listener.on_state(updates)
+            self._tell("on_state", updates)
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
         return {
             "ticks": self.ticks,
             "overruns": self.overruns,
+            "listener_errors": self.listener_errors,
             "loop_error": self.loop_error,
             "sources": {r.name: r.status() for r in self._runners},
         }

@@ -88,6 +88,7 @@ class LinkTracker:
         self._thread: threading.Thread | None = None
         self._events: IPRoute | None = None
         self._bind_error: OSError | None = None
+        self._refreshed = threading.Event()
 
     def start(self) -> None:
         # Subscribe first, then dump, so no event between the two is lost. The event
@@ -100,6 +101,7 @@ class LinkTracker:
         if self._bind_error is not None:
             raise self._bind_error
         self.refresh()
+        self._refreshed.set()  # now the queued events apply on top of the dump, in order
 
     def refresh(self) -> None:
         """Full re-discovery (start, and after the event socket overflowed)."""
@@ -128,6 +130,7 @@ class LinkTracker:
             return
         finally:
             bound.set()
+        self._refreshed.wait()
         while not self._stop.is_set():
             try:
                 msgs = self._events.get()
@@ -165,6 +168,7 @@ class LinkTracker:
 
     def stop(self) -> None:
         self._stop.set()
+        self._refreshed.set()
         if self._events is not None:
             try:
                 self._events.close()

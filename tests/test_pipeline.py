@@ -108,3 +108,111 @@ def test_rename_is_a_delete_and_a_new_port_and_health_is_published(tmp_path):
                            what="per-source health")
         finally:
             assert agent.stop() == 0
+
+
+def test_odd_interface_names_are_escaped_and_polling_goes_on(tmp_path):
+    """Linux allows ']' and '\\' in interface names; paths escape them and nothing chokes."""
+    from agent.gnmi import encode, paths
+
+    with veth_pair() as pair:
+        odd = "x]y\\z"
+        sh("ip", "link", "add", odd, "type", "veth", "peer", "name", "odd-peer", ns=pair.b)
+        sh("ip", "link", "set", odd, "up", ns=pair.b)
+        agent = AgentProcess(pair.b, _config(tmp_path, ["*"]), tmp_path)
+        try:
+            agent.wait_ready()
+            escaped = "/interfaces/interface[name=x\\]y\\\\z]/state/counters/in-pkts"
+            agent.wait_for(lambda: any(r.get("path") == escaped for r in agent.records()), what="escaped path")
+            pair.send_udp(5, 64)
+            base = f"/interfaces/interface[name={pair.b_if}]/state/counters/in-pkts"
+            agent.wait_for(lambda: _sum_deltas(agent.records(), base) >= 5, what="polling goes on")
+        finally:
+            assert agent.stop() == 0
+    # The escaped path parses back to the raw name, and encodes to gNMI with it.
+    elems = paths.split(escaped)
+    assert elems[1] == ("interface", {"name": odd})
+    from agent.counters import CounterSpec, CounterTable
+    from agent.sources.base import interface
+
+    table = CounterTable("netdev", [CounterSpec(interface(odd, "openconfig", "state/counters"), "in-pkts")])
+    from tests.gnmi_helpers import make_batch
+
+    (msg,) = encode.encode_batch(make_batch(table, [7], ts_ns=1), "t")
+    from pygnmi.spec.v080 import gnmi_pb2
+
+    n = gnmi_pb2.SubscribeResponse.FromString(msg).update
+    assert n.prefix.elem[1].key["name"] == odd
+
+
+def test_a_failing_exporter_does_not_stop_polling(tmp_path):
+    """One listener raising on new data is counted and logged; the others still get it."""
+    import time
+
+    from agent import config
+    from agent.engine import Engine
+
+    class Broken:
+        name = "broken"
+
+        def start(self, store): ...
+        def on_batch(self, batch): raise RuntimeError("boom")
+        def on_state(self, updates): raise RuntimeError("boom")
+        def on_delete(self, ts, containers): raise RuntimeError("boom")
+        def stop(self, timeout): ...
+        def status(self): return {}
+
+    class Counting(Broken):
+        name = "counting"
+        batches = 0
+
+        def on_batch(self, batch):
+            Counting.batches += 1
+
+        def on_state(self, updates): ...
+
+    cfg = config.parse("interval: 20ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false}}\n")
+    engine = Engine(cfg, [Broken(), Counting()])
+    engine.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (engine.listener_errors < 1 or Counting.batches < 1):
+            time.sleep(0.02)
+        ticks = engine.ticks
+        time.sleep(0.2)
+        assert engine.ticks > ticks and engine.loop_error is None
+        assert engine.listener_errors >= 1 and Counting.batches >= 1
+    finally:
+        engine.stop()
+
+
+def test_disabling_ethtool_by_reload_deletes_its_containers(tmp_path):
+    import os
+    import signal
+
+    with veth_pair() as pair:
+        agent = AgentProcess(pair.b, _config(tmp_path, [pair.b_if]), tmp_path)
+        try:
+            agent.wait_ready()
+            raw = f"swtel:/interfaces/interface[name={pair.b_if}]/ethtool"
+            agent.wait_for(lambda: any(r.get("path", "").startswith(raw + "/") for r in agent.records()),
+                           what="ethtool counters")
+            agent.config.write_text(_config(tmp_path, [pair.b_if]).replace(
+                f"  ethtool: {{interfaces: ['{pair.b_if}']}}\n", "  ethtool: {enabled: false}\n"))
+            assert "ethtool: {enabled: false}" in agent.config.read_text()
+            os.kill(agent.proc.pid, signal.SIGHUP)
+            agent.wait_for(lambda: any(r.get("delete") and r["path"] == raw for r in agent.records()),
+                           what="delete of the ethtool container")
+            # The port itself is still there (netdev holds it): no port-level delete.
+            assert not any(r.get("delete") and r["path"].endswith(f"[name={pair.b_if}]") for r in agent.records())
+        finally:
+            assert agent.stop() == 0
+
+
+def test_a_source_selecting_no_interface_says_so(tmp_path):
+    with veth_pair() as pair:
+        agent = AgentProcess(pair.b, _config(tmp_path, ["swp99"]), tmp_path)
+        try:
+            agent.wait_ready()
+            agent.wait_for(lambda: "source selects no interface" in agent.log.read_text(), what="warning")
+        finally:
+            assert agent.stop() == 0

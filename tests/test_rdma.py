@@ -88,3 +88,59 @@ def test_rdma_counters_wrap_and_count(tmp_path):
     assert "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters/roce-adp-retrans" in paths
     assert "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/counters/port-rcv-data" in paths
     assert status["counters"] == 4 and status["errors"] == 0
+
+
+def test_rdma_device_appearing_later_is_picked_up(tmp_path, monkeypatch):
+    from agent.sources import rdma
+
+    monkeypatch.setattr(rdma, "RESCAN_S", 0.1)
+    cfg = config.parse(
+        f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
+        f" system: {{enabled: false}}, rdma: {{enabled: true, root: {tmp_path}}}}}\n"
+    )
+    sink = Collect()
+    engine = Engine(cfg, [sink])
+    engine.start()
+    try:
+        assert _wait(lambda: engine.status()["sources"]["rdma"]["reads"] > 3)
+        assert engine.status()["sources"]["rdma"]["counters"] == 0
+        (tmp_path / DEV / "hw_counters").mkdir(parents=True)  # mlx5_ib loads late
+        _write(tmp_path, "hw_counters", "roce_adp_retrans", 3)
+        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 1)
+        _write(tmp_path, "hw_counters", "roce_adp_retrans", 9)
+        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 2)
+    finally:
+        engine.stop()
+    assert sink.changes("roce-adp-retrans")[1][:2] == (9, 6)
+
+
+def test_reload_changing_a_source_keeps_its_data_and_disabling_it_deletes(tmp_path):
+    (tmp_path / DEV / "hw_counters").mkdir(parents=True)
+    _write(tmp_path, "hw_counters", "np_cnp_sent", 41)
+
+    def cfg(rdma: str):
+        return config.parse(
+            f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
+            f" system: {{enabled: false}}, rdma: {{root: {tmp_path}, {rdma}}}}}\n"
+        )
+
+    sink = Collect()
+    deletes = []
+    sink.on_delete = lambda ts, containers: deletes.extend(containers)
+    engine = Engine(cfg("enabled: true, interval: 50ms"), [sink])
+    engine.start()
+    try:
+        assert _wait(lambda: len(sink.changes("np-cnp-sent")) == 1)
+        engine.reload(cfg("enabled: true, interval: 60ms"))  # the section changed: a new runner
+        assert _wait(lambda: engine.status()["sources"]["rdma"]["interval_s"] == 0.06)
+        time.sleep(0.2)
+        # The quiet counter is still in the store (snapshots, gNMI Get), unchanged, not reset.
+        snap = {b.source: b for b in engine.store.snapshot_batches()}
+        assert [snap["rdma"].values[i] for i in snap["rdma"].indices] == [41]
+        assert len(sink.changes("np-cnp-sent")) == 1  # no new baseline after the reload
+        engine.reload(cfg("enabled: false"))
+        assert _wait(lambda: "rdma" not in engine.status()["sources"])
+        assert _wait(lambda: any(c.path.startswith("/rdma/devices/device[name=mlx5_0]") for c in deletes))
+        assert "rdma" not in {b.source for b in engine.store.snapshot_batches()}
+    finally:
+        engine.stop()

@@ -59,6 +59,8 @@ static PyObject *diff(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t c = cur[i], p = prev[i];
+        /* A "32-bit" counter holding a wider value is really 64-bit: never wrap it. */
+        int w32 = width[i] == 32 && c <= 0xFFFFFFFFULL && p <= 0xFFFFFFFFULL;
         int64_t delta;
         uint8_t flags = SWTEL_F_CHANGED;
         if (kind[i] == 2) /* HIDDEN: read but never reported */
@@ -75,14 +77,14 @@ static PyObject *diff(PyObject *self, PyObject *args)
             acc[i] = c;
         } else if (c > p) {
             uint64_t d = c - p;
-            if (d > (width[i] == 32 ? JUMP_32 : JUMP_64)) {
+            if (d > (w32 ? JUMP_32 : JUMP_64)) {
                 delta = 0;
                 flags |= SWTEL_F_RESET;
             } else {
                 delta = (int64_t)d;
                 acc[i] += d;
             }
-        } else if (width[i] == 32 && p - c > 0x80000000ULL) {
+        } else if (w32 && p - c > 0x80000000ULL) {
             uint64_t d = c + 0x100000000ULL - p;
             delta = (int64_t)d;
             acc[i] += d;
@@ -90,7 +92,7 @@ static PyObject *diff(PyObject *self, PyObject *args)
         } else {
             /* A reset: the new value is what was counted since. A value too
              * large to be that is a discontinuity like a jump. */
-            delta = c > (width[i] == 32 ? JUMP_32 : JUMP_64) ? 0 : (int64_t)c;
+            delta = c > (w32 ? JUMP_32 : JUMP_64) ? 0 : (int64_t)c;
             acc[i] += (uint64_t)delta;
             flags |= SWTEL_F_RESET;
         }

@@ -87,12 +87,16 @@ static PyObject *ethtool_strings(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "is#", &fd, &ifname, &len) || check_ifname(ifname, len) < 0)
         return NULL;
     uint32_t count = 0;
+    size_t room = 0;
     struct ethtool_gstrings *gs = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stats_count(fd, ifname, &count);
+    /* As with GSTATS, the kernel writes as many strings as the driver has by now,
+     * whatever len says: allocate headroom for a table that grew in between. */
+    room = (size_t)count * 2 + 1024;
     if (rc == 0 && count > 0) {
-        gs = calloc(1, sizeof(*gs) + (size_t)count * ETH_GSTRING_LEN);
+        gs = calloc(1, sizeof(*gs) + room * ETH_GSTRING_LEN);
         if (gs == NULL) {
             rc = -ENOMEM;
         } else {
@@ -108,7 +112,7 @@ static PyObject *ethtool_strings(PyObject *self, PyObject *args)
         errno = -rc;
         return PyErr_SetFromErrnoWithFilename(PyExc_OSError, ifname);
     }
-    uint32_t got = gs ? (gs->len < count ? gs->len : count) : 0;
+    uint32_t got = gs ? (gs->len < room ? gs->len : (uint32_t)room) : 0;
     PyObject *list = PyList_New(got);
     for (uint32_t i = 0; list && i < got; i++) {
         char name[ETH_GSTRING_LEN + 1];

@@ -6,37 +6,66 @@ Path strings use the gNMI string form: ``/a/b[k=v][k2=v2]/c``, an optional
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
 from pygnmi.spec.v080 import gnmi_pb2
 
-_ELEM_RE = re.compile(r"([^\[\]/]+)((?:\[[^=\]]+=[^\]]*\])*)")
-_KEY_RE = re.compile(r"\[([^=\]]+)=([^\]]*)\]")
+from agent.counters import escape_key
 
+__all__ = ["escape_key", "split", "split_origin", "to_proto", "from_proto", "join", "encoded", "matches"]
 
 def split(path: str) -> list[tuple[str, dict[str, str]]]:
-    """``/a/b[k=v]/c`` -> [("a", {}), ("b", {"k": "v"}), ("c", {})]. Brackets protect slashes."""
+    """``/a/b[k=v]/c`` -> [("a", {}), ("b", {"k": "v"}), ("c", {})].
+
+    Inside ``[...]`` a backslash escapes the next character and ``/`` is plain text,
+    so key values may hold any character.
+    """
     elems: list[tuple[str, dict[str, str]]] = []
-    depth, start = 0, 0
-    parts: list[str] = []
-    for i, ch in enumerate(path):
-        if ch == "[":
-            depth += 1
+    name: list[str] = []
+    keys: dict[str, str] = {}
+    i, n = 0, len(path)
+    while i < n:
+        ch = path[i]
+        if ch == "/":
+            if name or keys:
+                elems.append(_elem(name, keys, path))
+            name, keys = [], {}
+            i += 1
+        elif ch == "[":
+            if not name:
+                raise ValueError(f"key without an element name in {path!r}")
+            eq = path.find("=", i)
+            if eq < 0:
+                raise ValueError(f"key without '=' in {path!r}")
+            key = path[i + 1 : eq]
+            value: list[str] = []
+            i = eq + 1
+            while i < n and path[i] != "]":
+                if path[i] == "\\" and i + 1 < n:
+                    i += 1
+                value.append(path[i])
+                i += 1
+            if i >= n or not key or "[" in key or "]" in key:
+                raise ValueError(f"bad key in {path!r}")
+            keys[key] = "".join(value)
+            i += 1
         elif ch == "]":
-            depth -= 1
-        elif ch == "/" and depth == 0:
-            parts.append(path[start:i])
-            start = i + 1
-    parts.append(path[start:])
-    for part in parts:
-        if not part:
-            continue
-        m = _ELEM_RE.fullmatch(part)
-        if not m:
-            raise ValueError(f"bad path element {part!r} in {path!r}")
-        elems.append((m.group(1), dict(_KEY_RE.findall(m.group(2)))))
+            raise ValueError(f"unbalanced ']' in {path!r}")
+        else:
+            if keys:
+                raise ValueError(f"text after a key in {path!r}")
+            name.append(ch)
+            i += 1
+    if name or keys:
+        elems.append(_elem(name, keys, path))
     return elems
+
+
+def _elem(name: list[str], keys: dict[str, str], path: str) -> tuple[str, dict[str, str]]:
+    text = "".join(name)
+    if not text:
+        raise ValueError(f"empty element name in {path!r}")
+    return text, keys
 
 
 def split_origin(path: str) -> tuple[str, str]:
@@ -59,7 +88,7 @@ def from_proto(path: gnmi_pb2.Path) -> str:
     """Path message -> string (elems only; origin and target are separate fields)."""
     out = []
     for e in path.elem:
-        keys = "".join(f"[{k}={e.key[k]}]" for k in sorted(e.key))
+        keys = "".join(f"[{k}={escape_key(e.key[k])}]" for k in sorted(e.key))
         out.append(f"{e.name}{keys}")
     if not out and path.element:  # deprecated gNMI 0.3 string elements
         out = list(path.element)

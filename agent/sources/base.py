@@ -7,7 +7,7 @@ import re
 from array import array
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agent.counters import Container, CounterTable, StateUpdate
+from agent.counters import Container, CounterTable, StateUpdate, escape_key
 
 if TYPE_CHECKING:
     from agent.config import Config
@@ -94,6 +94,11 @@ def leaf_name(raw: str) -> str:
     return re.sub(r"-{2,}", "-", text).strip("-") or "unnamed"
 
 
+def interface_path(port: str) -> str:
+    """``/interfaces/interface[name=<port>]``, the name escaped for a path string."""
+    return f"/interfaces/interface[name={escape_key(port)}]"
+
+
 def interface(port: str, origin: str, tail: str) -> Container:
     """Container below one interface, e.g. ``interface(p, OPENCONFIG, "state/counters")``."""
-    return Container(origin, f"/interfaces/interface[name={port}]/{tail}")
+    return Container(origin, f"{interface_path(port)}/{tail}")

@@ -24,6 +24,7 @@ from agent.counters import (
     Container,
     CounterSpec,
     CounterTable,
+    escape_key,
 )
 from agent.links import Link, select
 from agent.sources.base import Source, counter_wanted, leaf_name, register
@@ -144,9 +145,10 @@ def map_name(rules: list[Rule], port: str, name: str) -> tuple[Container, str, i
             groups = m.groupdict()
             leaf = rule.leaf.format(name=leaf_name(groups.get("name") or ""), n=groups.get("n", ""))
             origin, path = rule.container
-            return Container(origin, path.format(port=port, n=groups.get("n", ""))), leaf, rule.kind
+            key = escape_key(port)
+            return Container(origin, path.format(port=key, n=groups.get("n", ""))), leaf, rule.kind
     origin, path = _RAW
-    return Container(origin, path.format(port=port)), leaf_name(name), COUNTER
+    return Container(origin, path.format(port=escape_key(port))), leaf_name(name), COUNTER
 
 
 @dataclass

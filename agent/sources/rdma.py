@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 from array import array
 
 from agent import _backend
-from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, escape_key
 from agent.sources.base import Source, counter_wanted, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
@@ -32,6 +33,7 @@ WIDTH_32 = {
     "excessive_buffer_overrun_errors", "VL15_dropped", "port_xmit_wait",
 }
 _DIRS = ("hw_counters", "counters")
+RESCAN_S = 30.0  # how often to look for RDMA devices and counter files that came or went
 
 
 @register
@@ -43,18 +45,48 @@ class RdmaSource(Source):
         super().__init__(cfg)
         self._fds = array("i")
         self._status = array("i")
+        self._files: list[str] = []
+        self._next_scan = 0.0
+        self._reopen = False
+
+    @property
+    def needs_setup(self) -> bool:
+        # Devices appear late (mlx5_ib loads after boot) or come back after a driver
+        # reload with new files: look again every RESCAN_S, and at once after errors.
+        return self._reopen or time.monotonic() >= self._next_scan
 
     def setup(self, links) -> None:
+        self._next_scan = time.monotonic() + RESCAN_S
+        found = self._scan()
+        if [f for f, *_ in found] == self._files and not self._reopen:
+            return  # same files, still readable: keep the table and the open fds
+        self._reopen = False
         self.close()
-        sec = self.section
-        base = os.path.join(sec.root, "class", "infiniband")
         specs: list[CounterSpec] = []
         fds: list[int] = []
-        try:
-            devices = sorted(os.listdir(base))
-        except OSError:
-            devices = []
-        for dev in devices:
+        files: list[str] = []
+        for path, container, name, label in found:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # write-only or vanished: not a counter we can read
+            fds.append(fd)
+            files.append(path)
+            width = 32 if name in WIDTH_32 else 64
+            specs.append(CounterSpec(container, leaf_name(name), width, COUNTER, label))
+        self._files = files
+        self.table = CounterTable(self.name, specs)
+        self.values = array("Q", bytes(8 * len(specs)))
+        self._fds = array("i", fds)
+        self._status = array("i", bytes(4 * len(fds)))
+        self.ports = sorted({s.port for s in specs if s.port})
+
+    def _scan(self) -> list[tuple[str, Container, str, str]]:
+        """Every counter file under the root: (path, container, name, "dev/port"), in a stable order."""
+        sec = self.section
+        base = os.path.join(sec.root, "class", "infiniband")
+        out = []
+        for dev in sorted(_listdir(base)):
             if not any(fnmatch.fnmatchcase(dev, p) for p in sec.devices):
                 continue
             ports_dir = os.path.join(base, dev, "ports")
@@ -63,23 +95,13 @@ class RdmaSource(Source):
                     folder = os.path.join(ports_dir, port, sub)
                     container = Container(
                         SWTEL_ORIGIN,
-                        f"/rdma/devices/device[name={dev}]/ports/port[id={port}]/{sub.replace('_', '-')}",
+                        f"/rdma/devices/device[name={escape_key(dev)}]/ports/port[id={escape_key(port)}]"
+                        f"/{sub.replace('_', '-')}",
                     )
                     for name in sorted(_listdir(folder)):
-                        if name == "lifespan" or not counter_wanted(name, sec.counters.include, sec.counters.exclude):
-                            continue
-                        try:
-                            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_CLOEXEC)
-                        except OSError:
-                            continue  # write-only or vanished: not a counter we can read
-                        fds.append(fd)
-                        width = 32 if name in WIDTH_32 else 64
-                        specs.append(CounterSpec(container, leaf_name(name), width, COUNTER, f"{dev}/{port}"))
-        self.table = CounterTable(self.name, specs)
-        self.values = array("Q", bytes(8 * len(specs)))
-        self._fds = array("i", fds)
-        self._status = array("i", bytes(4 * len(fds)))
-        self.ports = sorted({s.port for s in specs if s.port})
+                        if name != "lifespan" and counter_wanted(name, sec.counters.include, sec.counters.exclude):
+                            out.append((os.path.join(folder, name), container, name, f"{dev}/{port}"))
+        return out
 
     def read(self) -> int:
         if not self._fds:
@@ -88,6 +110,7 @@ class RdmaSource(Source):
         if ok != len(self._fds):
             bad = [self.table.specs[i].leaf for i, st in enumerate(self._status) if st]
             self.note_error(f"unreadable: {', '.join(bad[:5])}")
+            self._reopen = True
         return ok
 
     def close(self) -> None:
@@ -97,6 +120,7 @@ class RdmaSource(Source):
             except OSError:
                 pass
         self._fds = array("i")
+        self._files = []
 
 
 def _listdir(path: str) -> list[str]:
