@@ -213,8 +213,13 @@ def sysfs_read(fds, out, status) -> int:
         except OSError as exc:
             status[i] = exc.errno
             continue
-        word = text.strip(b" \t").split(b"\n", 1)[0].split(b" ", 1)[0]
-        if not word.isdigit() or int(word) >= 1 << 64:
+        body = text.lstrip(b" \t")
+        end = 0
+        while end < len(body) and 48 <= body[end] <= 57:
+            end += 1
+        word = body[:end]
+        # Same rule as the C reader: digits, then nothing, a newline or a space.
+        if not word or (end < len(body) and body[end] not in b"\n ") or int(word) >= 1 << 64:
             status[i] = errno.EINVAL
             continue
         out[i] = int(word)
