@@ -25,26 +25,20 @@ PyDoc_STRVAR(diff_doc,
 
 static PyObject *diff(PyObject *self, PyObject *args)
 {
+    static const swtel_bufspec specs[9] = {
+        {8, 0, "cur"},   {8, 1, "prev"},    {8, 1, "acc"},       {1, 1, "known"},    {1, 0, "widths"},
+        {1, 0, "kinds"}, {4, 1, "out_idx"}, {8, 1, "out_delta"}, {1, 1, "out_flags"},
+    };
     PyObject *o[9];
     Py_buffer b[9];
-    static const Py_ssize_t isz[9] = {8, 8, 8, 1, 1, 1, 4, 8, 1};
-    static const int wr[9] = {0, 1, 1, 1, 0, 0, 1, 1, 1};
-    static const char *what[9] = {"cur",   "prev",    "acc",       "known",    "widths",
-                                  "kinds", "out_idx", "out_delta", "out_flags"};
     if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8]))
+                          &o[7], &o[8]) ||
+        swtel_get_buffers(o, b, specs, 9) < 0)
         return NULL;
-    int got = 0;
-    for (; got < 9; got++) {
-        if (swtel_get_buffer(o[got], &b[got], wr[got], isz[got], what[got]) < 0)
-            break;
-    }
     Py_ssize_t n = b[0].len / 8, nchanged = -1;
-    if (got < 9)
-        goto done;
     for (int k = 1; k < 9; k++) {
-        if (b[k].len / isz[k] < n) {
-            PyErr_Format(PyExc_ValueError, "%s is shorter than cur", what[k]);
+        if (b[k].len / specs[k].itemsize < n) {
+            PyErr_Format(PyExc_ValueError, "%s is shorter than cur", specs[k].what);
             goto done;
         }
     }
@@ -104,8 +98,7 @@ static PyObject *diff(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
 done:
-    for (int k = 0; k < got; k++)
-        PyBuffer_Release(&b[k]);
+    swtel_release_buffers(b, 9);
     return nchanged < 0 ? NULL : PyLong_FromSsize_t(nchanged);
 }
 

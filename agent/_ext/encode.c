@@ -109,19 +109,20 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     PyObject *indices = PySequence_Fast(indices_obj, "indices must be a sequence");
     if (indices == NULL)
         return NULL;
-    Py_buffer vbuf = {0}, cbuf = {0};
+    static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
+    PyObject *objs[2] = {values_obj, containers_obj};
+    Py_buffer views[2];
+    Py_buffer *vbuf = &views[0], *cbuf = &views[1];
     Py_ssize_t *idx = NULL, *start = NULL, *order = NULL, *plens = NULL;
     char **pptrs = NULL;
     unsigned char *written = NULL;
     PyObject *result = NULL;
-    if (swtel_get_buffer(values_obj, &vbuf, 0, 8, "values") < 0)
+    if (swtel_get_buffers(objs, views, bufs, 2) < 0)
         goto done_indices;
-    if (swtel_get_buffer(containers_obj, &cbuf, 0, 4, "containers") < 0)
-        goto done_vbuf;
 
-    const uint64_t *values = (const uint64_t *)vbuf.buf;
-    const uint32_t *cont = (const uint32_t *)cbuf.buf;
-    Py_ssize_t nvalues = vbuf.len / 8, ncounters = cbuf.len / 4;
+    const uint64_t *values = (const uint64_t *)vbuf->buf;
+    const uint32_t *cont = (const uint32_t *)cbuf->buf;
+    Py_ssize_t nvalues = vbuf->len / 8, ncounters = cbuf->len / 4;
     Py_ssize_t nprefix = PyList_GET_SIZE(prefixes), npaths = PyList_GET_SIZE(paths);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(indices);
     PyObject **items = PySequence_Fast_ITEMS(indices);
@@ -211,9 +212,7 @@ done:
     PyMem_Free(pptrs);
     PyMem_Free(plens);
     PyMem_Free(written);
-    PyBuffer_Release(&cbuf);
-done_vbuf:
-    PyBuffer_Release(&vbuf);
+    swtel_release_buffers(views, 2);
 done_indices:
     Py_DECREF(indices);
     return result;

@@ -137,32 +137,24 @@ PyDoc_STRVAR(read_doc,
 "on failure (values kept), or to -1 when the driver's count changed (the\n"
 "string table must be re-read). Returns the number of ports read.");
 
+static const swtel_bufspec read_bufs[] = {{4, 0, "counts"}, {8, 1, "out"}, {4, 1, "status"}};
+
 static PyObject *ethtool_read(PyObject *self, PyObject *args)
 {
     int fd;
-    PyObject *names, *o_counts, *o_out, *o_status;
-    if (!PyArg_ParseTuple(args, "iO!OOO", &fd, &PyList_Type, &names, &o_counts, &o_out,
-                          &o_status))
+    PyObject *names, *o[3];
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "iO!OOO", &fd, &PyList_Type, &names, &o[0], &o[1], &o[2]) ||
+        swtel_get_buffers(o, b, read_bufs, 3) < 0)
         return NULL;
     Py_ssize_t nports = PyList_GET_SIZE(names);
-    Py_buffer counts, out, status;
-    if (swtel_get_buffer(o_counts, &counts, 0, 4, "counts") < 0)
-        return NULL;
-    if (swtel_get_buffer(o_out, &out, 1, 8, "out") < 0) {
-        PyBuffer_Release(&counts);
-        return NULL;
-    }
-    if (swtel_get_buffer(o_status, &status, 1, 4, "status") < 0) {
-        PyBuffer_Release(&counts);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    const uint32_t *cnt = counts.buf;
-    int32_t *st = status.buf;
+    Py_buffer *counts = &b[0], *out = &b[1], *status = &b[2];
+    const uint32_t *cnt = counts->buf;
+    int32_t *st = status->buf;
     char (*ifnames)[IFNAMSIZ] = NULL;
     uint64_t total = 0, most = 0;
     int ok = -1;
-    if (counts.len / 4 < nports || status.len / 4 < nports) {
+    if (counts->len / 4 < nports || status->len / 4 < nports) {
         PyErr_SetString(PyExc_ValueError, "counts/status shorter than ifnames");
         goto done;
     }
@@ -171,7 +163,7 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
         if (cnt[i] > most)
             most = cnt[i];
     }
-    if ((uint64_t)out.len < total * 8) {
+    if ((uint64_t)out->len < total * 8) {
         PyErr_SetString(PyExc_ValueError, "out buffer shorter than the sum of counts");
         goto done;
     }
@@ -198,7 +190,7 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
     }
     ok = 0;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t *dst = out.buf;
+    uint64_t *dst = out->buf;
     for (Py_ssize_t i = 0; i < nports; i++) {
         es->cmd = ETHTOOL_GSTATS;
         es->n_stats = cnt[i];
@@ -218,9 +210,7 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
     free(es);
 done:
     free(ifnames);
-    PyBuffer_Release(&counts);
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&status);
+    swtel_release_buffers(b, 3);
     return ok < 0 ? NULL : PyLong_FromLong(ok);
 }
 

@@ -2,21 +2,38 @@
  * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c) and exports a method table. */
 #include "swtel.h"
 
-int swtel_get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
-                     const char *what)
+static int get_buffer(PyObject *obj, Py_buffer *view, const swtel_bufspec *spec)
 {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT;
-    if (writable)
+    if (spec->writable)
         flags |= PyBUF_WRITABLE;
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
-    if (view->itemsize != itemsize && !(view->itemsize == 1 && view->len % itemsize == 0)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes, got %zd", what,
-                     itemsize, view->itemsize);
+    /* Typed arrays must match exactly; raw bytes are fine in whole items. */
+    if (view->itemsize != spec->itemsize && !(view->itemsize == 1 && view->len % spec->itemsize == 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes, got %zd", spec->what,
+                     spec->itemsize, view->itemsize);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+int swtel_get_buffers(PyObject *const *objs, Py_buffer *views, const swtel_bufspec *specs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (get_buffer(objs[i], &views[i], &specs[i]) < 0) {
+            swtel_release_buffers(views, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void swtel_release_buffers(Py_buffer *views, int n)
+{
+    for (int i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
 }
 
 static struct PyModuleDef swtel_module = {

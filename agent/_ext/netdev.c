@@ -103,41 +103,31 @@ PyDoc_STRVAR(netdev_read_doc,
 "old values); seen: writable byte buffer set to 1 per link found.\n"
 "Returns the number of wanted links found; raises OSError on failure.");
 
+static const swtel_bufspec netdev_bufs[] = {{4, 0, "ifindexes"}, {8, 1, "out"}, {1, 1, "seen"}};
+
 static PyObject *netdev_read(PyObject *self, PyObject *args)
 {
     int fd;
-    PyObject *o_idx, *o_out, *o_seen;
-    Py_buffer idx, out, seen;
-    if (!PyArg_ParseTuple(args, "iOOO", &fd, &o_idx, &o_out, &o_seen))
+    PyObject *o[3];
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "iOOO", &fd, &o[0], &o[1], &o[2]) ||
+        swtel_get_buffers(o, b, netdev_bufs, 3) < 0)
         return NULL;
-    if (swtel_get_buffer(o_idx, &idx, 0, 4, "ifindexes") < 0)
-        return NULL;
-    if (swtel_get_buffer(o_out, &out, 1, 8, "out") < 0) {
-        PyBuffer_Release(&idx);
-        return NULL;
-    }
-    if (swtel_get_buffer(o_seen, &seen, 1, 1, "seen") < 0) {
-        PyBuffer_Release(&idx);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    Py_ssize_t n = idx.len / 4;
+    Py_ssize_t n = b[0].len / 4;
     int rc;
-    if (out.len < n * SWTEL_NETDEV_FIELDS * 8 || seen.len < n) {
+    if (b[1].len < n * SWTEL_NETDEV_FIELDS * 8 || b[2].len < n) {
         PyErr_SetString(PyExc_ValueError, "out or seen buffer too small for ifindexes");
         rc = INT32_MIN;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        rc = dump_stats(fd, idx.buf, n, out.buf, seen.buf);
+        rc = dump_stats(fd, b[0].buf, n, b[1].buf, b[2].buf);
         Py_END_ALLOW_THREADS
         if (rc < 0) {
             errno = -rc;
             PyErr_SetFromErrno(PyExc_OSError);
         }
     }
-    PyBuffer_Release(&idx);
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&seen);
+    swtel_release_buffers(b, 3);
     if (rc < 0)
         return NULL;
     return PyLong_FromLong(rc);

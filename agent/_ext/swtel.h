@@ -31,9 +31,16 @@ extern PyMethodDef swtel_sysfs_methods[];
 extern PyMethodDef swtel_change_methods[];
 extern PyMethodDef swtel_encode_methods[];
 
-/* Get a writable/readable contiguous buffer with an exact item size. Returns 0
- * on success, -1 with a Python exception set otherwise. */
-int swtel_get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize,
-                     const char *what);
+/* One buffer argument: its item size, whether C writes into it, its name for errors. */
+typedef struct {
+    Py_ssize_t itemsize;
+    int writable;
+    const char *what;
+} swtel_bufspec;
+
+/* Get n contiguous buffers with exact item sizes. Returns 0 on success; on
+ * failure releases what it got and returns -1 with a Python exception set. */
+int swtel_get_buffers(PyObject *const *objs, Py_buffer *views, const swtel_bufspec *specs, int n);
+void swtel_release_buffers(Py_buffer *views, int n);
 
 #endif

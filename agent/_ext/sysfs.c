@@ -12,31 +12,23 @@ PyDoc_STRVAR(sysfs_read_doc,
 "(EINVAL for text that is not an unsigned integer); a failed fd keeps its\n"
 "old value. Returns the number of values read.");
 
+static const swtel_bufspec sysfs_bufs[] = {{4, 0, "fds"}, {8, 1, "out"}, {4, 1, "status"}};
+
 static PyObject *sysfs_read(PyObject *self, PyObject *args)
 {
-    PyObject *o_fds, *o_out, *o_status;
-    Py_buffer fds, out, status;
-    if (!PyArg_ParseTuple(args, "OOO", &o_fds, &o_out, &o_status))
+    PyObject *o[3];
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2]) || swtel_get_buffers(o, b, sysfs_bufs, 3) < 0)
         return NULL;
-    if (swtel_get_buffer(o_fds, &fds, 0, 4, "fds") < 0)
-        return NULL;
-    if (swtel_get_buffer(o_out, &out, 1, 8, "out") < 0) {
-        PyBuffer_Release(&fds);
-        return NULL;
-    }
-    if (swtel_get_buffer(o_status, &status, 1, 4, "status") < 0) {
-        PyBuffer_Release(&fds);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    Py_ssize_t n = fds.len / 4;
+    Py_buffer *fds = &b[0], *out = &b[1], *status = &b[2];
+    Py_ssize_t n = fds->len / 4;
     int ok = -1;
-    if (out.len / 8 < n || status.len / 4 < n) {
+    if (out->len / 8 < n || status->len / 4 < n) {
         PyErr_SetString(PyExc_ValueError, "out/status shorter than fds");
     } else {
-        const int32_t *fd = fds.buf;
-        uint64_t *val = out.buf;
-        int32_t *st = status.buf;
+        const int32_t *fd = fds->buf;
+        uint64_t *val = out->buf;
+        int32_t *st = status->buf;
         ok = 0;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -68,9 +60,7 @@ static PyObject *sysfs_read(PyObject *self, PyObject *args)
         }
         Py_END_ALLOW_THREADS
     }
-    PyBuffer_Release(&fds);
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&status);
+    swtel_release_buffers(b, 3);
     return ok < 0 ? NULL : PyLong_FromLong(ok);
 }
 
