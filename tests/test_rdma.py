@@ -48,6 +48,14 @@ def _write(root: Path, sub: str, name: str, value: int) -> None:
         fh.truncate()
 
 
+def _rdma_only(root: Path, rdma: str = "enabled: true") -> config.Config:
+    """A config with only the rdma source, reading the fake sysfs tree at ``root``."""
+    return config.parse(
+        f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
+        f" system: {{enabled: false}}, rdma: {{root: {root}, {rdma}}}}}\n"
+    )
+
+
 def _wait(pred, timeout=5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -64,13 +72,8 @@ def test_rdma_counters_wrap_and_count(tmp_path):
     _write(tmp_path, "hw_counters", "np_cnp_sent", 10)
     _write(tmp_path, "hw_counters", "out_of_sequence", 0)
     _write(tmp_path, "counters", "port_rcv_data", 1000)
-    cfg = config.parse(
-        f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
-        f" system: {{enabled: false}}, rdma: {{enabled: true, root: {tmp_path}}}}}\n"
-        f"control: {{socket: {tmp_path}/s.sock}}\n"
-    )
     sink = Collect()
-    engine = Engine(cfg, [sink])
+    engine = Engine(_rdma_only(tmp_path), [sink])
     engine.start()
     try:
         assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 1)
@@ -94,12 +97,8 @@ def test_rdma_device_appearing_later_is_picked_up(tmp_path, monkeypatch):
     from agent.sources import rdma
 
     monkeypatch.setattr(rdma, "RESCAN_S", 0.1)
-    cfg = config.parse(
-        f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
-        f" system: {{enabled: false}}, rdma: {{enabled: true, root: {tmp_path}}}}}\n"
-    )
     sink = Collect()
-    engine = Engine(cfg, [sink])
+    engine = Engine(_rdma_only(tmp_path), [sink])
     engine.start()
     try:
         assert _wait(lambda: engine.status()["sources"]["rdma"]["reads"] > 3)
@@ -119,10 +118,7 @@ def test_reload_changing_a_source_keeps_its_data_and_disabling_it_deletes(tmp_pa
     _write(tmp_path, "hw_counters", "np_cnp_sent", 41)
 
     def cfg(rdma: str):
-        return config.parse(
-            f"interval: 20ms\nsources: {{netdev: {{enabled: false}}, ethtool: {{enabled: false}},"
-            f" system: {{enabled: false}}, rdma: {{root: {tmp_path}, {rdma}}}}}\n"
-        )
+        return _rdma_only(tmp_path, rdma)
 
     sink = Collect()
     deletes = []
