@@ -1,18 +1,23 @@
 """Dial-out Publish client against the real collector over real gRPC: TLS with a CA the test
 generates and plaintext, both wire paths, metadata, snapshot -> sync -> changes, heartbeat,
-wrong CA refused and retried, collector killed and restarted, queue overflow counted."""
+wrong CA refused and retried, collector killed and restarted, queue overflow counted, a collector
+that rejects the RPC backed off and reported down, a bad password file retried until fixed."""
 
 from __future__ import annotations
 
+import threading
 import time
 from array import array
+from concurrent import futures
 
+import grpc
 import pytest
 import structlog
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent.config import ClientTls, Duration, HostPort
 from agent.config import DialoutExporter as DialoutConfig
+from agent.control.client import health_problems
 from agent.gnmi import paths
 from agent.gnmi.collector import NOKIA_METHOD, SONIC_METHOD, Collector
 from agent.gnmi.dialout import DialoutExporter
@@ -71,6 +76,15 @@ def _synced_streams(col: Collector) -> int:
     return sum(1 for s in col.streams if s.synced)
 
 
+def _wait_state(exp: DialoutExporter, state: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while exp.status()["state"] != state:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.mark.parametrize("protocol,secure", [("nokia", True), ("sonic", True), ("nokia", False), ("sonic", False)])
 def test_snapshot_sync_then_changes(pki, tmp_path, protocol, secure):
     port = free_port()
@@ -108,8 +122,10 @@ def test_snapshot_sync_then_changes(pki, tmp_path, protocol, secure):
         changes = [ln for ln in col.messages if ln.get("sync") and "path" in ln]
         assert {ln["path"] for ln in changes} == {feed.table.paths[i] for i in (0, 7, 12)}
         assert all(ln["ts"] >= before for ln in changes)
+        # nokia's first reply proves the stream; sonic never replies: only time without an error does
+        assert _wait_state(exp, "connected", 1 if protocol == "nokia" else 10), exp.status()
         st = exp.status()
-        assert st["state"] == "connected" and st["reconnects"] == 0 and st["dropped"] == 0
+        assert st["reconnects"] == 0 and st["dropped"] == 0 and st["down_since_ns"] is None
         assert st["sent"] == len(stream.responses) and st["tls"] is secure
     finally:
         exp.stop(2)
@@ -139,6 +155,7 @@ def test_wrong_ca_refused_logged_and_retried(pki):
     col = _collector(port, pki)
     feed = Feed(ports=1)
     exp = DialoutExporter(_cfg(port, pki, ca=pki.wrong_ca), TARGET)
+    exp.log_limiter.period_s = 0  # log every attempt, to see the backoff
     with structlog.testing.capture_logs() as logs:
         exp.start(feed.store)
         deadline = time.monotonic() + 10
@@ -513,3 +530,143 @@ def test_slow_collector_overflow_heals_to_newest_values():
     finally:
         exp.stop(1)
         col.stop(0)
+
+
+class RejectingServer:
+    """Accepts TCP (and HTTP/2) but rejects every RPC, counting the attempts: either it does not
+    serve the method at all (UNIMPLEMENTED) or its handler refuses the credentials."""
+
+    def __init__(self, port: int, reject: str):
+        self.calls = 0
+        self._lock = threading.Lock()
+        server = self
+
+        def refuse(_requests, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):
+                with server._lock:
+                    server.calls += 1
+                if reject == "unimplemented":
+                    return None
+                return grpc.stream_stream_rpc_method_handler(refuse)
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        self.server.add_generic_rpc_handlers((Handler(),))
+        self.server.add_insecure_port(f"127.0.0.1:{port}")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+
+@pytest.mark.parametrize("reject,code", [("unimplemented", "UNIMPLEMENTED"),
+                                         ("unauthenticated", "UNAUTHENTICATED")])
+def test_collector_rejecting_rpc_backs_off_and_stays_down(reject, code):
+    """Channel READY is not success: a collector that refuses the RPC must not reset the backoff
+    or down_since_ns, so retries slow down and the health check turns unhealthy."""
+    port = free_port()
+    srv = RejectingServer(port, reject)
+    feed = Feed(ports=1)
+    exp = DialoutExporter(_cfg(port, insecure=True, username="u", password_file=None), TARGET)
+    down_since = exp.status()["down_since_ns"]
+    states = set()
+    with structlog.testing.capture_logs() as logs:
+        exp.start(feed.store)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 6.0:
+            st = exp.status()
+            states.add(st["state"])
+            assert st["down_since_ns"] == down_since, st  # never reset by a rejected session
+            time.sleep(0.05)
+        st = exp.status()
+        problems = health_problems({"now_ns": time.time_ns(), "exporters": {"dialout:x": st}}, grace_s=3.0)
+        exp.stop(0)
+    srv.stop()
+    # backoff 0.5, 1, 2, 4 s (+-20%): 4 or 5 attempts in 6 s; resetting to 0.5 s made ~10
+    assert 3 <= srv.calls <= 5, srv.calls
+    assert states <= {"down", "connecting"}, states
+    assert st["reconnects"] == 0 and st["state"] in ("down", "connecting")
+    assert code in st["last_error"], st
+    assert problems and "every dial-out destination has been down" in problems[0]
+    assert not [e for e in logs if e["event"] == "destination connected"], logs
+    downs = [e for e in logs if e["event"] == "destination down"]
+    assert len(downs) == 1, downs  # identical failures: one warning per rate-limit period
+    assert code in downs[0]["error"]
+    assert ("protocol" if reject == "unimplemented" else "password_file") in downs[0]["hint"]
+
+
+def test_bad_password_file_reported_retried_then_connects(tmp_path):
+    """A password file that is not UTF-8 used to end the destination's thread silently."""
+    port = free_port()
+    col = _collector(port)
+    pw = tmp_path / "pw"
+    pw.write_bytes(b"\xff\xfes3cret\n")
+    feed = Feed(ports=1)
+    exp = DialoutExporter(_cfg(port, insecure=True, username="telemetry", password_file=str(pw)), TARGET)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            exp.start(feed.store)
+            deadline = time.monotonic() + 5
+            while not exp.status()["last_error"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            st = exp.status()
+            assert st["last_error"] == f"password_file {pw}: not valid UTF-8 (byte 0)", st
+            assert st["state"] in ("down", "connecting") and not col.streams
+            time.sleep(0.6)  # the next attempt fails the same way; the thread keeps going
+            assert exp._thread.is_alive() and exp.status()["state"] != "connected"
+
+            pw.write_text("s3cret\n")  # fixed: picked up by the next attempt
+            assert col.wait_for(lambda c: _synced_streams(c) == 1, 15), exp.status()
+            assert col.streams[0].metadata["password"] == "s3cret"
+            assert _wait_state(exp, "connected", 5)
+
+            # broken again and the stream ends: the same error is news again after a connection
+            pw.write_bytes("pässword".encode())
+            col.stop(0)
+            deadline = time.monotonic() + 10
+            while "printable ASCII" not in (exp.status()["last_error"] or "") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert exp.status()["last_error"] == f"password_file {pw}: gRPC metadata carries printable ASCII only"
+            pw.write_bytes(b"\xff\xfes3cret\n")
+            deadline = time.monotonic() + 10
+            while "UTF-8" not in (exp.status()["last_error"] or "") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert "not valid UTF-8" in exp.status()["last_error"]
+            assert exp._thread.is_alive()
+    finally:
+        exp.stop(0)
+        col.stop(0)
+    utf8 = [e for e in logs if e["event"] == "destination down" and "UTF-8" in e["error"]]
+    assert len(utf8) == 2, utf8  # within 10 s, but a connection in between lifts the rate limit
+    assert all(str(pw) in e["error"] for e in utf8)
+
+
+def test_unexpected_error_logged_and_retried():
+    """Whatever a session raises, the destination's thread logs it, backs off and retries."""
+    port = free_port()
+    col = _collector(port)
+    feed = Feed(ports=1)
+    exp = DialoutExporter(_cfg(port, insecure=True), TARGET)
+    real_channel = exp._channel
+    failures = [RuntimeError("injected fault"), KeyError("also injected")]
+
+    def flaky_channel():
+        if failures:
+            raise failures.pop(0)
+        return real_channel()
+
+    exp._channel = flaky_channel
+    try:
+        with structlog.testing.capture_logs() as logs:
+            exp.start(feed.store)
+            assert col.wait_for(lambda c: _synced_streams(c) == 1, 15), exp.status()
+            assert _wait_state(exp, "connected", 5)
+    finally:
+        exp.stop(0)
+        col.stop(0)
+    downs = [e for e in logs if e["event"] == "destination down"]
+    assert [e["error"] for e in downs] == ["RuntimeError: injected fault", "KeyError: 'also injected'"]
+    assert all(e["log_level"] == "error" and e["exc_info"] for e in downs)
+    assert exp.status()["last_error"] == "KeyError: 'also injected'"

@@ -3,6 +3,14 @@
 One :class:`DialoutExporter` per ``exporters.dialout[]`` destination, each with its own
 thread, bounded queue and reconnect backoff (0.5 s doubling to 30 s, with jitter).
 
+A session counts as connected only once the collector has shown it accepts the
+RPC: its first reply (nokia collectors answer every message) or
+``HEALTHY_AFTER_S`` of streaming without an error (sonic collectors never
+reply). Until then the state is "connecting", ``down_since_ns`` keeps the time
+of the first failure and the backoff keeps growing, so a collector that accepts
+TCP but rejects the RPC (UNIMPLEMENTED, UNAUTHENTICATED) is retried slowly and
+eventually makes the agent unhealthy instead of looping every 0.5 s.
+
 Per connection: a full snapshot of the store, ``sync_response``, then changes; a
 full snapshot again every ``heartbeat``. Queued counter changes older than a
 snapshot are superseded by it and discarded when it is taken, so a collector
@@ -18,11 +26,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
 
+from agent import logs
 from agent.counters import Container
 from agent.gnmi import encode, tls
 
@@ -37,6 +47,10 @@ METHODS = {
 }
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
+# A stream up this long without an error proves the collector serves the RPC.
+HEALTHY_AFTER_S = 5.0
+# Identical "destination down" warnings: one per period (log.rate_limit's default).
+LOG_RATE_LIMIT_S = 10.0
 # Queue item kinds: counter changes (superseded by a snapshot), states, deletes.
 _COUNTERS, _EVENTS, _DELETES = 0, 1, 2
 
@@ -45,6 +59,37 @@ log = structlog.get_logger("swtel.dialout")
 
 def _identity(b: bytes) -> bytes:
     return b
+
+
+class CredentialsError(ValueError):
+    """The password file cannot be read or cannot be sent as gRPC metadata."""
+
+
+def read_password(path: str) -> str:
+    """The password in ``path`` (surrounding whitespace stripped), checked to fit in gRPC
+    metadata, which carries printable ASCII only."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise CredentialsError(f"password_file {path}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise CredentialsError(f"password_file {path}: not valid UTF-8 (byte {exc.start})") from exc
+    if not (text.isascii() and text.isprintable()):
+        raise CredentialsError(f"password_file {path}: gRPC metadata carries printable ASCII only")
+    return text
+
+
+class _Session:
+    """One connection attempt's progress, shared by the session, drain and request threads."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()  # channel READY: the snapshot may be taken
+        self.proven = threading.Event()  # the collector accepted the RPC
+        self.failed = threading.Event()
+        self.ready_at = 0.0
+        self.error = "stream ended"
 
 
 class _SharedEncoding:
@@ -94,7 +139,11 @@ class DialoutExporter:
         self.last_error: str | None = None
         self.down_since_ns: int | None = time.time_ns()
         self.responses = 0
-        self._session_error = ""
+        self.healthy_after_s = HEALTHY_AFTER_S
+        # the runner may set .period_s from log.rate_limit
+        self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)
+        self._log_keys: set[str] = set()
+        self._prove_lock = threading.Lock()
 
     # ------------------------------------------------------------ Listener
     def start(self, store: Store) -> None:
@@ -228,36 +277,49 @@ class DialoutExporter:
         md = [("subscription-name", self.cfg.subscription_name), ("system-name", self.target)]
         if self.cfg.username:
             md.append(("username", self.cfg.username))
-            if self.cfg.password_file:
-                with open(self.cfg.password_file, encoding="utf-8") as fh:
-                    md.append(("password", fh.read().strip()))
+            if self.cfg.password_file:  # read per session: a fixed file is picked up on the next try
+                md.append(("password", read_password(self.cfg.password_file)))
         return md
 
     def _run(self) -> None:
         backoff = BACKOFF_MIN_S
         while not self._stopping.is_set():
             self.state = "connecting"
+            session = _Session()
+            unexpected: Exception | None = None
             try:
-                was_connected, error = self._session()
+                self._session(session)
+                error = session.error
             except tls.TlsError as exc:
-                was_connected, error = False, f"TLS setup: {exc}"
-            except OSError as exc:  # e.g. the password file
-                was_connected, error = False, f"{type(exc).__name__}: {exc}"
+                error = f"TLS setup: {exc}"
+            except (CredentialsError, OSError) as exc:
+                error = str(exc) if isinstance(exc, CredentialsError) else f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug must not end the destination's thread: retry
+                unexpected, error = exc, f"{type(exc).__name__}: {exc}"
             if self._stopping.is_set():
                 break
-            if was_connected:
+            if session.proven.is_set():
                 backoff = BACKOFF_MIN_S
                 self.down_since_ns = time.time_ns()
             self.state = "down"
             self.last_error = error
             delay = backoff * random.uniform(0.8, 1.2)
-            log.warning("destination down", destination=self.name, address=str(self.cfg.address),
-                        error=error, hint=self._hint(error, was_connected), retry_in_s=round(delay, 2))
+            self._log_down(error, session.ready.is_set(), delay, unexpected)
             self._stopping.wait(delay)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
         self.state = "down"
 
-    def _hint(self, error: str, was_connected: bool) -> str | None:
+    def _log_down(self, error: str, reached: bool, delay: float, unexpected: Exception | None) -> None:
+        """One warning per distinct error per rate-limit period (the next after a connection)."""
+        if len(self._log_keys) < 256:  # errors seen since the last connection, to forget then
+            self._log_keys.add(error)
+        self.log_limiter.log(
+            log, "error" if unexpected else "warning", error, "destination down",
+            destination=self.name, address=str(self.cfg.address), error=error,
+            hint=self._hint(error, reached), retry_in_s=round(delay, 2),
+            **({"exc_info": unexpected} if unexpected else {}))
+
+    def _hint(self, error: str, reached: bool) -> str | None:
         text = error.lower()
         if "certificate" in text or "handshake" in text or "ssl" in text:
             return (f"TLS handshake failed: the collector's certificate is not trusted by "
@@ -265,70 +327,86 @@ class DialoutExporter:
                     f"server_name={self.cfg.tls.server_name or self.cfg.address.host!r}")
         if "unimplemented" in text:
             return f"the collector does not serve {self.method}; check protocol (nokia|sonic)"
-        if not was_connected and not self.cfg.insecure and "connect" in text:
+        if "unauthenticated" in text or "permission_denied" in text:
+            return "the collector refused the credentials; check username and password_file"
+        if not reached and not self.cfg.insecure and "connect" in text:
             return "connection or TLS handshake failed (check address, tls.ca, tls.server_name)"
         return None
 
-    def _session(self) -> tuple[bool, str]:
-        """One connection: stream until it fails or we stop. Returns (got connected, why it ended)."""
+    def _session(self, s: _Session) -> None:
+        """One connection: stream until it fails or we stop; ``s`` records how far it got."""
+        metadata = self._metadata()
         channel = self._channel()
-        failed = threading.Event()
-        connected = threading.Event()
-        self._session_error = "stream ended"
 
         def on_state(state: grpc.ChannelConnectivity) -> None:
-            if state == grpc.ChannelConnectivity.READY and not connected.is_set() and not failed.is_set():
-                connected.set()
-                self._on_connected()
+            if state == grpc.ChannelConnectivity.READY and not s.ready.is_set():
+                s.ready_at = time.monotonic()
+                s.ready.set()
 
         channel.subscribe(on_state, try_to_connect=True)
         try:
             call = channel.stream_stream(
                 self.method, request_serializer=_identity, response_deserializer=_identity
-            )(self._requests(failed, connected), metadata=self._metadata())
-            drain = threading.Thread(target=self._drain, args=(call, failed),
+            )(self._requests(s), metadata=metadata)
+            drain = threading.Thread(target=self._drain, args=(call, s),
                                      name=f"dialout-{self.name}-rx", daemon=True)
             drain.start()
-            while not failed.wait(0.2):
+            while not s.failed.wait(0.2):
                 if self._stopping.is_set() and time.monotonic() > self._flush_deadline + 0.5:
                     call.cancel()
                     break
+                if (s.ready.is_set() and not s.proven.is_set()
+                        and time.monotonic() - s.ready_at >= self.healthy_after_s):
+                    self._prove(s, f"{self.healthy_after_s:g}s without error")
             drain.join(2.0)
         finally:
             channel.unsubscribe(on_state)
             _wait_connectivity_poller(channel)
             channel.close()
-        return connected.is_set(), self._session_error
 
-    def _on_connected(self) -> None:
+    def _prove(self, s: _Session, by: str) -> None:
+        """The collector accepted the stream: connected (once per session)."""
+        with self._prove_lock:
+            if s.proven.is_set() or s.failed.is_set() or self._stopping.is_set():
+                return
+            s.proven.set()
         self.connects += 1
         down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
         self.state = "connected"
         self.down_since_ns = None
+        for key in self._log_keys:  # the next failure is news again
+            self.log_limiter.forget(key)
+        self._log_keys.clear()
         log.info("destination connected", destination=self.name, address=str(self.cfg.address),
                  method=self.method, tls=not self.cfg.insecure, reconnects=max(self.connects - 1, 0),
-                 down_for_s=round(down_for, 3))
+                 down_for_s=round(down_for, 3), confirmed_by=by)
 
-    def _drain(self, call: Any, failed: threading.Event) -> None:
-        """Read (and ignore) the collector's replies: gnmic answers every message."""
+    def _drain(self, call: Any, s: _Session) -> None:
+        """Read the collector's replies (gnmic answers every message): the first proves the
+        stream; their content is ignored."""
         try:
             for _ in call:
                 self.responses += 1
+                if not s.proven.is_set():
+                    self._prove(s, "reply")
             if not self._stopping.is_set():
-                self._session_error = "collector closed the stream"
+                s.error = "collector closed the stream"
         except grpc.RpcError as exc:
             if not self._stopping.is_set():
                 code = exc.code() if hasattr(exc, "code") else None
                 name = code.name if code is not None else "ERROR"
-                self._session_error = f"{name}: {exc.details() if hasattr(exc, 'details') else exc}"
+                s.error = f"{name}: {exc.details() if hasattr(exc, 'details') else exc}"
+        except Exception as exc:  # whatever it is ends this session, not the thread
+            s.error = f"{type(exc).__name__}: {exc}"
         finally:
-            failed.set()
+            s.failed.set()
 
-    def _requests(self, failed: threading.Event, connected: threading.Event) -> Iterator[bytes]:
+    def _requests(self, s: _Session) -> Iterator[bytes]:
         """What grpc sends on the stream: snapshot, sync, then queued changes and heartbeats."""
         heartbeat = float(self.cfg.heartbeat)
+        failed = s.failed
         # Take the snapshot only once the connection is up: fresher, and "sent" stays honest.
-        while not connected.wait(0.1):
+        while not s.ready.wait(0.1):
             if failed.is_set() or self._stopping.is_set():
                 return
         for m in self._snapshot(sync=True):
