@@ -45,7 +45,9 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
         from agent.gnmi.dialout import DialoutExporter
 
         for dest in ex.dialout:
-            out[f"dialout:{dest.name}"] = DialoutExporter(dest, cfg.target)
+            exporter = DialoutExporter(dest, cfg.target)
+            exporter.log_limiter.period_s = float(cfg.log.rate_limit)
+            out[f"dialout:{dest.name}"] = exporter
     if ex.server is not None and ex.server.enabled:
         from agent.gnmi.server import GnmiServer
 
