@@ -238,6 +238,10 @@ _MASK64 = (1 << 64) - 1
 def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) -> int:
     """See agent/_ext/change.c; same rules, same results."""
     n = len(cur)
+    for name, buf in (("prev", prev), ("acc", acc), ("known", known), ("widths", widths), ("kinds", kinds),
+                      ("out_idx", out_idx), ("out_delta", out_delta), ("out_flags", out_flags)):
+        if len(buf) < n:
+            raise ValueError(f"{name} is shorter than cur")
     nchanged = 0
     for i in range(n):
         if kinds[i] == 2:  # HIDDEN
