@@ -106,6 +106,7 @@ class SourceRunner:
         """Take over a replaced runner's counter state (config reload): adopt_table then
         maps it onto the new table by path, so reloading causes no resets."""
         self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
+        self.source.inherit(old.source)
         self.reads, self.changes, self._change_times = old.reads, old.changes, old._change_times
         self.next_due = old.next_due
 
@@ -161,7 +162,9 @@ class Engine:
         self.listener_errors = 0
         self._next_health = 0.0
         self._health_sent: dict[tuple[Container, str], Any] = {}
-        self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
+        self._port_holders: dict[str, set[str]] = {}
+        self._drops: list[tuple[str, int, set[Container], set[str]]] = []  # flushed after each pass
+        self._seen_gen = -1  # "/interfaces/interface[name=X]" -> sources
         self._stop = threading.Event()
         self._pending_cfg: Config | None = None
         self._lock = threading.Lock()
@@ -219,10 +222,19 @@ class Engine:
             while not self._stop.is_set():
                 self._apply_pending_config()
                 now = time.monotonic()
+                gen = self.links.generation
+                if gen != self._seen_gen:
+                    # Links changed: every link-based source looks now, in this pass, so a
+                    # removed port leaves all their tables together and gets one delete.
+                    self._seen_gen = gen
+                    for runner in self._runners:
+                        if runner.source.uses_links:
+                            runner.next_due = min(runner.next_due, now)
                 for runner in self._runners:
                     if runner.next_due <= now:
                         self._poll(runner, now)
                         self._schedule(runner)
+                self._flush_drops()
                 self.ticks += 1
                 if now >= self._next_health:
                     self._publish_health(now)
@@ -267,13 +279,10 @@ class Engine:
         """A source was turned off: its data is gone, so collectors get deletes."""
         self.store.drop_source(runner.name)
         if runner.table is not None:
-            self._publish_deletes(
-                runner.name, ts_ns, sorted(_containers(runner.table), key=lambda c: (c.origin, c.path)),
-                _ports(runner.table),
-            )
+            self._drops.append((runner.name, ts_ns, _containers(runner.table), _ports(runner.table)))
         health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(runner.name)}]")
         self._health_sent = {k: v for k, v in self._health_sent.items() if not k[0].path.startswith(health.path)}
-        self._publish_deletes(runner.name, ts_ns, [health], set())
+        self._drops.append((runner.name, ts_ns, {health}, set()))
 
     def _poll(self, runner: SourceRunner, mono: float) -> None:
         source = runner.source
@@ -309,7 +318,7 @@ class Engine:
         else:
             self.store.touch_source(source.name, ts_ns)
         if gone or gone_ports:
-            self._publish_deletes(source.name, ts_ns, gone, gone_ports)
+            self._drops.append((source.name, ts_ns, set(gone), gone_ports))
         states = source.states(ts_ns)
         if states:
             self.store.set_states(states)
@@ -337,29 +346,33 @@ class Engine:
                                "exporter failed on new data", exporter=getattr(listener, "name", "?"),
                                method=method, error=repr(exc))
 
-    def _publish_deletes(self, source: str, ts_ns: int, gone: list[Container], ports: set[str]) -> None:
-        """A source dropped containers and ports. A port's whole subtree (both origins) is
-        deleted once, when the link is gone or no source holds it any more; containers of
-        a port that stays (another source still reads it) go one by one."""
-        existing = {link.name for link in self.links.links().values()} if ports else set()
-        vanished, covered = [], []
-        for port in sorted(ports):
-            holders = self._port_holders.get(port)
-            if holders is None:  # its subtree was deleted already (another source noticed first)
-                covered.append(port)
-                continue
-            holders.discard(source)
-            if not holders or port not in existing:
-                del self._port_holders[port]
-                vanished.append(port)
-        whole = [interface_path(p) for p in vanished]
-        skip = whole + [interface_path(p) for p in covered]
-        containers = [Container(origin, p) for p in whole for origin in (OPENCONFIG, SWTEL_ORIGIN)]
-        containers += [c for c in gone if not any(c.path.startswith(p + "/") for p in skip)]
-        if not containers:
+    def _flush_drops(self) -> None:
+        """Turn this pass's dropped containers and ports into deletes. A port's whole
+        subtree (both origins) is deleted once its last source dropped it; containers of a
+        port that stays (another source still reads it) are deleted one by one."""
+        if not self._drops:
             return
-        self.store.drop_containers(containers)
-        self._tell("on_delete", ts_ns, containers)
+        drops, self._drops = self._drops, []
+        ts_ns = max(d[1] for d in drops)
+        vanished: set[str] = set()
+        gone: set[Container] = set()
+        for source, _ts, containers, ports in drops:
+            gone |= containers
+            for port in ports:
+                holders = self._port_holders.get(port)
+                if holders is None:
+                    continue
+                holders.discard(source)
+                if not holders:
+                    del self._port_holders[port]
+                    vanished.add(port)
+        whole = [interface_path(p) for p in sorted(vanished)]
+        out = [Container(origin, p) for p in whole for origin in (OPENCONFIG, SWTEL_ORIGIN)]
+        out += sorted((c for c in gone if not any(c.path.startswith(p + "/") for p in whole)),
+                      key=lambda c: (c.origin, c.path))
+        if out:
+            self.store.drop_containers(out)
+            self._tell("on_delete", ts_ns, out)
 
     def _hold_ports(self, source: str, table: CounterTable) -> None:
         for port in _ports(table):

@@ -211,6 +211,7 @@ class Agent:
                 "ticks": eng["ticks"],
                 "overruns": eng["overruns"],
                 "loop_error": eng["loop_error"],
+                "listener_errors": eng["listener_errors"],
                 **self._own_cost(),
             },
         }

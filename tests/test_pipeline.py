@@ -216,3 +216,33 @@ def test_a_source_selecting_no_interface_says_so(tmp_path):
             agent.wait_for(lambda: "source selects no interface" in agent.log.read_text(), what="warning")
         finally:
             assert agent.stop() == 0
+
+
+def test_removed_port_is_deleted_once_even_when_sources_poll_at_different_rates(tmp_path):
+    """netdev every 50 ms, ethtool every 5 s: a removed port still goes in one pass, as one
+    delete per origin, without waiting for the slow source and without leftovers."""
+    import time
+
+    with veth_pair() as pair:
+        cfg = _config(tmp_path, ["*"]).replace("  ethtool: {interfaces: ['*']}\n",
+                                                "  ethtool: {interfaces: ['*'], interval: 5s}\n")
+        assert "interval: 5s" in cfg
+        agent = AgentProcess(pair.b, cfg, tmp_path)
+        try:
+            agent.wait_ready()
+            a, b = f"s{pair.b_if[2:]}x", f"s{pair.b_if[2:]}y"
+            sh("ip", "link", "add", a, "type", "veth", "peer", "name", b, ns=pair.b)
+            raw = f"swtel:/interfaces/interface[name={a}]/ethtool/peer-ifindex"
+            agent.wait_for(lambda: any(r.get("path") == raw for r in agent.records()), what="ethtool on new port")
+            t0 = time.monotonic()
+            sh("ip", "link", "del", a, ns=pair.b)
+            gone = f"/interfaces/interface[name={a}]"
+            agent.wait_for(lambda: any(r.get("delete") and r["path"] == gone for r in agent.records()),
+                           timeout=3, what="delete well before the slow source's next poll")
+            assert time.monotonic() - t0 < 3
+            time.sleep(0.3)
+        finally:
+            assert agent.stop() == 0
+        deletes = sorted(r["path"] for r in agent.records() if r.get("delete"))
+        ends = [f"/interfaces/interface[name={n}]" for n in (a, b)]
+        assert deletes == sorted(ends + [f"swtel:{p}" for p in ends])

@@ -60,6 +60,10 @@ class Source:
         """Fill ``self.values``; return how many units (ports, files) were read."""
         raise NotImplementedError
 
+    def inherit(self, old: Source) -> None:
+        """Take over what a replaced instance of this source knew (config reload), so
+        nothing already sent is sent again. Default: nothing to carry."""
+
     def states(self, ts_ns: int) -> list[StateUpdate]:
         """Non-counter values changed since the last call (default: none)."""
         return []

@@ -9,6 +9,7 @@ under ``swtel:/interfaces/interface[name=X]/ethtool/<name>``, so nothing is hidd
 
 from __future__ import annotations
 
+import errno
 import re
 import socket
 from array import array
@@ -124,6 +125,8 @@ TABLES: dict[str, list[Rule]] = {
     "mlx5_core": MLX5,
 }
 
+_VANISHING = (errno.ENODEV, errno.ENXIO)
+
 # Per-queue / per-channel counters (mlx5 has thousands): off unless per_queue: true.
 PER_QUEUE = re.compile(r"^(?:(?:rx|tx)\d+_|ch\d+_|(?:rx|tx)_queue_\d+_|queue_\d+_|.*_q\d+_)")
 
@@ -182,7 +185,12 @@ class EthtoolSource(Source):
             if cached is not None and cached.link == link and link.ifindex not in self._refresh:
                 ports[link.ifindex] = cached
                 continue
-            port = self._discover(link)
+            try:
+                port = self._discover(link)
+            except OSError as exc:
+                # ENODEV: the link is being removed and its RTM_DELLINK is on the way; keep
+                # what we had so it leaves together with the other sources' data.
+                port = cached if cached is not None and exc.errno in _VANISHING else None
             if port is not None:
                 ports[link.ifindex] = port
         self._refresh.clear()
@@ -194,12 +202,16 @@ class EthtoolSource(Source):
         self._order = order
 
     def _discover(self, link: Link) -> _Port | None:
+        """Driver and string table of one port; None if it has no ethtool stats (lo,
+        bridges, ...); OSError if the link is gone."""
         reader = _backend.reader
         try:
             driver = reader.ethtool_drvinfo(self._fd, link.name)[0]
             names = reader.ethtool_strings(self._fd, link.name)
-        except OSError:
-            return None  # no ethtool stats on this link (lo, bridges, ...): nothing to read
+        except OSError as exc:
+            if exc.errno in _VANISHING:
+                raise
+            return None
         return _Port(link, driver, names) if names else None
 
     def _build(self, order: list[_Port]) -> None:
@@ -230,7 +242,7 @@ class EthtoolSource(Source):
 
     def _note_failures(self) -> None:
         for i, st in enumerate(self._status):
-            if st == 0:
+            if st == 0 or st in _VANISHING:  # a port being removed: not an error
                 continue
             port = self._order[i]
             if st == -1:  # the driver's stat count changed: re-read its strings next setup

@@ -118,6 +118,9 @@ class NetdevSource(Source):
             return 0
         return _backend.reader.netdev_read(self._fd, self._ifindexes, self.values, self._seen)
 
+    def inherit(self, old: Source) -> None:
+        self._oper = dict(getattr(old, "_oper", {}))  # states already sent are not re-sent
+
     def states(self, ts_ns: int) -> list[StateUpdate]:
         out = []
         for port, oper, admin_up in self._pending_states:

@@ -8,6 +8,7 @@ and the change kernel unwraps them. The root is injectable for tests.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import time
@@ -46,6 +47,7 @@ class RdmaSource(Source):
         self._fds = array("i")
         self._status = array("i")
         self._files: list[str] = []
+        self._listed: list[str] = []  # what the last scan found (some may not open)
         self._next_scan = 0.0
         self._reopen = False
 
@@ -58,10 +60,11 @@ class RdmaSource(Source):
     def setup(self, links) -> None:
         self._next_scan = time.monotonic() + RESCAN_S
         found = self._scan()
-        if [f for f, *_ in found] == self._files and not self._reopen:
+        if [f for f, *_ in found] == self._listed and not self._reopen:
             return  # same files, still readable: keep the table and the open fds
         self._reopen = False
         self.close()
+        self._listed = [f for f, *_ in found]
         specs: list[CounterSpec] = []
         fds: list[int] = []
         files: list[str] = []
@@ -108,9 +111,12 @@ class RdmaSource(Source):
             return 0
         ok = _backend.reader.sysfs_read(self._fds, self.values, self._status)
         if ok != len(self._fds):
-            bad = [self.table.specs[i].leaf for i, st in enumerate(self._status) if st]
-            self.note_error(f"unreadable: {', '.join(bad[:5])}")
-            self._reopen = True
+            bad = [i for i, st in enumerate(self._status) if st]
+            self.note_error(f"unreadable: {', '.join(self.table.specs[i].leaf for i in bad[:5])}")
+            # The device went away (driver reload): reopen at once. Other errors wait
+            # for the periodic rescan rather than reopening every poll.
+            if any(self._status[i] in (errno.ENODEV, errno.ENOENT, errno.ENXIO) for i in bad):
+                self._reopen = True
         return ok
 
     def close(self) -> None:
