@@ -41,14 +41,25 @@ def metric(target: str, path: str) -> tuple[str, dict[str, str]]:
     return metric_name, labels
 
 
+def _pattern(path: str) -> str:
+    """The path with every key value as ``*``: what all series of one metric share."""
+    origin, rest = paths.split_origin(path)
+    elems = "".join(f"/{n}" + "".join(f"[{k}=*]" for k in keys) for n, keys in paths.split(rest))
+    text = f"{origin}:{elems}" if origin and origin != "openconfig" else elems
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
 def render(latest: Iterable[tuple[str, str, Any]]) -> str:
     """Exposition text for (target, path, value) triples."""
     by_name: dict[str, list[str]] = {}
+    helps: dict[str, str] = {}
     for target, path, value in latest:
         try:
             name, labels = metric(target, path)
         except ValueError:
             continue
+        if name not in helps:
+            helps[name] = _pattern(path)
         if isinstance(value, bool):
             number = "1" if value else "0"
         elif isinstance(value, int | float):
@@ -62,6 +73,7 @@ def render(latest: Iterable[tuple[str, str, Any]]) -> str:
         by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
     out = []
     for name in sorted(by_name):
+        out.append(f"# HELP {name} gNMI path {helps[name]}")
         out.append(f"# TYPE {name} untyped")
         out.extend(sorted(by_name[name]))
     return "\n".join(out) + "\n"
