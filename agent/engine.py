@@ -25,7 +25,7 @@ from agent.counters import (
     StateUpdate,
     escape_key,
 )
-from agent.links import LinkTracker
+from agent.links import Link, LinkTracker
 from agent.sources import REGISTRY, Source
 from agent.sources.base import interface_path
 from agent.store import Store
@@ -162,9 +162,10 @@ class Engine:
         self.listener_errors = 0
         self._next_health = 0.0
         self._health_sent: dict[tuple[Container, str], Any] = {}
-        self._port_holders: dict[str, set[str]] = {}
+        self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
         self._drops: list[tuple[str, int, set[Container], set[str]]] = []  # flushed after each pass
-        self._seen_gen = -1  # "/interfaces/interface[name=X]" -> sources
+        self._seen_gen = -1
+        self._links: dict[int, Link] = {}  # this pass's view of the links (LinkTracker.snapshot)
         self._stop = threading.Event()
         self._pending_cfg: Config | None = None
         self._lock = threading.Lock()
@@ -222,7 +223,8 @@ class Engine:
             while not self._stop.is_set():
                 self._apply_pending_config()
                 now = time.monotonic()
-                gen = self.links.generation
+                # One view of the links per pass: every source sets up from the same one.
+                gen, self._links = self.links.snapshot()
                 if gen != self._seen_gen:
                     # Links changed: every link-based source looks now, in this pass, so a
                     # removed port leaves all their tables together and gets one delete.
@@ -288,9 +290,9 @@ class Engine:
         source = runner.source
         t0 = time.perf_counter()
         ts_ns = time.time_ns()
-        gen = self.links.generation
+        gen = self._seen_gen
         if not runner.link_gen_valid or source.needs_setup or (source.uses_links and gen != runner.link_gen):
-            source.setup(self.links.links())
+            source.setup(self._links)
             runner.link_gen = gen
             runner.link_gen_valid = True
             if source.uses_links and not source.ports and self._rate.allow(("no-ports", source.name)):

@@ -166,6 +166,11 @@ class LinkTracker:
         with self._lock:
             return dict(self._links)
 
+    def snapshot(self) -> tuple[int, dict[int, Link]]:
+        """(generation, links) read together, so both describe the same moment."""
+        with self._lock:
+            return self.generation, dict(self._links)
+
     def stop(self) -> None:
         self._stop.set()
         self._refreshed.set()
