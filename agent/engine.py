@@ -223,9 +223,9 @@ class Engine:
             while not self._stop.is_set():
                 self._apply_pending_config()
                 now = time.monotonic()
-                # One view of the links per pass: every source sets up from the same one.
-                gen, self._links = self.links.snapshot()
-                if gen != self._seen_gen:
+                if self.links.generation != self._seen_gen:
+                    # One view of the links per pass: every source sets up from the same one.
+                    gen, self._links = self.links.snapshot()
                     # Links changed: every link-based source looks now, in this pass, so a
                     # removed port leaves all their tables together and gets one delete.
                     self._seen_gen = gen
