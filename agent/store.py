@@ -8,7 +8,6 @@ together, and :meth:`snapshot_batches` copies the values.
 from __future__ import annotations
 
 import threading
-import time
 from array import array
 
 from agent.counters import Batch, Container, CounterTable, StateUpdate
@@ -71,16 +70,3 @@ class Store:
     def states(self) -> list[StateUpdate]:
         with self._lock:
             return list(self._states.values())
-
-    def items(self):
-        """Yield (container, leaf, value, ts_ns) for every path: counters then states."""
-        for batch in self.snapshot_batches():
-            for i in batch.indices:
-                spec = batch.table.specs[i]
-                yield spec.container, spec.leaf, batch.values[i], batch.ts_ns
-        for u in self.states():
-            yield u.container, u.leaf, u.value, u.ts_ns
-
-    @staticmethod
-    def now_ns() -> int:
-        return time.time_ns()

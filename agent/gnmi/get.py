@@ -23,7 +23,15 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent import _backend
-from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterTable, StateUpdate
+from agent.counters import (
+    HIDDEN,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    Container,
+    CounterTable,
+    StateUpdate,
+    escape_key,
+)
 from agent.gnmi import encode, paths
 
 Elems = tuple[tuple[str, dict[str, str]], ...]
@@ -80,7 +88,7 @@ def request_pattern(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path, target: s
 
 def display(pattern: Pattern) -> str:
     origin, elems = pattern
-    text = "/" + "/".join(n + "".join(f"[{k}={v}]" for k, v in sorted(ks.items())) for n, ks in elems)
+    text = "/" + "/".join(n + "".join(f"[{k}={escape_key(v)}]" for k, v in sorted(ks.items())) for n, ks in elems)
     return text if origin == OPENCONFIG else f"{origin}:{text}"
 
 
