@@ -1,7 +1,8 @@
 #!/bin/bash
 # Packaging checks for CI (Debian 12, as root): build the .deb from a clean copy
-# of the tree, lintian, local apt repository, apt-get install, validate the
-# shipped config, run the installed agent as user swtel with Debian's python3
+# of the tree, lintian, local apt repository and apt-get install (also from a
+# checkout under a 0700 directory, which apt's _apt user cannot enter), validate
+# the shipped config, run the installed agent as user swtel with Debian's python3
 # against veth ports in a network namespace with the installed "swtel collect"
 # receiving dial-out, query "swtel status" over the socket, systemd-analyze
 # verify both units, and purge. Exits non-zero if any check fails.
@@ -95,6 +96,43 @@ check "apt-get install swtel (from the local repository)" apt-get install -y -q 
 apt-cache policy swtel | sed 's/^/    /'
 check "installed version comes from the file: repository" \
 	sh -c "apt-cache policy swtel | grep -q 'file:'"
+
+# apt reads a file: repository as its _apt user, who cannot enter a checkout
+# under /root or a 0700 "mktemp -d": make-apt-repo.sh must still give a source
+# apt can use (it publishes a world-readable copy), whatever the checkout of
+# this run. A checkout of the repo script and the .deb, under a 0700 directory:
+log "local apt repository from a checkout under a 0700 directory"
+closed_src=""
+closed_checkout_repo() {
+	local co="$tmp/closed/swtel" line
+	install -d -m 0700 "$tmp/closed" && mkdir -p "$co/packaging/out" &&
+		cp "$here/packaging/make-apt-repo.sh" "$co/packaging/" && cp "$deb" "$co/packaging/out/" || return 1
+	ls -ld "$tmp/closed"
+	"$here/packaging/make-apt-repo.sh" --remove
+	"$co/packaging/make-apt-repo.sh" || { echo "make-apt-repo.sh failed"; return 1; }
+	line=$(cat /etc/apt/sources.list.d/swtel-local.list) || return 1
+	echo "source: $line"
+	closed_src=${line#*file:}; closed_src=${closed_src%% *}
+	case $closed_src in "$tmp/closed"/*) echo "the source points into the closed checkout"; return 1 ;; esac
+	setpriv --reuid=_apt --regid="$(id -g _apt)" --clear-groups -- test -r "$closed_src/Packages" ||
+		{ echo "user _apt cannot read $closed_src/Packages"; return 1; }
+}
+check "make-apt-repo.sh from a checkout under a 0700 directory: a source user _apt can read" closed_checkout_repo
+install_from_closed() {
+	[ -n "$closed_src" ] || { echo "no source from the previous check"; return 1; }
+	apt-get purge -y -q swtel && apt-get install -y -q swtel || return 1
+	apt-cache policy swtel
+	apt-cache policy swtel | grep -qF "file:$closed_src ./" || { echo "not installable from file:$closed_src"; return 1; }
+	dpkg -s swtel | grep -q '^Status: install ok installed'
+}
+check "apt-get purge, then apt-get install swtel from that source" install_from_closed
+removed_closed() {
+	[ -n "$closed_src" ] || { echo "no source from the first check"; return 1; }
+	"$tmp/closed/swtel/packaging/make-apt-repo.sh" --remove || return 1
+	[ ! -e /etc/apt/sources.list.d/swtel-local.list ] || { echo "apt source left behind"; return 1; }
+	[ ! -e "$closed_src" ] || { echo "published copy $closed_src left behind"; return 1; }
+}
+check "make-apt-repo.sh --remove drops the source and the published copy" removed_closed
 
 log "installed files"
 check "/usr/bin/swtel validate /etc/swtel/swtel.yaml" /usr/bin/swtel validate /etc/swtel/swtel.yaml
