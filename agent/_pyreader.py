@@ -14,6 +14,15 @@ import socket
 import struct
 from bisect import bisect_left
 
+from agent._pyasic import (  # noqa: F401 - the reader API: ASIC plugins, via ctypes
+    ASIC_ABI_VERSION,
+    ASIC_ECHANGED,
+    asic_close,
+    asic_layout,
+    asic_open,
+    asic_read,
+)
+
 NETDEV_FIELDS = 25
 F_CHANGED, F_WRAP, F_RESET, F_NEW = 0x01, 0x02, 0x04, 0x08
 version = "0.1.0"  # mirrors agent._swtel.version

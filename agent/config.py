@@ -27,6 +27,7 @@ import yaml
 DEFAULT_PATH = "/etc/swtel/swtel.yaml"
 DEFAULT_SOCKET = "/run/swtel/swtel.sock"
 MIN_INTERVAL_S = 0.010
+ASIC_BUILTIN = ("sim",)  # built-in ASIC plugins (agent/asic/__init__.py builds the path)
 _FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
 
@@ -154,12 +155,16 @@ class SystemSource:
 
 
 @dataclass
-class SimSource:
+class AsicSource:
+    """Counters read straight from the switch ASIC through a plugin (agent/asic/swtel_asic.h)."""
+
     enabled: bool = False
     interval: Duration | None = None
-    ports: int = 64
-    scenario: str = "symbol-errors"
-    seed: int = 1
+    plugin: str = "sim"  # a built-in name (sim: the simulated Spectrum switch) or an absolute .so path
+    config: str = ""  # handed to the plugin's open() as is (sim: "role=spine seed=1 scenario=...")
+    interfaces: list[str] = field(default_factory=lambda: ["*"])
+    exclude: list[str] = field(default_factory=list)
+    counters: CounterFilter = field(default_factory=CounterFilter)
 
 
 @dataclass
@@ -168,7 +173,7 @@ class Sources:
     ethtool: EthtoolSource = field(default_factory=EthtoolSource)
     rdma: RdmaSource = field(default_factory=RdmaSource)
     system: SystemSource = field(default_factory=SystemSource)
-    sim: SimSource = field(default_factory=SimSource)
+    asic: AsicSource = field(default_factory=AsicSource)
 
 
 # ---------------------------------------------------------------- schema: exporters
@@ -250,26 +255,28 @@ class Log:
 
 
 # ---------------------------------------------------------------- schema: insights
-# Detector thresholds. A detector raises an event when its rule holds and clears
-# it after the port (or group) has been quiet for `clear_after`.
+# Detector thresholds (agent/insights/, documented with the reasons for each default in
+# docs/insights.md). A detector raises an event when its rule holds and clears it after the
+# port (or group) has been quiet for `clear_after`. Windows are measured in sample time (the
+# collection timestamps of the counters), so a window never holds less data than it says.
 
 
 @dataclass
 class ErrorBurst:
-    """Physical-layer errors on a port: symbol, FEC uncorrectable, FCS/CRC, in-errors."""
+    """Physical-layer errors on a port. Three event types:
+    `symbol-ber` (post-FEC symbol errors over the bits received, warning above `symbol_ber`;
+    any uncorrectable/effective error makes it critical), `pre-fec-ber` (corrected bits over
+    the bits received) and `error-burst` (FCS/CRC and in-errors counted within `window`)."""
 
     enabled: bool = True
-    counters: list[str] = field(
-        default_factory=lambda: [
-            "in-symbol-error",
-            "fec-uncorrectable-blocks",
-            "in-fcs-errors",
-            "in-crc-errors",
-            "in-errors",
-        ]
-    )
-    threshold: int = 1  # errors (summed over `counters`) within `window`
-    window: Duration = Duration(10.0)
+    # Leaves counted by error-burst. Per sample the largest of them counts (in-errors already
+    # includes FCS errors, so they are not added up).
+    counters: list[str] = field(default_factory=lambda: ["in-fcs-errors", "in-crc-errors", "in-errors"])
+    threshold: int = 10  # error-burst: errors within `window`
+    window: Duration = Duration(1.0)  # window of the BER ratios and of the error count
+    symbol_ber: float = 1e-12  # symbol-ber: warning above this (IEEE 802.3's target BER)
+    pre_fec_ber_warning: float = 5e-7  # pre-fec-ber: warning above this (NVIDIA UFM PDR plugin)
+    pre_fec_ber_critical: float = 1e-6  # pre-fec-ber: critical above this (UFM PDR plugin)
     clear_after: Duration = Duration(60.0)
 
 
@@ -278,30 +285,31 @@ class LinkFlap:
     """Carrier transitions on a port."""
 
     enabled: bool = True
-    threshold: int = 2  # carrier transitions within `window`
+    threshold: int = 2  # carrier transitions within `window` (one down+up is 2)
     window: Duration = Duration(60.0)
     clear_after: Duration = Duration(300.0)
 
 
 @dataclass
 class PfcStorm:
-    """Sustained pause frames: by rate, or by the share of time a port is paused."""
+    """Near-continuous pause on one priority of a port, received from its peer: by the share of
+    time paused (where the driver counts pause duration), else by the pause-frame rate."""
 
     enabled: bool = True
-    pause_rate: float = 1000.0  # received pause/PFC frames per second
-    paused_share: float = 0.5  # fraction of the window paused (where pause duration is known)
-    window: Duration = Duration(1.0)
-    windows: int = 3  # consecutive windows over a threshold before firing
+    pause_rate: float = 1000.0  # received pause/PFC frames per second (ports without a duration)
+    paused_share: float = 0.8  # share of the window paused (ports with a pause duration)
+    window: Duration = Duration(0.1)  # one poll of the PFC watchdog
+    windows: int = 3  # consecutive windows over a threshold before firing (watchdog robustness)
     clear_after: Duration = Duration(30.0)
 
 
 @dataclass
 class DropBurst:
-    """Buffer, queue and WRED drops on a port."""
+    """Buffer, queue and WRED drops concentrated in a short window (microbursts)."""
 
     enabled: bool = True
     threshold: int = 100  # drops within `window`
-    window: Duration = Duration(1.0)
+    window: Duration = Duration(0.1)
     clear_after: Duration = Duration(30.0)
 
 
@@ -311,9 +319,9 @@ class Imbalance:
 
     enabled: bool = True
     groups: dict[str, list[str]] = field(default_factory=dict)  # name -> ports (globs allowed)
-    max_over_mean: float = 1.5  # fire when max/mean of tx-octet shares exceeds this ...
-    cv: float = 0.25  # ... or the coefficient of variation exceeds this
-    window: Duration = Duration(10.0)
+    max_over_mean: float = 1.5  # fire when max/mean of the members' tx rates exceeds this ...
+    cv: float = 0.5  # ... or their coefficient of variation (std/mean) exceeds this
+    window: Duration = Duration(1.0)
     windows: int = 3  # consecutive windows over a threshold before firing
     min_mean_bps: float = 1e8  # ignore groups idler than this mean rate (bits/s per member)
     clear_after: Duration = Duration(60.0)
@@ -321,13 +329,12 @@ class Imbalance:
 
 @dataclass
 class ThroughputDip:
-    """Transient throughput drops and microbursts from sub-second utilization."""
+    """Transient throughput drops from sub-second utilization (octet deltas over link speed)."""
 
     enabled: bool = True
-    baseline: Duration = Duration(10.0)  # trailing average the current utilization is compared to
-    dip_ratio: float = 0.5  # fire when utilization falls below this fraction of the baseline
-    min_utilization: float = 0.2  # ... but only if the baseline was at least this busy
-    microburst_utilization: float = 0.9  # one sample above this is a microburst
+    baseline: Duration = Duration(10.0)  # time constant of the trailing level a sample is compared to
+    dip_ratio: float = 0.75  # fire when utilization falls below this fraction of the trailing level
+    min_utilization: float = 0.2  # ... but only if the trailing level is at least this busy
     clear_after: Duration = Duration(10.0)
 
 
@@ -336,8 +343,12 @@ class RoceRetrans:
     """RoCE retransmission spikes on hosts (mlx5 hw_counters)."""
 
     enabled: bool = True
+    # Counter names (as in hw_counters; `-` and `_` are the same) summed per device port.
     counters: list[str] = field(
-        default_factory=lambda: ["roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart"]
+        default_factory=lambda: [
+            "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart",
+            "out_of_sequence", "packet_seq_err",
+        ]
     )
     threshold: int = 100  # retransmissions within `window`
     window: Duration = Duration(1.0)
@@ -347,7 +358,7 @@ class RoceRetrans:
 @dataclass
 class Insights:
     enabled: bool = True
-    history: int = 100  # recent events kept for `swtel status`
+    history: int = 100  # recent (cleared) events kept for `swtel status`
     error_burst: ErrorBurst = field(default_factory=ErrorBurst)
     link_flap: LinkFlap = field(default_factory=LinkFlap)
     pfc_storm: PfcStorm = field(default_factory=PfcStorm)
@@ -505,13 +516,12 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(f"sources.{f.name}.interval: must be at least 10ms, got {src.interval}")
     if not cfg.target.strip():
         problems.append("target: must not be empty")
-    sim = cfg.sources.sim
-    if not 1 <= sim.ports <= 4096:
-        problems.append(f"sources.sim.ports: expected 1..4096, got {sim.ports}")
-    if sim.enabled:
-        # Accepted (DESIGN's config shape) but refused until the simulator exists,
-        # rather than silently ignored.
-        problems.append("sources.sim.enabled: the simulated switch is not available in this version")
+    asic = cfg.sources.asic
+    if not asic.plugin or not (asic.plugin in ASIC_BUILTIN or asic.plugin.startswith("/")):
+        problems.append(f"sources.asic.plugin: expected {' or '.join(ASIC_BUILTIN)} or an absolute path "
+                        f"to a plugin's shared library, got {asic.plugin!r}")
+    if len(asic.config) > 4096:
+        problems.append(f"sources.asic.config: at most 4096 characters, got {len(asic.config)}")
     if not cfg.sources.rdma.root.startswith("/"):
         problems.append(f"sources.rdma.root: expected an absolute path, got {cfg.sources.rdma.root!r}")
     _check_exporters(cfg.exporters, problems)
@@ -573,9 +583,23 @@ def _check_control(ctl: Control, problems: list[str]) -> None:
 
 
 def _check_insights(ins: Insights, problems: list[str]) -> None:
+    def finite(where: str, value: float) -> bool:
+        if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
+            problems.append(f"insights.{where}: must be a finite number, got {value}")
+            return False
+        return True
+
     def positive(where: str, value: float) -> None:
-        if value <= 0:
+        if finite(where, value) and value <= 0:
             problems.append(f"insights.{where}: must be positive, got {value}")
+
+    def share(where: str, value: float) -> None:
+        if finite(where, value) and not 0 < value <= 1:
+            problems.append(f"insights.{where}: expected 0 < x <= 1, got {value}")
+
+    def ratio(where: str, value: float) -> None:
+        if finite(where, value) and not 0 < value < 1:
+            problems.append(f"insights.{where}: expected a ratio 0 < x < 1 (e.g. 1e-12), got {value}")
 
     if ins.history < 1:
         problems.append(f"insights.history: must be at least 1, got {ins.history}")
@@ -585,19 +609,34 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
             problems.append(f"insights.{name}.threshold: must be at least 1, got {det.threshold}")
         positive(f"{name}.window", det.window)
     for name in ("error_burst", "roce_retrans"):
-        if not getattr(ins, name).counters:
+        det = getattr(ins, name)
+        if not det.counters:
             problems.append(f"insights.{name}.counters: must not be empty")
+        for i, counter in enumerate(det.counters):
+            if not counter.strip():
+                problems.append(f"insights.{name}.counters[{i}]: must not be empty")
+    for name in ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance", "throughput_dip",
+                 "roce_retrans"):
+        finite(f"{name}.clear_after", getattr(ins, name).clear_after)
+    err = ins.error_burst
+    ratio("error_burst.symbol_ber", err.symbol_ber)
+    ratio("error_burst.pre_fec_ber_warning", err.pre_fec_ber_warning)
+    ratio("error_burst.pre_fec_ber_critical", err.pre_fec_ber_critical)
+    if err.pre_fec_ber_warning > err.pre_fec_ber_critical:
+        problems.append(
+            "insights.error_burst.pre_fec_ber_warning: must not exceed pre_fec_ber_critical, "
+            f"got {err.pre_fec_ber_warning} > {err.pre_fec_ber_critical}"
+        )
     pfc = ins.pfc_storm
     positive("pfc_storm.pause_rate", pfc.pause_rate)
     positive("pfc_storm.window", pfc.window)
-    if not 0 < pfc.paused_share <= 1:
-        problems.append(f"insights.pfc_storm.paused_share: expected 0 < x <= 1, got {pfc.paused_share}")
+    share("pfc_storm.paused_share", pfc.paused_share)
     imb = ins.imbalance
-    if imb.max_over_mean <= 1:
+    if finite("imbalance.max_over_mean", imb.max_over_mean) and imb.max_over_mean <= 1:
         problems.append(f"insights.imbalance.max_over_mean: must be greater than 1, got {imb.max_over_mean}")
     positive("imbalance.cv", imb.cv)
     positive("imbalance.window", imb.window)
-    if imb.min_mean_bps < 0:
+    if finite("imbalance.min_mean_bps", imb.min_mean_bps) and imb.min_mean_bps < 0:
         problems.append(f"insights.imbalance.min_mean_bps: must not be negative, got {imb.min_mean_bps}")
     for group, ports in imb.groups.items():
         if len(ports) < 2 and not any(any(c in p for c in "*?[") for p in ports):
@@ -607,10 +646,8 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
             problems.append(f"insights.{name}.windows: must be at least 1, got {getattr(ins, name).windows}")
     dip = ins.throughput_dip
     positive("throughput_dip.baseline", dip.baseline)
-    for key in ("dip_ratio", "min_utilization", "microburst_utilization"):
-        value = getattr(dip, key)
-        if not 0 < value <= 1:
-            problems.append(f"insights.throughput_dip.{key}: expected 0 < x <= 1, got {value}")
+    share("throughput_dip.dip_ratio", dip.dip_ratio)
+    share("throughput_dip.min_utilization", dip.min_utilization)
 
 
 def _check_files(problems: list[str], where: str, *paths: str | None) -> None:

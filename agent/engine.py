@@ -310,6 +310,7 @@ class Engine:
             source.note_error(str(exc))
             self._rate.log(log, "warning", ("read", source.name), "read failed", source=source.name, error=str(exc))
             return
+        ts_ns = source.sample_ts_ns or ts_ns
         n = runner.diff()
         runner.reads += 1
         runner.last_ok_ns = ts_ns

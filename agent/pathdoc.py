@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from agent.sources import ethtool, netdev, system
+from agent.sources import asic, ethtool, netdev, system
 
 _PORT = "X"
 
@@ -31,6 +31,15 @@ def _row(source: str, name: str, path: str, kind: str = "counter") -> str:
     return f"| {source} | `{name}` | `{path}` | {kind} |"
 
 
+def _rule_row(source: str, rule) -> str:
+    origin, container = rule.container
+    path = container.format(port=_PORT, n="N") + "/" + rule.leaf.format(name="<name>", n="N")
+    shown = path if origin == "openconfig" else f"swtel:{path}"
+    pattern = rule.pattern.pattern.strip("^$").replace("(?P<n>[0-7])", "N").replace("(?P<n>\\d+)", "N")
+    pattern = pattern.replace("(?P<n>\\d)", "N").replace("(?P<name>\\w+)", "<name>")
+    return _row(source, pattern, shown, "gauge" if rule.kind == 1 else "counter")
+
+
 def render() -> str:
     out = [_HEADER, "## Interface counters (netdev)", "",
            "| source | kernel name | path | kind |", "|---|---|---|---|"]
@@ -43,13 +52,17 @@ def render() -> str:
                          ("mlx5 (ConnectX)", ethtool.MLX5), ("every driver", ethtool.GENERIC)):
         out += [f"## ethtool: {title}", "", "| source | name pattern | path | kind |", "|---|---|---|---|"]
         for rule in table:
-            origin, container = rule.container
-            path = container.format(port=_PORT, n="N") + "/" + rule.leaf.format(name="<name>", n="N")
-            shown = path if origin == "openconfig" else f"swtel:{path}"
-            pattern = rule.pattern.pattern.strip("^$").replace("(?P<n>[0-7])", "N").replace("(?P<n>\\d+)", "N")
-            pattern = pattern.replace("(?P<n>\\d)", "N").replace("(?P<name>\\w+)", "<name>")
-            out.append(_row("ethtool", pattern, shown, "gauge" if rule.kind == 1 else "counter"))
+            out.append(_rule_row("ethtool", rule))
         out.append("")
+    out += ["## asic plugin: what the ASIC has beyond `HwIf*`", "",
+            "The asic source maps a plugin's names through this table, then the mlxsw and "
+            "switchd tables above (so `HwIfInOctets` from a plugin lands where ethtool puts it). "
+            "Names no table knows go to `swtel:/interfaces/interface[name=X]/asic/<name>`. "
+            "A host view's RDMA device (`SWTEL_ASIC_PORT_HOST`) uses the RDMA paths below.", "",
+            "| source | name pattern | path | kind |", "|---|---|---|---|"]
+    for rule in asic.PHY:
+        out.append(_rule_row("asic", rule))
+    out.append("")
     out += ["## RDMA (sysfs)", "", "| source | file | path | kind |", "|---|---|---|---|",
             _row("rdma", "<root>/class/infiniband/D/ports/P/hw_counters/<name>",
                  "swtel:/rdma/devices/device[name=D]/ports/port[id=P]/hw-counters/<name>"),

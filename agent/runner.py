@@ -29,7 +29,7 @@ STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 def min_interval(cfg: config.Config) -> float:
     """The smallest poll interval of any enabled source."""
     return min(
-        (cfg.interval_of(n) for n in ("netdev", "ethtool", "rdma", "system", "sim")
+        (cfg.interval_of(n) for n in ("netdev", "ethtool", "rdma", "system", "asic")
          if getattr(cfg.sources, n).enabled),
         default=float(cfg.interval),
     )

@@ -44,8 +44,9 @@ BAD = [
     ("sources:\n  netdev:\n    interfaces: [swp1]\n    colour: red\n", "sources.netdev.colour: unknown key"),
     ("sources:\n  netdev:\n    interfaces: swp*\n", "sources.netdev.interfaces: expected a list, got 'swp*'"),
     ("sources:\n  ethtool:\n    per_queue: yes please\n", "sources.ethtool.per_queue: expected a boolean"),
-    ("sources:\n  sim:\n    ports: 0\n", "sources.sim.ports: expected 1..4096, got 0"),
-    ("sources:\n  sim:\n    ports: many\n", "sources.sim.ports: expected an integer, got 'many'"),
+    ("sources:\n  asic:\n    plugin: libfoo.so\n", "sources.asic.plugin: expected sim or an absolute path"),
+    ("sources:\n  asic:\n    plugin: ''\n", "sources.asic.plugin: expected sim or an absolute path"),
+    ("sources:\n  asic:\n    config: [a]\n", "sources.asic.config: expected a string"),
     ("sources:\n  rdma:\n    root: sys\n", "sources.rdma.root: expected an absolute path"),
     ("exporters:\n  dialout:\n    - {address: 'h:1', protocol: cisco, insecure: true}\n",
      "exporters.dialout[0].protocol: expected one of nokia, sonic, got 'cisco'"),
@@ -144,7 +145,7 @@ def test_design_config_shape_parses(tmp_path):
           ethtool: {{interfaces: ["swp*"], counters: {{exclude: ["*_tc_*"]}}}}
           rdma:    {{enabled: false, root: /sys}}
           system:  {{interval: 5s}}
-          sim:     {{enabled: false, ports: 64, scenario: symbol-errors, seed: 1}}
+          asic:    {{enabled: false, plugin: sim, config: "role=spine seed=1 scenario=symbol-errors@5s-25s:swp11s1"}}
         exporters:
           jsonl:   {{path: "-"}}
           dialout:

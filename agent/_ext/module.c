@@ -1,6 +1,8 @@
 /* agent._swtel: module definition. Each hot-path concern lives in its own file
- * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c) and exports a method table. */
+ * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c, asic.c) and exports a method table. */
 #include "swtel.h"
+
+#include "../asic/swtel_asic.h"
 
 static int get_buffer(PyObject *obj, Py_buffer *view, const swtel_bufspec *spec)
 {
@@ -49,7 +51,7 @@ PyMODINIT_FUNC PyInit__swtel(void)
     if (m == NULL)
         return NULL;
     PyMethodDef *tables[] = {swtel_netdev_methods, swtel_ethtool_methods, swtel_sysfs_methods,
-                             swtel_change_methods, swtel_encode_methods};
+                             swtel_change_methods, swtel_encode_methods, swtel_asic_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;
@@ -59,7 +61,9 @@ PyMODINIT_FUNC PyInit__swtel(void)
         PyModule_AddIntConstant(m, "F_CHANGED", SWTEL_F_CHANGED) < 0 ||
         PyModule_AddIntConstant(m, "F_WRAP", SWTEL_F_WRAP) < 0 ||
         PyModule_AddIntConstant(m, "F_RESET", SWTEL_F_RESET) < 0 ||
-        PyModule_AddIntConstant(m, "F_NEW", SWTEL_F_NEW) < 0)
+        PyModule_AddIntConstant(m, "F_NEW", SWTEL_F_NEW) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_ABI_VERSION", SWTEL_ASIC_ABI_VERSION) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_ECHANGED", SWTEL_ASIC_ECHANGED) < 0)
         goto fail;
     return m;
 fail:

@@ -11,7 +11,7 @@ import importlib
 
 from agent.sources.base import REGISTRY, Source, register
 
-_MODULES = ("netdev", "ethtool", "rdma", "system")
+_MODULES = ("netdev", "ethtool", "rdma", "system", "asic")
 
 for _name in _MODULES:
     importlib.import_module(f"agent.sources.{_name}")

@@ -42,6 +42,9 @@ class Source:
         self.errors = 0
         self.last_error: str | None = None
         self.ports: list[str] = []
+        #: the source's own collection time of the last read, when it has one (an ASIC
+        #: plugin's timestamp); 0: the engine stamps the sample with the time it asked
+        self.sample_ts_ns = 0
 
     @property
     def needs_setup(self) -> bool:
