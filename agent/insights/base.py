@@ -1,0 +1,157 @@
+"""What every detector is, the registry they add themselves to, and the event they raise.
+
+A detector reads per-port samples: the deltas one source saw for one port since its
+previous sample of that port, with the sample's timestamp ``ts`` and length ``dt`` (ns,
+from the counters' collection times, never wall time). It keeps its own small
+per-port state and calls ``ctx.hit(...)`` whenever its rule holds; the runner owns the
+events (raise, update, clear after ``clear_after`` without a hit, history).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from agent.insights.runner import InsightsRunner
+
+REGISTRY: dict[str, type[Detector]] = {}
+
+WARNING = "warning"
+CRITICAL = "critical"
+SEVERITY_RANK = {WARNING: 1, CRITICAL: 2}
+
+NS = 1_000_000_000
+
+Acc = dict[tuple[str, str], int]  # (sem, sub) -> delta over the sample
+
+
+def register(cls: type[Detector]) -> type[Detector]:
+    """Class decorator: make a detector available under ``cls.name`` (its config section)."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+class Detector:
+    """One rule over per-port samples.
+
+    ``name`` is the config section (``insights.<name>``), ``types`` the event types it
+    raises, ``sems`` the semantics (agent/insights/classify.py) it reads: it is called
+    only for samples that carry one of them.
+    """
+
+    name: ClassVar[str]
+    types: ClassVar[tuple[str, ...]]
+    sems: ClassVar[frozenset[str]]
+    #: True when an event's key is one port (its events clear when the port goes away).
+    per_port: ClassVar[bool] = True
+
+    def __init__(self, cfg: Any, ctx: InsightsRunner) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+
+    @property
+    def clear_after_ns(self) -> int:
+        return int(self.cfg.clear_after * NS)
+
+    def sample(self, port: str, ts: int, dt: int, acc: Acc, owned: frozenset[str]) -> None:
+        """One sample of ``port``: ``acc`` holds the deltas over ``(ts - dt, ts]``; read only
+        the semantics in ``owned`` (another source may be the better one for the rest)."""
+
+    def end_pass(self, ts: int) -> None:
+        """Once per engine pass, after every sample (group windows are closed here)."""
+
+    def forget(self, port: str) -> None:
+        """The port is gone."""
+
+
+class Window:
+    """Values with their sample times; ``total`` is the sum of those within the last
+    ``span`` ns. A sample covers ``(ts - dt, ts]``; it is kept while its end lies in
+    ``(now - 0.95 span, now]`` (the 5 % absorb poll jitter), so at 100 ms polling a 1 s
+    window holds 10 samples and a 100 ms window one."""
+
+    __slots__ = ("span", "items", "total")
+
+    def __init__(self, span_ns: int) -> None:
+        self.span = span_ns
+        self.items: deque[tuple[int, float]] = deque()
+        self.total = 0.0
+
+    def add(self, ts: int, value: float) -> None:
+        self.items.append((ts, value))
+        self.total += value
+
+    def trim(self, now: int) -> float:
+        cutoff = now - self.span + self.span // 20
+        items = self.items
+        while items and items[0][0] <= cutoff:
+            self.total -= items.popleft()[1]
+        if not items:
+            self.total = 0.0
+        return self.total
+
+
+@dataclass(eq=False)
+class Event:
+    """One insight. ``end_ns`` is None while open; once cleared it is the last time the
+    rule held (the fault's end), and ``cleared_ns`` when the event was cleared."""
+
+    id: int
+    type: str
+    severity: str
+    interfaces: list[str]
+    start_ns: int
+    peak: float
+    unit: str
+    message: str
+    end_ns: int | None = None
+    state: str = "open"  # open | cleared
+    detector: str = ""  # config section of the detector that raised it
+    key: Any = None  # the detector's key (port, group, (port, priority))
+    last_ns: int = 0  # last time the rule held
+    cleared_ns: int | None = None
+    # gNMI bookkeeping
+    sent: dict[str, Any] = field(default_factory=dict)
+    sent_ns: int = 0
+    pending: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "severity": self.severity,
+            "interfaces": list(self.interfaces),
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "last_ns": self.last_ns,
+            "cleared_ns": self.cleared_ns,
+            "peak": self.peak,
+            "unit": self.unit,
+            "message": self.message,
+            "state": self.state,
+        }
+
+
+# ---------------------------------------------------------------- formatting helpers
+
+
+def fmt_duration(seconds: float) -> str:
+    """``100ms``, ``1s``, ``1.5s``, ``1m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+def fmt_bps(bps: float) -> str:
+    for unit, scale in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.0f} b/s"
+
+
+def fmt_count(n: float) -> str:
+    return f"{n:,.0f}"

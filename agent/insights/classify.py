@@ -1,0 +1,146 @@
+"""Which counters the detectors read: each CounterSpec -> a semantic, computed once per table.
+
+A semantic is a short key ``(sem, sub)``: ``sem`` names what the counter measures
+(``rx-octets``, ``symbol-errors``, ``pfc-duration`` ...), ``sub`` tells apart counters
+of one port that share a semantic (the PFC priority, the drop counter's leaf, the RoCE
+counter's name). The table is matched by the shape of the container path below the
+port (origin-agnostic), so the netdev, ethtool, asic and rdma sources all feed the
+same detectors. Unknown counters map to None and cost one list lookup per change.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.counters import COUNTER, CounterSpec, CounterTable, escape_key
+
+# Semantics (the ``sem`` part).
+RX_OCTETS = "rx-octets"
+TX_OCTETS = "tx-octets"
+RX_BITS = "rx-bits"  # PHY received bits (line rate x time: idles count too)
+SYMBOL = "symbol-errors"  # post-FEC symbol errors
+UNCORRECTABLE = "uncorrectable"  # FEC uncorrectable blocks / effective errors
+CORRECTED = "corrected-bits"  # FEC corrected bits (pre-FEC errors)
+ERRORS = "errors"  # FCS/CRC and in-errors; sub = leaf
+PAUSE = "pause-frames"  # link-level (global) pause frames received
+PFC_FRAMES = "pfc-frames"  # PFC frames received; sub = priority
+PFC_DURATION = "pfc-duration"  # time paused by the peer, microseconds; sub = priority
+DROP_IN = "drops-in"  # ingress drops; sub = leaf
+DROP_OUT = "drops-out"  # egress drops; sub = leaf (per-queue leaves summed over queues)
+CARRIER = "carrier"  # carrier transitions
+ROCE = "roce"  # RDMA retransmission-related counters; sub = counter name (hyphenated)
+
+#: Every semantic.
+ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, PAUSE,
+       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE)
+
+# (tail of the container path below the port, leaf) -> (sem, sub). A tail of
+# "pfc" stands for pfc/priority[id=N]/state, "queue" for a qos output queue.
+_LEAVES: dict[tuple[str, str], tuple[str, str]] = {
+    ("state/counters", "in-octets"): (RX_OCTETS, ""),
+    ("state/counters", "out-octets"): (TX_OCTETS, ""),
+    ("state/counters", "in-errors"): (ERRORS, "in-errors"),
+    ("state/counters", "in-fcs-errors"): (ERRORS, "in-fcs-errors"),
+    ("state/counters", "in-discards"): (DROP_IN, "in-discards"),
+    ("state/counters", "out-discards"): (DROP_OUT, "out-discards"),
+    ("state/counters", "carrier-transitions"): (CARRIER, ""),
+    ("hw/state/counters", "in-octets"): (RX_OCTETS, ""),
+    ("hw/state/counters", "out-octets"): (TX_OCTETS, ""),
+    ("hw/state/counters", "in-errors"): (ERRORS, "in-errors"),
+    ("hw/state/counters", "in-discards"): (DROP_IN, "in-discards"),
+    ("hw/state/counters", "in-buffer-drops"): (DROP_IN, "in-buffer-drops"),
+    ("hw/state/counters", "out-discards"): (DROP_OUT, "out-discards"),
+    ("hw/state/counters", "out-q-drops"): (DROP_OUT, "out-q-drops"),
+    ("hw/state/counters", "out-wred-drops"): (DROP_OUT, "out-wred-drops"),
+    ("ethernet/state/counters", "in-crc-errors"): (ERRORS, "in-crc-errors"),
+    ("ethernet/state/counters", "in-symbol-error"): (SYMBOL, "in-symbol-error"),
+    ("ethernet/state/counters", "fec-uncorrectable-blocks"): (UNCORRECTABLE, "fec-uncorrectable-blocks"),
+    ("ethernet/state/counters", "in-mac-pause-frames"): (PAUSE, ""),
+    ("phy/state", "received-bits"): (RX_BITS, ""),
+    ("phy/state", "symbol-errors"): (SYMBOL, "symbol-errors"),
+    ("phy/state", "effective-errors"): (UNCORRECTABLE, "effective-errors"),
+    ("phy/fec/state", "corrected-bits"): (CORRECTED, ""),
+    ("pfc", "in-pause-pkts"): (PFC_FRAMES, ""),
+    ("pfc", "in-pause-duration"): (PFC_DURATION, ""),
+    ("queue", "dropped-pkts"): (DROP_OUT, "queue-dropped-pkts"),
+    ("queue", "wred-dropped-pkts"): (DROP_OUT, "queue-wred-dropped-pkts"),
+}
+
+#: RDMA hw_counters read as RoCE retransmission evidence (hyphenated leaf names).
+ROCE_LEAVES = frozenset({
+    "roce-adp-retrans", "roce-adp-retrans-to", "roce-slow-restart", "out-of-sequence",
+    "packet-seq-err", "local-ack-timeout-err", "implied-nak-seq-err", "duplicate-request",
+})
+
+_PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
+_QUEUE_PREFIX = "/qos/interfaces/interface[interface-id="
+_QUEUE = re.compile(r"^/output/queues/queue\[name=(?:[^\]\\]|\\.)*\]/state$")
+_RDMA = re.compile(r"^/rdma/devices/device\[name=(?:[^\]\\]|\\.)*\]"
+                   r"(?:/ports/port\[id=(?:[^\]\\]|\\.)*\])?/hw-counters$")
+
+
+def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
+    """(port, sem, sub) for a counter the detectors read, else None."""
+    port = spec.port
+    if not port or spec.kind != COUNTER:  # gauges and hidden counters are not read
+        return None
+    path = spec.container.path
+    leaf = spec.leaf
+    if path.startswith("/interfaces/interface[name="):
+        prefix = f"/interfaces/interface[name={escape_key(port)}]/"
+        if not path.startswith(prefix):
+            return None
+        tail = path[len(prefix):]
+        m = _PFC.match(tail)
+        if m:
+            sem = _LEAVES.get(("pfc", leaf))
+            return (port, sem[0], m.group(1)) if sem else None
+        sem = _LEAVES.get((tail, leaf))
+        return (port, sem[0], sem[1]) if sem else None
+    if path.startswith(_QUEUE_PREFIX):
+        prefix = f"{_QUEUE_PREFIX}{escape_key(port)}]"
+        if path.startswith(prefix) and _QUEUE.match(path[len(prefix):]):
+            sem = _LEAVES.get(("queue", leaf))
+            return (port, sem[0], sem[1]) if sem else None
+        return None
+    if path.startswith("/rdma/devices/device[") and _RDMA.match(path):
+        name = leaf.replace("_", "-")
+        return (port, ROCE, name) if name in ROCE_LEAVES else None
+    return None
+
+
+class Layout:
+    """A table's classification: ``slots[i]`` is None or ``(port_slot, key)`` with
+    ``key = (sem, sub)``; ``ports[port_slot]`` is the port name and ``sems[port_slot]``
+    the semantics the table has for it."""
+
+    __slots__ = ("slots", "ports", "sems", "mask")
+
+    def __init__(self, table: CounterTable) -> None:
+        where: dict[str, int] = {}
+        self.ports: list[str] = []
+        self.sems: list[set[str]] = []
+        self.slots: list[tuple[int, tuple[str, str]] | None] = []
+        for spec in table.specs:
+            hit = classify(spec)
+            if hit is None:
+                self.slots.append(None)
+                continue
+            port, sem, sub = hit
+            slot = where.get(port)
+            if slot is None:
+                slot = where[port] = len(self.ports)
+                self.ports.append(port)
+                self.sems.append(set())
+            self.sems[slot].add(sem)
+            self.slots.append((slot, (sem, sub)))
+        #: 1 where the counter is classified (for a C-speed pre-filter of a batch's indices)
+        self.mask = bytes(0 if s is None else 1 for s in self.slots)
+
+
+def layout(table: CounterTable) -> Layout:
+    """The table's classification, computed once and cached in ``table.cache["insights"]``."""
+    out = table.cache.get("insights")
+    if out is None:
+        out = table.cache["insights"] = Layout(table)
+    return out

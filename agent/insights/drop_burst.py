@@ -1,0 +1,60 @@
+"""Drop bursts / microbursts (config ``insights.drop_burst``), event ``drop-burst``.
+
+Per port, the drops of each sample are ingress drops (the largest of in-discards and
+in-buffer-drops: switchd's in-discards contains the buffer drops) plus egress drops
+(the largest of out-discards, out-q-drops, out-wred-drops and the per-queue
+dropped/WRED counters summed over queues). A packet is dropped once, at ingress or at
+egress, so the two sides add; the counters of one side overlap, so they do not. At
+least ``threshold`` drops within ``window`` (100 ms) raise the event. A sample longer
+than the window counts pro rata: polled every 10 s, a 200 ms burst is spread over the
+10 s and is not a burst any more, which is why sub-second polling matters.
+"""
+
+from __future__ import annotations
+
+from agent.insights import classify as c
+from agent.insights.base import NS, WARNING, Detector, Window, fmt_count, fmt_duration, register
+
+
+@register
+class DropBurst(Detector):
+    name = "drop_burst"
+    types = ("drop-burst",)
+    sems = frozenset({c.DROP_IN, c.DROP_OUT})
+
+    def __init__(self, cfg, ctx) -> None:
+        super().__init__(cfg, ctx)
+        self.span = int(cfg.window * NS)
+        self.ports: dict[str, tuple[Window, Window]] = {}
+
+    def sample(self, port, ts, dt, acc, owned) -> None:
+        din = dout = 0
+        for (sem, _sub), v in acc.items():
+            if sem == c.DROP_IN and v > din and sem in owned:
+                din = v
+            elif sem == c.DROP_OUT and v > dout and sem in owned:
+                dout = v
+        wins = self.ports.get(port)
+        if not din and not dout and wins is None:
+            return
+        if wins is None:
+            wins = self.ports[port] = (Window(self.span), Window(self.span))
+        scale = min(1.0, self.span / dt)
+        if din:
+            wins[0].add(ts, din * scale)
+        if dout:
+            wins[1].add(ts, dout * scale)
+        tin, tout = wins[0].trim(ts), wins[1].trim(ts)
+        total = tin + tout
+        if not wins[0].items and not wins[1].items:
+            del self.ports[port]
+            return
+        if (din or dout) and total >= self.cfg.threshold:  # judged when drops arrive
+            win = fmt_duration(self.cfg.window)
+            text = (f"{port}: {fmt_count(total)} drops within {win} (threshold {self.cfg.threshold}; "
+                    f"ingress {fmt_count(tin)}, egress {fmt_count(tout)}); a microburst: check the "
+                    "queue's buffer and ECN/PFC profile and the senders' incast")
+            self.ctx.hit(self, "drop-burst", port, ts, WARNING, total, f"drops/{win}", text, [port])
+
+    def forget(self, port: str) -> None:
+        self.ports.pop(port, None)

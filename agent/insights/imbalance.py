@@ -1,0 +1,106 @@
+"""Uplink/ECMP imbalance (config ``insights.imbalance``), event ``imbalance``: the
+leaf-misconfiguration incident.
+
+For each configured group (ports or globs), every ``window`` of sample time each
+member's tx rate is its tx octets over the time its samples covered (a member seen
+before but silent in the window counts as 0). The window is over when max/mean of the
+rates exceeds ``max_over_mean`` or their coefficient of variation (std/mean)
+exceeds ``cv``, and only when the mean is at least ``min_mean_bps`` (an idle group
+says nothing). ``windows`` over-windows in a row raise the event; it names the
+hottest member. With one of N uplinks carrying 2/N of the bytes, max/mean is 2 and
+the CV 1/sqrt(N-1) (0.58 for N=4, 0.38 for N=8).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from agent.insights import classify as c
+from agent.insights.base import NS, WARNING, Detector, fmt_bps, fmt_duration, register
+
+
+class _Group:
+    __slots__ = ("name", "patterns", "octets", "covered", "start", "streak")
+
+    def __init__(self, name: str, patterns: list[str]) -> None:
+        self.name = name
+        self.patterns = patterns
+        self.octets: dict[str, int] = {}  # member -> tx octets in this window
+        self.covered: dict[str, int] = {}  # member -> ns of samples in this window
+        self.start = 0
+        self.streak = 0
+
+
+@register
+class Imbalance(Detector):
+    name = "imbalance"
+    types = ("imbalance",)
+    sems = frozenset({c.TX_OCTETS})
+    per_port = False
+
+    def __init__(self, cfg, ctx) -> None:
+        super().__init__(cfg, ctx)
+        self.span = int(cfg.window * NS)
+        self.groups = [_Group(name, list(ports)) for name, ports in cfg.groups.items()]
+        self._member_of: dict[str, list[_Group]] = {}
+
+    def _groups_of(self, port: str) -> list[_Group]:
+        out = self._member_of.get(port)
+        if out is None:
+            out = self._member_of[port] = [
+                g for g in self.groups if any(fnmatch.fnmatchcase(port, p) for p in g.patterns)
+            ]
+        return out
+
+    def sample(self, port, ts, dt, acc, owned) -> None:
+        if c.TX_OCTETS not in owned:
+            return
+        groups = self._groups_of(port)
+        if not groups:
+            return
+        octets = acc.get((c.TX_OCTETS, ""), 0)
+        for g in groups:
+            g.octets[port] = g.octets.get(port, 0) + octets
+            g.covered[port] = g.covered.get(port, 0) + dt
+            if not g.start:
+                g.start = ts - dt
+
+    def end_pass(self, ts: int) -> None:
+        for g in self.groups:
+            if g.start and ts - g.start >= self.span * 9 // 10:
+                self._judge(g, ts)
+
+    def _judge(self, g: _Group, ts: int) -> None:
+        cfg = self.cfg
+        rates = {p: (g.octets[p] * 8 * NS / g.covered[p] if g.covered[p] else 0.0) for p in g.octets}
+        g.start = ts
+        for p in g.octets:
+            g.octets[p] = 0
+            g.covered[p] = 0
+        n = len(rates)
+        if n < 2:
+            g.streak = 0
+            return
+        mean = sum(rates.values()) / n
+        if mean <= 0 or mean < cfg.min_mean_bps:
+            g.streak = 0
+            return
+        hot = max(sorted(rates), key=rates.__getitem__)
+        ratio = rates[hot] / mean
+        cv = (sum((r - mean) ** 2 for r in rates.values()) / n) ** 0.5 / mean
+        if ratio <= cfg.max_over_mean and cv <= cfg.cv:
+            g.streak = 0
+            return
+        g.streak += 1
+        if g.streak < cfg.windows:
+            return
+        text = (f"group {g.name}: {hot} carries {ratio:.1f}x the mean tx rate of its {n} members "
+                f"({fmt_bps(rates[hot])} vs {fmt_bps(mean)}, CV {cv:.2f}, over {cfg.windows} x "
+                f"{fmt_duration(cfg.window)}); compare this switch's ECMP/hash and routing config "
+                "with its peers'")
+        self.ctx.hit(self, "imbalance", g.name, ts, WARNING, ratio, "max/mean", text, [hot])
+
+    def forget(self, port: str) -> None:
+        for g in self._member_of.pop(port, []):
+            g.octets.pop(port, None)
+            g.covered.pop(port, None)

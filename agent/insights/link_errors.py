@@ -1,0 +1,145 @@
+"""Link errors per port (config ``insights.error_burst``): the cable-fault incident.
+
+Three event types, all over ``window`` of sample time:
+
+* ``symbol-ber``: post-FEC symbol errors over the bits received, warning above
+  ``symbol_ber`` (1e-12, IEEE 802.3's target); any uncorrectable (effective) error in
+  the window makes it critical. Bits received are the PHY's ``received-bits`` where a
+  source has it, else link speed x time (the PHY receives idles too); with neither,
+  any symbol error counts as over the threshold.
+* ``pre-fec-ber``: FEC-corrected bits over the bits received, warning above
+  ``pre_fec_ber_warning``, critical above ``pre_fec_ber_critical`` (UFM's PDR plugin):
+  the link still delivers, but it is failing.
+* ``error-burst``: FCS/CRC and in-errors (``counters``), at least ``threshold`` within
+  ``window``. Per sample the largest of the counted leaves counts, since in-errors
+  already contains the FCS errors. A sample longer than the window (slow polling)
+  counts pro rata: it cannot show that its errors came within one window.
+"""
+
+from __future__ import annotations
+
+from agent.insights import classify as c
+from agent.insights.base import (
+    CRITICAL,
+    NS,
+    WARNING,
+    Detector,
+    Window,
+    fmt_count,
+    fmt_duration,
+    register,
+)
+
+_SEMS = frozenset({c.RX_BITS, c.SYMBOL, c.UNCORRECTABLE, c.CORRECTED, c.ERRORS})
+_COUNTED = (c.ERRORS, c.SYMBOL, c.UNCORRECTABLE)
+
+
+class _Port:
+    __slots__ = ("bitrate", "seen", "sym", "unc", "corr", "err", "has_bits")
+
+    def __init__(self, span: int) -> None:
+        self.bitrate = 0.0  # bits per ns, averaged over about one window
+        self.seen = 0  # ns of samples with a known bit count
+        self.sym = Window(span)
+        self.unc = Window(span)
+        self.corr = Window(span)
+        self.err = Window(span)
+        self.has_bits = False
+
+
+@register
+class LinkErrors(Detector):
+    name = "error_burst"
+    types = ("symbol-ber", "pre-fec-ber", "error-burst")
+    sems = _SEMS
+
+    def __init__(self, cfg, ctx) -> None:
+        super().__init__(cfg, ctx)
+        self.span = int(cfg.window * NS)
+        self.counted = frozenset(x.strip() for x in cfg.counters)
+        self.ports: dict[str, _Port] = {}
+
+    def sample(self, port, ts, dt, acc, owned) -> None:
+        sym = unc = corr = 0
+        err = 0
+        bits = None
+        for (sem, sub), v in acc.items():
+            if sem not in owned:
+                continue
+            if sem == c.RX_BITS:
+                bits = v
+            elif sem == c.SYMBOL:
+                sym += v
+            elif sem == c.UNCORRECTABLE:
+                unc += v
+            elif sem == c.CORRECTED:
+                corr += v
+            if sem in _COUNTED and sub in self.counted and v > err:
+                err = v
+        st = self.ports.get(port)
+        if st is None:
+            st = self.ports[port] = _Port(self.span)
+        if c.RX_BITS in owned:
+            bits = bits or 0
+        else:
+            speed = self.ctx.speeds.get(port)
+            if speed:
+                bits = speed * dt / NS
+        if bits is not None:
+            rate = bits / dt
+            if st.seen:
+                st.bitrate += min(1.0, dt / self.span) * (rate - st.bitrate)
+            else:
+                st.bitrate = rate
+            st.seen += dt
+            st.has_bits = True
+        if sym:
+            st.sym.add(ts, sym)
+        if unc:
+            st.unc.add(ts, unc)
+        if corr:
+            st.corr.add(ts, corr)
+        if err:
+            st.err.add(ts, err * min(1.0, self.span / dt))
+        if sym or unc or corr or err:  # judged when errors arrive: last_ns is the last error
+            self._judge(port, st, ts, dt, bool(sym or unc), bool(corr), bool(err))
+
+    def _judge(self, port: str, st: _Port, ts: int, dt: int, new_sym: bool, new_corr: bool,
+               new_err: bool) -> None:
+        cfg = self.cfg
+        sym, unc, corr, err = st.sym.trim(ts), st.unc.trim(ts), st.corr.trim(ts), st.err.trim(ts)
+        span = max(self.span, dt)
+        bits = st.bitrate * min(span, st.seen) if st.has_bits else 0.0
+        win = fmt_duration(self.span / NS)
+        pre = corr / bits if bits and corr else None
+        if new_sym:
+            ber = max(sym, unc) / bits if bits else None
+            over = ber is None or ber > cfg.symbol_ber or unc > 0
+            if over:
+                severity = CRITICAL if unc else WARNING
+                parts = [f"{port}:"]
+                if ber is not None:
+                    parts.append(f"symbol BER {ber:.1e} (threshold {cfg.symbol_ber:.0e})")
+                else:
+                    parts.append(f"{fmt_count(sym)} symbol errors in {win} (link speed unknown)")
+                text = " ".join(parts)
+                if unc:
+                    text += f", {fmt_count(unc)} uncorrectable"
+                if pre is not None:
+                    text += f", pre-FEC BER {pre:.1e}"
+                text += "; check the cable or transceiver"
+                peak, unit = (ber, "ber") if ber is not None else (float(max(sym, unc)), f"errors/{win}")
+                self.ctx.hit(self, "symbol-ber", port, ts, severity, peak, unit, text, [port])
+        if new_corr and pre is not None and pre > cfg.pre_fec_ber_warning:
+            severity = CRITICAL if pre > cfg.pre_fec_ber_critical else WARNING
+            text = (f"{port}: pre-FEC BER {pre:.1e} (warning {cfg.pre_fec_ber_warning:.0e}, "
+                    f"critical {cfg.pre_fec_ber_critical:.0e}); FEC still corrects, but the link is "
+                    "degrading: check the cable or transceiver")
+            self.ctx.hit(self, "pre-fec-ber", port, ts, severity, pre, "ber", text, [port])
+        if new_err and err >= cfg.threshold:
+            text = (f"{port}: {fmt_count(err)} receive errors (FCS/CRC, in-errors) within {win} "
+                    f"(threshold {cfg.threshold}); check the cable, transceiver or the peer's port")
+            self.ctx.hit(self, "error-burst", port, ts, WARNING, err, f"errors/{win}", text, [port])
+
+    def forget(self, port: str) -> None:
+        self.ports.pop(port, None)

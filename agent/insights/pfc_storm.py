@@ -1,0 +1,97 @@
+"""PFC storms (config ``insights.pfc_storm``), event ``pfc-storm``.
+
+Per port and priority, pause received from the peer is judged every ``window`` of
+sample time (100 ms: one poll of Cumulus' PFC watchdog): where the driver counts the
+time paused (mlx5, mlxsw, the ASIC source), the window is over when the share of it
+spent paused is at least ``paused_share``; elsewhere (switchd's frame counters) when
+the pause-frame rate is at least ``pause_rate``. Frame rate alone is not used where
+the duration is known: heavy but healthy congestion also sends thousands of pause
+frames a second, a storm is pause that never lets go. ``windows`` over-windows in a
+row (3: the watchdog's robustness) raise the event. Link-level pause frames (no
+priority) are judged by rate as priority ``global``.
+"""
+
+from __future__ import annotations
+
+from agent.insights import classify as c
+from agent.insights.base import CRITICAL, NS, WARNING, Detector, fmt_count, fmt_duration, register
+
+
+class _Prio:
+    __slots__ = ("covered", "frames", "paused_us", "streak")
+
+    def __init__(self) -> None:
+        self.covered = 0
+        self.frames = 0
+        self.paused_us = 0
+        self.streak = 0
+
+
+@register
+class PfcStorm(Detector):
+    name = "pfc_storm"
+    types = ("pfc-storm",)
+    sems = frozenset({c.PFC_FRAMES, c.PFC_DURATION, c.PAUSE})
+
+    def __init__(self, cfg, ctx) -> None:
+        super().__init__(cfg, ctx)
+        self.span = int(cfg.window * NS)
+        self.ports: dict[str, dict[str, _Prio]] = {}
+
+    def sample(self, port, ts, dt, acc, owned) -> None:
+        prios = self.ports.get(port)
+        for (sem, sub), v in acc.items():
+            if sem not in self.sems or sem not in owned or not v:
+                continue
+            if prios is None:
+                prios = self.ports[port] = {}
+            key = sub if sem != c.PAUSE else "global"
+            st = prios.get(key)
+            if st is None:
+                st = prios[key] = _Prio()
+            if sem == c.PFC_DURATION:
+                st.paused_us += v
+            else:
+                st.frames += v
+        if not prios:
+            return
+        timed = c.PFC_DURATION in owned
+        idle = []
+        for key, st in prios.items():
+            st.covered += dt
+            if st.covered < self.span * 9 // 10:
+                continue
+            self._judge(port, key, st, ts, timed and key != "global")
+            if not st.streak and not st.frames and not st.paused_us:
+                idle.append(key)
+            st.covered = st.frames = st.paused_us = 0
+        for key in idle:
+            del prios[key]
+
+    def _judge(self, port: str, prio: str, st: _Prio, ts: int, timed: bool) -> None:
+        cfg = self.cfg
+        share = st.paused_us * 1000 / st.covered
+        rate = st.frames * NS / st.covered
+        over = share >= cfg.paused_share if timed else rate >= cfg.pause_rate
+        if not over:
+            st.streak = 0
+            return
+        st.streak += 1
+        if st.streak < cfg.windows:
+            return
+        where = f"priority {prio}" if prio != "global" else "link-level pause"
+        held = f"{cfg.windows} x {fmt_duration(cfg.window)}"
+        if timed:
+            text = (f"{port}: PFC storm on {where}: paused {min(share, 1.0):.0%} of the time for {held} "
+                    f"({fmt_count(rate)} pause frames/s); the peer keeps pausing this port: check the "
+                    "peer's receive path (a stuck NIC queue) and the PFC watchdog")
+            self.ctx.hit(self, "pfc-storm", (port, prio), ts, CRITICAL, min(share, 1.0), "paused-share",
+                         text, [port])
+        else:
+            text = (f"{port}: PFC storm on {where}: {fmt_count(rate)} pause frames/s for {held} "
+                    f"(threshold {fmt_count(cfg.pause_rate)}/s); check the peer's receive path and the "
+                    "PFC watchdog")
+            self.ctx.hit(self, "pfc-storm", (port, prio), ts, WARNING, rate, "frames/s", text, [port])
+
+    def forget(self, port: str) -> None:
+        self.ports.pop(port, None)
