@@ -10,6 +10,13 @@ setup(
             sources=sorted(glob("agent/_ext/*.c")),
             depends=sorted(glob("agent/_ext/*.h")),
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-        )
+        ),
+        # The simulated Spectrum switch: an ASIC plugin (dlopen'ed, no Python inside).
+        Extension(
+            "agent.asic.sim_plugin",
+            sources=["agent/asic/sim.c"],
+            depends=["agent/asic/swtel_asic.h"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

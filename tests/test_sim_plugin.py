@@ -1,0 +1,594 @@
+"""The simulated Spectrum switch plugin (agent/asic/sim.c) through its C ABI (ctypes), against
+the reference model tests/sim_model.py: exact values, layout, scenario effects, errors."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import sim_model  # noqa: E402
+from sim_model import IDX, SLOT, ConfigError, Model  # noqa: E402
+
+NAME_MAX = 64
+OK, ERROR, ECHANGED = 0, -1, -2
+S = 1_000_000_000  # ns
+
+
+class AsicPort(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * NAME_MAX), ("parent", ctypes.c_char * NAME_MAX),
+                ("speed_mbps", ctypes.c_uint64), ("flags", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class AsicCounter(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * NAME_MAX), ("width", ctypes.c_uint8),
+                ("kind", ctypes.c_uint8), ("reserved", ctypes.c_uint16), ("nbins", ctypes.c_uint32)]
+
+
+class AsicOps(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("ops_size", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("open", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                  ctypes.c_size_t)),
+        ("generation", ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)),
+        ("port_count", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)),
+        ("port_info", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.POINTER(AsicPort))),
+        ("counter_count", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)),
+        ("counter_info", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                          ctypes.POINTER(AsicCounter))),
+        ("read", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
+                                  ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t,
+                                  ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
+                                  ctypes.c_size_t)),
+        ("close", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+    ]
+
+
+def plugin_path() -> str:
+    from agent import asic
+
+    path = asic.builtin_path("sim")
+    if path is None:
+        pytest.skip("sim plugin not built (python setup.py build_ext --inplace)")
+    return path
+
+
+def load_ops() -> AsicOps:
+    lib = ctypes.CDLL(plugin_path())
+    fn = lib.swtel_asic_plugin
+    fn.restype = ctypes.POINTER(AsicOps)
+    return fn().contents
+
+
+class Sim:
+    """One opened simulated switch, through the ABI."""
+
+    def __init__(self, ops: AsicOps, config: str):
+        self.ops = ops
+        err = ctypes.create_string_buffer(256)
+        self.h = ops.open(config.encode(), err, len(err))
+        if not self.h:
+            raise ConfigError(err.value.decode())
+        self.list()
+
+    def list(self) -> None:
+        ops, h = self.ops, self.h
+        self.gen = ops.generation(h)
+        self.ports, self.counters = [], []
+        for i in range(ops.port_count(h)):
+            p = AsicPort()
+            assert ops.port_info(h, i, ctypes.byref(p)) == 0
+            self.ports.append((p.name.decode(), p.parent.decode(), p.speed_mbps, p.flags))
+            cs = []
+            for j in range(ops.counter_count(h, i)):
+                c = AsicCounter()
+                assert ops.counter_info(h, i, j, ctypes.byref(c)) == 0
+                cs.append((c.name.decode(), c.width, c.kind))
+            self.counters.append(cs)
+        self.n = sum(len(c) for c in self.counters)
+        self.buf = (ctypes.c_uint64 * self.n)()
+
+    def read_raw(self, gen: int | None = None, n: int | None = None) -> tuple[int, int]:
+        ts = ctypes.c_int64()
+        err = ctypes.create_string_buffer(256)
+        rc = self.ops.read(self.h, self.gen if gen is None else gen, self.buf,
+                           self.n if n is None else n, ctypes.byref(ts), err, len(err))
+        return rc, ts.value
+
+    def read(self) -> tuple[int, list[int]]:
+        rc, ts = self.read_raw()
+        assert rc == OK
+        return ts, list(self.buf)
+
+    def close(self) -> None:
+        if self.h:
+            self.ops.close(self.h)
+            self.h = None
+
+
+@pytest.fixture(scope="module")
+def ops() -> AsicOps:
+    return load_ops()
+
+
+def opened(ops: AsicOps, config: str, at_s: float) -> tuple[Sim, int]:
+    """Open with start = now - at_s, so the plugin's t is about at_s now."""
+    start = time.time_ns() - int(at_s * S)
+    return Sim(ops, f"{config} start={start}"), start
+
+
+def port_slice(layout_ports, counters, name: str) -> slice:
+    off = 0
+    for (pname, *_), cs in zip(layout_ports, counters, strict=True):
+        if pname == name:
+            return slice(off, off + len(cs))
+        off += len(cs)
+    raise KeyError(name)
+
+
+# --- ABI and layout ---------------------------------------------------------------------------
+
+def test_abi_fields(ops):
+    assert ops.abi_version == 1
+    assert ops.ops_size == ctypes.sizeof(AsicOps)
+    assert ops.name == b"sim"
+
+
+def test_spine_layout(ops):
+    sim, _ = opened(ops, "role=spine", 1)
+    try:
+        names = [p[0] for p in sim.ports]
+        assert len(names) == 62 + 4 + 2
+        assert names[:10] == [f"swp{i}" for i in range(1, 11)]
+        assert names[10:16] == ["swp11s0", "swp11s1", "swp11s2", "swp11s3", "swp12s0", "swp12s1"]
+        assert names[-1] == "swp64"
+        info = {p[0]: p for p in sim.ports}
+        assert info["swp11s2"][1:] == ("swp11", 100_000, 1)
+        assert info["swp12s1"][1:] == ("swp12", 200_000, 1)
+        assert info["swp13"][1:] == ("", 400_000, 1)
+        for cs in sim.counters:
+            assert cs == sim_model.SWITCH_COUNTERS
+        assert len(sim.counters[0]) == 100
+        assert [c[0] for c in sim.counters[0][:3]] == ["HwIfInOctets", "HwIfInUcastPkts",
+                                                        "HwIfInMcastPkts"]
+        kinds = {c[0]: c[2] for c in sim.counters[0]}
+        assert kinds["tc_watermark_7"] == 1 and kinds["carrier_changes"] == 0
+        assert sim.ops.port_info(sim.h, len(sim.ports), ctypes.byref(AsicPort())) == -1
+        assert sim.ops.counter_info(sim.h, 0, 100, ctypes.byref(AsicCounter())) == -1
+        assert sim.ops.counter_count(sim.h, -1) == -1
+        assert sim.gen == 1
+        model = Model("role=spine")
+        gen, ports, counters = model.layout(0)
+        assert (gen, ports, counters) == (sim.gen, sim.ports, sim.counters)
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize("uplinks", [4, 8])
+def test_leaf_layout(ops, uplinks):
+    sim, _ = opened(ops, f"role=leaf uplinks={uplinks}", 1)
+    try:
+        names = [p[0] for p in sim.ports]
+        assert names == [f"swp{i}" for i in range(1, 33)] + [f"swp{i}" for i in
+                                                              range(65 - uplinks, 65)]
+        assert {p[2] for p in sim.ports[:32]} == {200_000}
+        assert {p[2] for p in sim.ports[32:]} == {400_000}
+    finally:
+        sim.close()
+
+
+def test_host_and_flat_layouts(ops):
+    sim, _ = opened(ops, "role=host", 1)
+    try:
+        assert sim.ports == [("mlx5_0", "", 400_000, 3)]
+        assert sim.counters[0] == sim_model.HOST_COUNTERS
+        assert [c[1] for c in sim.counters[0]] == [32] * 6 + [64] * 5
+    finally:
+        sim.close()
+    sim, _ = opened(ops, "ports=256", 1)
+    try:
+        assert [p[0] for p in sim.ports] == [f"swp{i}" for i in range(1, 257)]
+        assert sim.n == 256 * 100
+    finally:
+        sim.close()
+
+
+# --- exact values against the model -----------------------------------------------------------
+
+SCENARIO_CONFIGS = [
+    ("role=spine", [0.05, 3.3, 61.7]),
+    ("role=spine seed=7 load=0.9", [0.5, 12.34]),
+    ("role=spine scenario=symbol-errors@5s-25s:swp11s1", [4.99, 5.2, 12.3, 24.95, 26, 70.1]),
+    ("role=spine seed=42 scenario=symbol-errors@1s", [0.5, 3.1, 64.2]),
+    ("role=leaf scenario=imbalance@2s-8s", [1.5, 2.05, 5.5, 8.2]),
+    ("role=leaf uplinks=8 seed=3 scenario=imbalance@1s-4s:swp60,link-flap@5s-30s:swp61",
+     [2.5, 5.6, 9.1, 17.77, 31]),
+    ("role=spine scenario=pfc-storm@1s-5s:swp3/4 scenario=microburst@0s:swp4",
+     [0.3, 1.001, 2.5, 4.7, 6.1, 33.3]),
+    ("role=spine scenario=link-flap@1s-20s:swp2,link-flap@21s:swp2", [1.55, 3.3, 7.7, 22.4, 40]),
+    ("role=spine scenario=counter-clear@3s scenario=counter-clear@5s:swp7", [2.9, 3.2, 6]),
+    ("role=spine scenario=breakout@3s:swp6,symbol-errors@4s-6s:swp6s1", [2.5, 3.5, 4.5, 7]),
+    ("role=host scenario=symbol-errors@2s-9s", [1.0, 2.5, 8.8, 12]),
+    ("role=host seed=99 load=0.1 scenario=symbol-errors@1s,counter-clear@3s", [0.5, 3.5, 70]),
+    ("ports=16 load=1.0 scenario=microburst@1s-9s:swp16", [1.3, 4.4, 9.5]),
+    ("ports=16 load=0 scenario=symbol-errors@1s-9s", [2.0, 8.0]),
+]
+
+
+@pytest.mark.parametrize(("config", "times"), SCENARIO_CONFIGS)
+def test_values_equal_model(ops, config, times):
+    model = Model(config)
+    for at in times:
+        sim, start = opened(ops, config, at)
+        try:
+            for _ in range(3):
+                ts, values = sim.read()
+                t = ts - start
+                gen, ports, counters = model.layout(t)
+                assert (gen, ports, counters) == (sim.gen, sim.ports, sim.counters)
+                expected = model.values(t)
+                if values != expected:
+                    names = [f"{p[0]}.{c[0]}" for p, cs in zip(ports, counters, strict=True)
+                             for c in cs]
+                    diff = [(names[i], values[i], expected[i]) for i in range(len(values))
+                            if values[i] != expected[i]]
+                    pytest.fail(f"{config} at t={t}: {len(diff)} values differ, e.g. {diff[:5]}")
+        finally:
+            sim.close()
+
+
+def test_run_is_monotone_and_below_line_rate(ops):
+    """A real run of the plugin: counters never go down, octets within line rate."""
+    config = ("role=spine scenario=symbol-errors@0s-1s:swp11s1,pfc-storm@0s:swp1,"
+              "microburst@0s:swp2,link-flap@0s:swp3")
+    sim, _ = opened(ops, config, 0.5)
+    try:
+        kinds = [c[2] for cs in sim.counters for c in cs]
+        prev_ts, prev = sim.read()
+        for _ in range(200):
+            ts, cur = sim.read()
+            for i, k in enumerate(kinds):
+                if k == 0:
+                    assert cur[i] >= prev[i], i
+            for j, (name, _, speed, _) in enumerate(sim.ports):
+                base = j * 100
+                for i in (0, 4):
+                    delta_bits = (cur[base + i] - prev[base + i]) * 8
+                    assert delta_bits * 1000 <= speed * (ts - prev_ts), name
+            prev_ts, prev = ts, cur
+    finally:
+        sim.close()
+
+
+# --- properties over the model (exactly the plugin, see above), on dense time grids ------------
+
+def grid(model: Model, t0: float, t1: float, step: float):
+    t = int(t0 * S)
+    while t <= t1 * S:
+        yield t, model.values(t)
+        t += int(step * S)
+
+
+def series(model: Model, port: str, counter: str, t0: float, t1: float, step: float):
+    """[(t, value)] of one counter of one port (the model's per-port values, for speed)."""
+    out = []
+    t = int(t0 * S)
+    while t <= t1 * S:
+        p = next(p for p in model.ports_at(t) if p.name == port)
+        out.append((t, p.values(t)[[c[0] for c in p.counters].index(counter)]))
+        t += int(step * S)
+    return out
+
+
+def rate(model: Model, port: str, counter: str, t0: float, t1: float) -> float:
+    (ta, a), (tb, b) = series(model, port, counter, t0, t1, t1 - t0)
+    return (b - a) / ((tb - ta) / S)
+
+
+@pytest.mark.parametrize("config", [
+    "role=spine scenario=symbol-errors@0s-3s:swp11s1,pfc-storm@1s-3s:swp1/3,link-flap@0s:swp2",
+    "role=leaf scenario=imbalance@1s-3s,microburst@0s:swp1",
+])
+def test_monotone_and_line_rate_dense(config):
+    model = Model(config)
+    _, ports, counters = model.layout(0)
+    kinds = [c[2] for cs in counters for c in cs]
+    prev_t, prev = 0, model.values(0)
+    for t, cur in grid(model, 0.0037, 4, 0.0131):
+        for i, k in enumerate(kinds):
+            if k == 0:
+                assert cur[i] >= prev[i]
+        for j, p in enumerate(ports):
+            for i in (0, 4):
+                assert (cur[j * 100 + i] - prev[j * 100 + i]) * 8 * 1000 <= p[2] * (t - prev_t)
+        prev_t, prev = t, cur
+
+
+def test_clean_fabric_raises_no_alarm():
+    for config in ("role=spine", "role=leaf uplinks=8 seed=5", "ports=32 load=1.0"):
+        model = Model(config)
+        _, ports, counters = model.layout(0)
+        a, b = model.values(1 * S), model.values(3 * S)
+        for j, p in enumerate(ports):
+            d = {c[0]: b[j * 100 + i] - a[j * 100 + i] for i, c in enumerate(counters[j])}
+            bits = d["phy_received_bits"]
+            assert bits == p[2] * 1_000_000 * 2
+            assert d["phy_symbol_errors"] / bits <= 1e-12
+            assert 0.5e-9 < d["phy_corrected_bits"] / bits < 2e-9 < 5e-7
+            assert d["phy_effective_errors"] == 0 and d["carrier_changes"] == 0
+            drops = sum(v for k, v in d.items() if "Drops" in k or "Discards" in k)
+            assert drops == 0
+            assert all(d[f"rx_pause_duration_prio_{i}"] == 0 for i in range(8))
+            assert d["HwIfInOctets"] > 0 and d["HwIfInUcastPkts"] > 0
+            assert 0 < d["HwIfInMcastPkts"] < d["HwIfInUcastPkts"] // 1000
+
+
+def test_load_and_jitter():
+    model = Model("role=spine load=0.55")
+    per_slot = [b - a for (_, a), (_, b) in
+                zip(*(lambda s: (s, s[1:]))(series(model, "swp1", "HwIfInOctets", 1, 1.5, 0.01)),
+                    strict=False)]
+    line = 400e9 / 8 * 0.01
+    assert min(per_slot) < max(per_slot)  # jitter
+    assert 0.4 * line < min(per_slot) and max(per_slot) < 0.7 * line
+    r = rate(model, "swp1", "HwIfInOctets", 1, 11) * 8 / 400e9
+    assert 0.53 < r < 0.56
+
+
+def test_symbol_errors_scenario():
+    model = Model("role=spine scenario=symbol-errors@5s-25s:swp11s1")
+    _, ports, counters = model.layout(0)
+    names = [p[0] for p in ports]
+    for t0 in (1, 26):  # outside: nothing anywhere
+        a, b = model.values(t0 * S), model.values((t0 + 2) * S)
+        for j in range(len(names)):
+            assert b[j * 100 + IDX["phy_symbol_errors"]] == a[j * 100 + IDX["phy_symbol_errors"]]
+    a, b = model.values(10 * S), model.values(12 * S)
+    for j, name in enumerate(names):
+        d = {c[0]: b[j * 100 + i] - a[j * 100 + i] for i, c in enumerate(counters[j])}
+        if name != "swp11s1":
+            assert d["phy_symbol_errors"] == 0 and d["phy_effective_errors"] == 0
+            continue
+        bits = d["phy_received_bits"]
+        assert d["phy_symbol_errors"] / bits > 1e-12
+        assert 1000 < d["phy_symbol_errors"] / 2 < 6000  # per second at 100G
+        assert 1e-6 < d["phy_corrected_bits"] / bits < 3e-6
+        assert 5 < d["phy_effective_errors"] / 2 < 80
+        assert d["HwIfInDot3FrameErrors"] > 0 and d["HwIfInErrors"] > 0
+        assert d["phy_raw_errors_lane0"] == d["phy_corrected_bits"]
+    # irregular dips: some 100 ms cells of the port fall to 40-70 % of its mean
+    cells = series(model, "swp11s1", "HwIfInOctets", 6, 12, 0.1)
+    rates = [b - a for (_, a), (_, b) in zip(cells, cells[1:], strict=False)]
+    mean = rate(model, "swp11s1", "HwIfInOctets", 1, 4) / 10
+    dipped = [r for r in rates if r < 0.8 * mean]
+    assert 0.15 < len(dipped) / len(rates) < 0.45
+    assert min(rates) > 0.3 * mean
+
+
+def test_host_retransmissions():
+    model = Model("role=host scenario=symbol-errors@5s-25s")
+    healthy = rate(model, "mlx5_0", "roce_adp_retrans", 0, 5)
+    sick = rate(model, "mlx5_0", "roce_adp_retrans", 6, 9)
+    after = rate(model, "mlx5_0", "roce_adp_retrans", 26, 36)
+    assert healthy <= 2 and after <= 2
+    assert 200 < sick < 5000
+    idx = {c[0]: i for i, c in enumerate(sim_model.HOST_COUNTERS)}
+    a, b = model.values(6 * S), model.values(9 * S)
+    assert b[idx["out_of_sequence"]] > a[idx["out_of_sequence"]]
+    assert b[idx["packet_seq_err"]] > a[idx["packet_seq_err"]]
+
+
+@pytest.mark.parametrize("uplinks", [4, 8])
+def test_imbalance_scenario(uplinks):
+    model = Model(f"role=leaf uplinks={uplinks} scenario=imbalance@10s-20s:swp62")
+    ups = [f"swp{i}" for i in range(65 - uplinks, 65)]
+
+    def tx(t0):
+        return {u: rate(model, u, "HwIfOutOctets", t0, t0 + 1) for u in ups}
+
+    inside, outside = tx(12), tx(3)
+    assert 1.8 <= max(inside.values()) / (sum(inside.values()) / uplinks) <= 2.2
+    assert max(inside, key=inside.get) == "swp62"
+    assert max(outside.values()) / (sum(outside.values()) / uplinks) < 1.1
+    assert abs(sum(inside.values()) / sum(outside.values()) - 1) < 0.02  # group total unchanged
+    servers_rx = sum(rate(model, f"swp{i}", "HwIfInOctets", 3, 4) for i in range(1, 33))
+    assert abs(sum(outside.values()) / servers_rx - uplinks * 3 / 80) < 0.01
+
+
+def test_pfc_storm_scenario():
+    model = Model("role=spine scenario=pfc-storm@2s-6s:swp5/4")
+    pause = series(model, "swp5", "rx_pause_duration_prio_4", 3, 5, 2)
+    assert (pause[1][1] - pause[0][1]) / 2e6 > 0.9  # share of wall time, in us
+    assert 15_000 < rate(model, "swp5", "HwIfInPfc4Pkt", 3, 5) < 25_000
+    assert rate(model, "swp5", "HwIfInPfc3Pkt", 3, 5) == 0
+    ratio = rate(model, "swp5", "HwIfOutOctets", 3, 5) / rate(model, "swp5", "HwIfOutOctets", 0, 2)
+    assert 0.03 < ratio < 0.07
+    assert rate(model, "swp5", "rx_pause_duration_prio_4", 7, 9) == 0
+    assert rate(model, "swp6", "rx_pause_duration_prio_4", 3, 5) == 0
+    occ = series(model, "swp5", "tc_curr_occupancy_4", 3, 3, 1)[0][1]
+    assert occ > 14 << 20
+
+
+def test_microburst_scenario():
+    model = Model("role=spine scenario=microburst@1s-21s:swp4")
+    drops = series(model, "swp4", "HwIfOutQDrops", 0, 23, 0.01)
+    assert drops[90][1] == 0 and drops[-1][1] == drops[-200][1]  # none before, none after
+    bursts, cur = [], None
+    for (t0, a), (_, b) in zip(drops, drops[1:], strict=False):
+        if b > a and cur is None:
+            cur = [t0, 0, 0]
+        if cur is not None:
+            if b == a:
+                cur[1] = t0
+                bursts.append(cur)
+                cur = None
+            else:
+                cur[2] += b - a
+    assert 5 <= len(bursts) <= 14
+    for (s0, e0, n), (s1, _, _) in zip(bursts, bursts[1:], strict=False):
+        assert 1.4 * S <= s1 - s0 <= 4.1 * S
+        assert 0.04 * S <= e0 - s0 <= 0.21 * S
+        assert 300 <= n <= 3000
+    occ = [v for _, v in series(model, "swp4", "tc_curr_occupancy_3", 1, 21, 0.1)]
+    assert max(occ) > 15 << 20 and sorted(occ)[len(occ) // 2] < 1 << 20
+    wred = series(model, "swp4", "HwIfOutQ3WredDrops", 0, 22, 22)
+    disc = series(model, "swp4", "HwIfOutDiscards", 22, 22, 1)[0][1]
+    assert wred[1][1] > 0 and disc == drops[-1][1] + wred[1][1]
+
+
+def test_link_flap_scenario():
+    model = Model("role=spine scenario=link-flap@1s-31s:swp9")
+    cc = series(model, "swp9", "carrier_changes", 0, 32, 0.01)
+    octets = dict(series(model, "swp9", "HwIfInOctets", 0, 32, 0.01))
+    ups = [t for (t, a), (_, b) in zip(cc, cc[1:], strict=False) if b > a]
+    assert cc[-1][1] % 2 == 0 and 14 <= cc[-1][1] <= 30
+    downs, ups = ups[0::2], ups[1::2]
+    for d0, d1 in zip(downs, downs[1:], strict=False):
+        assert 1.9 * S <= d1 - d0 <= 4.1 * S
+    for d, u in zip(downs, ups, strict=True):
+        assert 0.28 * S <= u - d <= 0.31 * S
+        mid = d + 0.1 * S
+        assert octets[round(mid / 1e7) * 10_000_000 + 10_000_000] == octets[
+            round(mid / 1e7) * 10_000_000 + 20_000_000]
+
+
+def test_counter_clear_scenario(ops):
+    config = "role=spine scenario=counter-clear@3s:swp7"
+    model = Model(config)
+    _, ports, counters = model.layout(0)
+    sl = port_slice(ports, counters, "swp7")
+    before, at, after = (model.values(t)[sl] for t in (3 * S - 1, 3 * S, 3 * S + 50_000_000))
+    assert before[0] > 0 and all(v == 0 for v in at[:84])
+    assert 0 < after[0] < before[0]
+    other = port_slice(ports, counters, "swp8")
+    assert model.values(3 * S)[other][0] > 0
+    sim, start = opened(ops, config, 3.02)  # the plugin agrees right after the clear
+    try:
+        ts, values = sim.read()
+        assert values == model.values(ts - start)
+        assert values[sl][0] < values[other][0] // 10
+    finally:
+        sim.close()
+
+
+def test_breakout_changes_generation(ops):
+    config = "role=spine scenario=breakout@1s:swp6"
+    sim, start = opened(ops, config, 0.8)
+    try:
+        assert sim.gen == 1 and "swp6" in [p[0] for p in sim.ports]
+        old = sim.gen
+        time.sleep(max(0, (start + 1 * S - time.time_ns()) / S) + 0.01)
+        assert sim.read_raw()[0] == ECHANGED
+        assert sim.ops.generation(sim.h) == 2
+        assert sim.read_raw(gen=old)[0] == ECHANGED
+        sim.list()
+        names = [p[0] for p in sim.ports]
+        assert "swp6" not in names
+        i = names.index("swp6s0")
+        assert names[i - 1: i + 5] == ["swp5", "swp6s0", "swp6s1", "swp6s2", "swp6s3", "swp7"]
+        assert sim.ports[i][1:] == ("swp6", 100_000, 1)
+        ts, values = sim.read()
+        assert values == Model(config).values(ts - start)
+        sl = port_slice(sim.ports, sim.counters, "swp6s1")
+        assert 0 < values[sl][0] < 100e9 / 8 * (ts - start - S) / S
+    finally:
+        sim.close()
+
+
+def test_wrong_n_and_generation(ops):
+    sim, _ = opened(ops, "role=leaf", 1)
+    try:
+        assert sim.read_raw(n=sim.n - 1)[0] == ECHANGED
+        assert sim.read_raw(n=sim.n + 1)[0] == ECHANGED
+        assert sim.read_raw(gen=sim.gen + 1)[0] == ECHANGED
+        rc, ts = sim.read_raw()
+        assert rc == OK and abs(ts - time.time_ns()) < 5 * S
+    finally:
+        sim.close()
+
+
+def test_start_in_future_reads_zero(ops):
+    sim, _ = opened(ops, "role=spine", -100)
+    try:
+        _, values = sim.read()
+        gauges = {i for i, c in enumerate(sim_model.SWITCH_COUNTERS) if c[2] == 1}
+        assert all(v == 0 for i, v in enumerate(values) if i % 100 not in gauges)
+    finally:
+        sim.close()
+
+
+BAD = [
+    ("role=router", "sim: role: expected spine, leaf or host, got 'router'"),
+    ("foo=1", "sim: unknown key 'foo' (known: role seed start ports uplinks load scenario)"),
+    ("seed", "sim: expected key=value, got 'seed'"),
+    ("=3", "sim: expected key=value, got '=3'"),
+    ("seed=1 seed=2", "sim: duplicate key 'seed'"),
+    ("seed=-1", "sim: seed: expected an unsigned 64-bit integer, got '-1'"),
+    ("seed=18446744073709551616", "sim: seed: expected an unsigned 64-bit integer, "
+                                  "got '18446744073709551616'"),
+    ("start=now", "sim: start: expected Unix epoch nanoseconds, got 'now'"),
+    ("ports=0", "sim: ports: expected 1..1024, got '0'"),
+    ("ports=1025", "sim: ports: expected 1..1024, got '1025'"),
+    ("uplinks=6", "sim: uplinks: expected 4 or 8, got '6'"),
+    ("load=1.5", "sim: load: expected 0.0..1.0, got '1.5'"),
+    ("load=.5", "sim: load: expected 0.0..1.0, got '.5'"),
+    ("load=0.1234567", "sim: load: expected 0.0..1.0, got '0.1234567'"),
+    ("scenario=x", "sim: scenario 'x': unknown name (known: symbol-errors imbalance pfc-storm "
+                   "microburst link-flap counter-clear breakout)"),
+    ("scenario=microburst,", "sim: scenario '': unknown name (known: symbol-errors imbalance "
+                             "pfc-storm microburst link-flap counter-clear breakout)"),
+    ("scenario=link-flap@5", "sim: scenario 'link-flap@5': bad time '5' (e.g. 5s, 500ms, 2m)"),
+    ("scenario=link-flap@5s-2x",
+     "sim: scenario 'link-flap@5s-2x': bad time '2x' (e.g. 5s, 500ms, 2m)"),
+    ("scenario=link-flap@5s-4s", "sim: scenario 'link-flap@5s-4s': end must be after start "
+                                 "(10 ms resolution)"),
+    ("scenario=link-flap@5s:swp99", "sim: scenario 'link-flap@5s:swp99': no port 'swp99'"),
+    ("scenario=link-flap@5s:", "sim: scenario 'link-flap@5s:': empty port name"),
+    ("scenario=link-flap@5s:swp1/3", "sim: scenario 'link-flap@5s:swp1/3': a priority is only "
+                                     "for pfc-storm"),
+    ("scenario=pfc-storm:swp1/8", "sim: scenario 'pfc-storm:swp1/8': priority must be 0..7"),
+    ("scenario=imbalance", "sim: scenario 'imbalance': needs role=leaf (an uplink group)"),
+    ("role=leaf scenario=imbalance:swp3",
+     "sim: scenario 'imbalance:swp3': 'swp3' is not an uplink"),
+    ("role=host scenario=pfc-storm", "sim: scenario 'pfc-storm': not available with role=host"),
+    ("role=host ports=4", "sim: ports: not with role=host"),
+    ("scenario=breakout@1s", "sim: scenario 'breakout@1s': needs a port (breakout@T:swpN)"),
+    ("scenario=breakout@1s:swp11s1", "sim: scenario 'breakout@1s:swp11s1': 'swp11s1' cannot be "
+                                     "broken out (a 400G port, not an uplink)"),
+    ("scenario=breakout@1s:swp5,breakout@2s:swp5", "sim: scenario 'breakout@2s:swp5': 'swp5' is "
+                                                   "broken out twice"),
+    ("scenario=link-flap@1s-9s:swp2 scenario=pfc-storm@8s:swp2",
+     "sim: scenarios 'link-flap@1s-9s:swp2' and 'pfc-storm@8s:swp2' overlap on swp2"),
+    ("role=leaf scenario=imbalance@1s-9s,link-flap@5s:swp63",
+     "sim: scenarios 'imbalance@1s-9s' and 'link-flap@5s:swp63' overlap on swp63"),
+    ("scenario=" + ",".join(["microburst"] * 65), "sim: too many scenarios (max 64)"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), BAD)
+def test_bad_config(ops, config, message):
+    with pytest.raises(ConfigError) as plugin:
+        Sim(ops, config)
+    assert str(plugin.value) == message
+    with pytest.raises(ConfigError) as model:
+        Model(config)
+    assert str(model.value) == message
+
+
+def test_good_config_edge_cases(ops):
+    for config in ("", "  role=spine\tseed=18446744073709551615  ", "load=1", "load=0.000001",
+                   "scenario=pfc-storm@1.5s-2m:swp1/0", "scenario=counter-clear@500ms",
+                   "role=leaf scenario=imbalance@1s-2s,imbalance@2s-3s:swp64",
+                   "scenario=symbol-errors@1h-", "role=host scenario=symbol-errors:swp1"):
+        Sim(ops, config).close()
+        Model(config)
+    assert SLOT == 10_000_000
