@@ -592,3 +592,15 @@ def test_good_config_edge_cases(ops):
         Sim(ops, config).close()
         Model(config)
     assert SLOT == 10_000_000
+
+
+def test_far_past_start_wraps_like_the_model(ops):
+    """start=0: t is ~1.7e18 ns, 128-bit intermediates; 64-bit octets wrap in both alike."""
+    config = ("role=spine start=0 scenario=symbol-errors@0s:swp11s1,link-flap@0s:swp2,"
+              "pfc-storm@0s:swp3,microburst@0s:swp4")
+    sim = Sim(ops, config)
+    try:
+        ts, values = sim.read()
+        assert values == Model(config).values(ts)
+    finally:
+        sim.close()
