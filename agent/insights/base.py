@@ -46,6 +46,9 @@ class Detector:
     sems: ClassVar[frozenset[str]]
     #: True when an event's key is one port (its events clear when the port goes away).
     per_port: ClassVar[bool] = True
+    #: True: called for every sample of a port whose source it reads (rates, levels);
+    #: False: only for samples in which one of its semantics changed (event counters).
+    every_sample: ClassVar[bool] = True
 
     def __init__(self, cfg: Any, ctx: InsightsRunner) -> None:
         self.cfg = cfg
@@ -54,6 +57,11 @@ class Detector:
     @property
     def clear_after_ns(self) -> int:
         return int(self.cfg.clear_after * NS)
+
+    def wants(self, port: str) -> bool:
+        """Whether samples of ``port`` concern this detector at all (asked when the port's
+        sources are (re)elected, not per sample)."""
+        return True
 
     def sample(self, port: str, ts: int, dt: int, acc: Acc, owned: frozenset[str]) -> None:
         """One sample of ``port``: ``acc`` holds the deltas over ``(ts - dt, ts]``; read only

@@ -20,6 +20,7 @@ from agent.insights.base import NS, WARNING, Detector, Window, fmt_count, fmt_du
 class DropBurst(Detector):
     name = "drop_burst"
     types = ("drop-burst",)
+    every_sample = False
     sems = frozenset({c.DROP_IN, c.DROP_OUT})
 
     def __init__(self, cfg, ctx) -> None:

@@ -52,6 +52,9 @@ class Imbalance(Detector):
             ]
         return out
 
+    def wants(self, port: str) -> bool:
+        return bool(self._groups_of(port))
+
     def sample(self, port, ts, dt, acc, owned) -> None:
         if c.TX_OCTETS not in owned:
             return

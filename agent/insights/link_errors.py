@@ -7,9 +7,10 @@ Three event types, all over ``window`` of sample time:
   the window makes it critical. Bits received are the PHY's ``received-bits`` where a
   source has it, else link speed x time (the PHY receives idles too); with neither,
   any symbol error counts as over the threshold.
-* ``pre-fec-ber``: FEC-corrected bits over the bits received, warning above
-  ``pre_fec_ber_warning``, critical above ``pre_fec_ber_critical`` (UFM's PDR plugin):
-  the link still delivers, but it is failing.
+* ``pre-fec-ber``: FEC-corrected bits over the bits received (both averaged
+  exponentially over about ``window``: a healthy link corrects bits in every sample,
+  so no history is kept), warning above ``pre_fec_ber_warning``, critical above
+  ``pre_fec_ber_critical`` (UFM's PDR plugin): the link still delivers, but it is failing.
 * ``error-burst``: FCS/CRC and in-errors (``counters``), at least ``threshold`` within
   ``window``. Per sample the largest of the counted leaves counts, since in-errors
   already contains the FCS errors. A sample longer than the window (slow polling)
@@ -31,20 +32,25 @@ from agent.insights.base import (
 )
 
 _SEMS = frozenset({c.RX_BITS, c.SYMBOL, c.UNCORRECTABLE, c.CORRECTED, c.ERRORS})
-_COUNTED = (c.ERRORS, c.SYMBOL, c.UNCORRECTABLE)
 
 
 class _Port:
-    __slots__ = ("bitrate", "seen", "sym", "unc", "corr", "err", "has_bits")
+    __slots__ = ("bitrate", "corr_rate", "seen", "sym", "unc", "err")
 
     def __init__(self, span: int) -> None:
-        self.bitrate = 0.0  # bits per ns, averaged over about one window
+        # Bits received and bits corrected per ns, averaged over about one window
+        # (exponentially: O(1) per sample, no history kept for the steady counters).
+        self.bitrate = 0.0
+        self.corr_rate = 0.0
         self.seen = 0  # ns of samples with a known bit count
         self.sym = Window(span)
         self.unc = Window(span)
-        self.corr = Window(span)
         self.err = Window(span)
-        self.has_bits = False
+
+
+_BITS = (c.RX_BITS, "")
+_CORR = (c.CORRECTED, "")
+_RARE = frozenset({c.SYMBOL, c.UNCORRECTABLE, c.ERRORS})
 
 
 @register
@@ -60,58 +66,51 @@ class LinkErrors(Detector):
         self.ports: dict[str, _Port] = {}
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        sym = unc = corr = 0
-        err = 0
-        bits = None
-        for (sem, sub), v in acc.items():
-            if sem not in owned:
-                continue
-            if sem == c.RX_BITS:
-                bits = v
-            elif sem == c.SYMBOL:
-                sym += v
-            elif sem == c.UNCORRECTABLE:
-                unc += v
-            elif sem == c.CORRECTED:
-                corr += v
-            if sem in _COUNTED and sub in self.counted and v > err:
-                err = v
         st = self.ports.get(port)
         if st is None:
             st = self.ports[port] = _Port(self.span)
         if c.RX_BITS in owned:
-            bits = bits or 0
+            bits = acc.get(_BITS, 0)
         else:
             speed = self.ctx.speeds.get(port)
-            if speed:
-                bits = speed * dt / NS
+            bits = speed * dt / NS if speed else None
+        corr = acc.get(_CORR, 0) if c.CORRECTED in owned else 0
         if bits is not None:
-            rate = bits / dt
-            if st.seen:
-                st.bitrate += min(1.0, dt / self.span) * (rate - st.bitrate)
-            else:
-                st.bitrate = rate
+            alpha = min(1.0, dt / self.span) if st.seen else 1.0
+            st.bitrate += alpha * (bits / dt - st.bitrate)
+            st.corr_rate += alpha * (corr / dt - st.corr_rate)
             st.seen += dt
-            st.has_bits = True
+        sym = unc = err = 0
+        for key, v in acc.items():
+            sem = key[0]
+            if sem not in _RARE or sem not in owned:
+                continue
+            if sem == c.SYMBOL:
+                sym += v
+            elif sem == c.UNCORRECTABLE:
+                unc += v
+            if key[1] in self.counted and v > err:
+                err = v
         if sym:
             st.sym.add(ts, sym)
         if unc:
             st.unc.add(ts, unc)
-        if corr:
-            st.corr.add(ts, corr)
         if err:
             st.err.add(ts, err * min(1.0, self.span / dt))
-        if sym or unc or corr or err:  # judged when errors arrive: last_ns is the last error
-            self._judge(port, st, ts, dt, bool(sym or unc), bool(corr), bool(err))
+        # Judged when errors arrive (so an event's last time is its last error); the pre-FEC
+        # BER when a sample's own corrected bits exceed the warning level.
+        hot_corr = bool(corr and bits and corr > bits * self.cfg.pre_fec_ber_warning)
+        if sym or unc or err or hot_corr:
+            self._judge(port, st, ts, dt, bool(sym or unc), hot_corr, bool(err))
 
     def _judge(self, port: str, st: _Port, ts: int, dt: int, new_sym: bool, new_corr: bool,
                new_err: bool) -> None:
         cfg = self.cfg
-        sym, unc, corr, err = st.sym.trim(ts), st.unc.trim(ts), st.corr.trim(ts), st.err.trim(ts)
+        sym, unc, err = st.sym.trim(ts), st.unc.trim(ts), st.err.trim(ts)
         span = max(self.span, dt)
-        bits = st.bitrate * min(span, st.seen) if st.has_bits else 0.0
+        bits = st.bitrate * min(span, st.seen)
         win = fmt_duration(self.span / NS)
-        pre = corr / bits if bits and corr else None
+        pre = st.corr_rate / st.bitrate if st.bitrate and st.corr_rate else None
         if new_sym:
             ber = max(sym, unc) / bits if bits else None
             over = ber is None or ber > cfg.symbol_ber or unc > 0

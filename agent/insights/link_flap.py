@@ -11,6 +11,7 @@ from agent.insights.base import NS, WARNING, Detector, Window, fmt_count, fmt_du
 class LinkFlap(Detector):
     name = "link_flap"
     types = ("link-flap",)
+    every_sample = False
     sems = frozenset({c.CARRIER})
 
     def __init__(self, cfg, ctx) -> None:

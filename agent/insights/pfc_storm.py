@@ -31,15 +31,22 @@ class _Prio:
 class PfcStorm(Detector):
     name = "pfc_storm"
     types = ("pfc-storm",)
+    every_sample = False
     sems = frozenset({c.PFC_FRAMES, c.PFC_DURATION, c.PAUSE})
 
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)
         self.span = int(cfg.window * NS)
         self.ports: dict[str, dict[str, _Prio]] = {}
+        self.last: dict[str, int] = {}  # port -> its last sample with pause
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         prios = self.ports.get(port)
+        if prios and ts - dt > self.last.get(port, 0) + self.span // 2:
+            # Called only when pause counters move: samples in between paused nothing,
+            # so no window of the gap was over.
+            prios.clear()
+        self.last[port] = ts
         for (sem, sub), v in acc.items():
             if sem not in self.sems or sem not in owned or not v:
                 continue
@@ -95,3 +102,4 @@ class PfcStorm(Detector):
 
     def forget(self, port: str) -> None:
         self.ports.pop(port, None)
+        self.last.pop(port, None)

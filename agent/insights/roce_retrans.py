@@ -15,6 +15,7 @@ from agent.insights.base import NS, WARNING, Detector, Window, fmt_count, fmt_du
 class RoceRetrans(Detector):
     name = "roce_retrans"
     types = ("roce-retrans",)
+    every_sample = False
     sems = frozenset({c.ROCE})
 
     def __init__(self, cfg, ctx) -> None:

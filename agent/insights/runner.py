@@ -45,7 +45,7 @@ class _Feed:
     """What one source saw of one port since its previous sample."""
 
     __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
-                 "interval", "owned", "dispatch", "dead")
+                 "interval", "owned", "dispatch", "lazy", "dead")
 
     def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
         self.source = source
@@ -58,7 +58,8 @@ class _Feed:
         self.pending = False
         self.interval: float | None = None  # EWMA of the sample interval, ns
         self.owned: frozenset[str] = frozenset()
-        self.dispatch: list[Detector] = []
+        self.dispatch: list[Detector] = []  # detectors called for every sample
+        self.lazy: list[Detector] = []  # ... only when one of their semantics changed
         self.dead = False
 
 
@@ -252,8 +253,9 @@ class InsightsRunner:
         ts = ts_ns
         self._last_ts = max(self._last_ts, ts)
         if ts >= self._next_elect:
+            # Sources come, go and change pace: every port read by more than one looks again.
             self._next_elect = ts + ELECT_NS
-            self._elect.update(self._ports)
+            self._elect.update(name for name, p in self._ports.items() if len(p.feeds) > 1)
         if self._elect:
             self._run_elections()
         dirty, self._dirty = self._dirty, []
@@ -275,10 +277,14 @@ class InsightsRunner:
                 self._elect.add(feed.port)
             else:
                 feed.interval += 0.2 * (dt - feed.interval)
-            if feed.dispatch:
-                owned = feed.owned
-                for det in feed.dispatch:
-                    det.sample(feed.port, feed.ts, dt, acc, owned)
+            owned = feed.owned
+            for det in feed.dispatch:
+                det.sample(feed.port, feed.ts, dt, acc, owned)
+            if feed.lazy:
+                changed = {key[0] for key in acc}
+                for det in feed.lazy:
+                    if not det.sems.isdisjoint(changed):
+                        det.sample(feed.port, feed.ts, dt, acc, owned)
             acc.clear()
         for det in self._detectors.values():
             det.end_pass(ts)
@@ -312,7 +318,9 @@ class InsightsRunner:
                 owned[id(cur)].add(sem)
             for f in feeds:
                 f.owned = frozenset(owned[id(f)])
-                f.dispatch = [d for d in self._detectors.values() if d.sems & f.owned]
+                wanted = [d for d in self._detectors.values() if d.sems & f.owned and d.wants(name)]
+                f.dispatch = [d for d in wanted if d.every_sample]
+                f.lazy = [d for d in wanted if not d.every_sample]
         self._elect.clear()
 
     # ------------------------------------------------------------ events

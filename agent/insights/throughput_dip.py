@@ -26,7 +26,7 @@ class _Dir:
     __slots__ = ("level", "seen")
 
     def __init__(self) -> None:
-        self.level = 0.0
+        self.level = -1.0  # not known yet
         self.seen = 0
 
 
@@ -39,32 +39,38 @@ class ThroughputDip(Detector):
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)
         self.tau = float(cfg.baseline) * NS
-        self.ports: dict[tuple[str, str], _Dir] = {}
+        self.ports: dict[str, tuple[_Dir, _Dir]] = {}
+        self._alpha = (0, 0.0)  # (dt, 1 - exp(-dt / tau)): polls are regular, so compute it once
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         speed = self.ctx.speeds.get(port)
         if not speed:
             return
+        st = self.ports.get(port)
+        if st is None:
+            st = self.ports[port] = (_Dir(), _Dir())
+        if self._alpha[0] != dt:
+            self._alpha = (dt, 1.0 - math.exp(-dt / self.tau))
+        alpha = self._alpha[1]
+        scale = 8 * NS / (speed * dt)
         cfg = self.cfg
-        for sem, label in _DIRS:
+        for (sem, label), d in zip(_DIRS, st, strict=True):
             if sem not in owned:
                 continue
-            util = acc.get((sem, ""), 0) * 8 * NS / (speed * dt)
-            st = self.ports.get((port, label))
-            if st is None:
-                st = self.ports[(port, label)] = _Dir()
-                st.level = util
-            level = st.level
-            if st.seen >= WARMUP_NS and level >= cfg.min_utilization and util < cfg.dip_ratio * level:
+            util = acc.get((sem, ""), 0) * scale
+            level = d.level
+            if level < 0:
+                d.level = util
+                continue
+            if d.seen >= WARMUP_NS and level >= cfg.min_utilization and util < cfg.dip_ratio * level:
                 share = util / level
                 text = (f"{port}: {label} throughput dipped to {share:.0%} of its {fmt_duration(cfg.baseline)} "
                         f"level ({util:.0%} vs {level:.0%} of {speed / 1e9:g}G); look for errors, "
                         "drops or pause on this port and its peer")
                 self.ctx.hit(self, "throughput-dip", port, ts, WARNING, 1.0 - share, "share-of-level-lost",
                              text, [port])
-            st.level = level + (1.0 - math.exp(-dt / self.tau)) * (util - level)
-            st.seen += dt
+            d.level = level + alpha * (util - level)
+            d.seen += dt
 
     def forget(self, port: str) -> None:
-        for _, label in _DIRS:
-            self.ports.pop((port, label), None)
+        self.ports.pop(port, None)

@@ -1,0 +1,95 @@
+"""Cost of the insights detectors per engine pass (figures only, nothing asserted).
+
+A simulated switch of 256 ports x ~100 counters each (the asic source's path shapes:
+hw counters, PHY, PFC per priority, plus counters no detector reads), healthy load
+with jitter, read every 100 ms. Per pass about 25 counters of every port change (the
+octet and packet counters, PHY received and corrected bits, per-size packet
+counters), as on a loaded switch. Prints the median and p99 cost of one pass:
+``on_batch`` (per change) plus ``end_pass`` (per sample and event handling).
+
+    .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from agent.config import Insights  # noqa: E402
+from agent.insights import InsightsRunner  # noqa: E402
+from tests.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
+
+FILLER = 100 - len(ASIC)  # counters no detector reads, to ~100 per port
+BUSY_FILLER = 19  # of which change every pass (per-size packet counters and the like)
+
+
+class _Quiet:
+    def warning(self, *a, **k):
+        pass
+
+    info = warning
+
+
+def run(ports: int, passes: int, groups: bool) -> dict[str, float]:
+    names = [f"swp{i // 4 + 1}s{i % 4}" for i in range(ports)]
+    ins = Insights()
+    if groups:
+        ins.imbalance.groups = {"uplinks": names[-8:]}
+    runner = InsightsRunner(ins, log=_Quiet())
+    runner.set_port_speeds(dict.fromkeys(names, 400_000_000_000))
+    table, where = port_table("asic", names, ASIC, filler=FILLER)
+    for p in names:
+        base = where[(p, "rx")] - list(ASIC).index("rx") + len(ASIC)
+        for k in range(BUSY_FILLER):
+            where[(p, f"other-{k}")] = base + k
+    stream = Stream(table, where)
+    load = Healthy(names, speed=400e9)
+    ts = T0
+    costs, changed = [], []
+    for n in range(passes):
+        ts += STEP_NS
+        deltas = load.deltas(n * 0.1, 0.1)
+        for p in names:
+            for k in range(BUSY_FILLER):
+                deltas[(p, f"other-{k}")] = 1 + (n + k) % 7
+        batch = stream.batch(ts, deltas)
+        t0 = time.perf_counter()
+        runner.on_batch(batch)
+        runner.end_pass(ts)
+        costs.append((time.perf_counter() - t0) * 1e6)
+        changed.append(len(batch.indices))
+    steady = costs[20:]  # past the baseline and warm-up
+    steady.sort()
+    return {
+        "counters": len(table),
+        "changed": statistics.median(changed[20:]),
+        "median_us": statistics.median(steady),
+        "p99_us": steady[int(len(steady) * 0.99) - 1],
+        "events": len(runner.status()["open"]) + len(runner.status()["recent"]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ports", type=int, default=256)
+    ap.add_argument("--passes", type=int, default=600)
+    args = ap.parse_args()
+    from agent import _backend
+
+    print(f"insights cost per 100 ms pass, {args.ports} ports, reader backend {_backend.NAME}")
+    run(args.ports, 100, False)  # warm-up: the first run in a process pays for the allocator
+    for groups in (False, True):
+        r = run(args.ports, args.passes, groups)
+        label = "with an 8-uplink imbalance group" if groups else "default detectors"
+        print(f"  {label:34s} {r['counters']:6d} counters, {r['changed']:6.0f} changed/pass: "
+              f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
+              f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
+
+
+if __name__ == "__main__":
+    main()
