@@ -227,10 +227,25 @@ class ServerExporter:
 
 
 @dataclass
+class TunnelServer:
+    """A gRPC tunnel server (openconfig grpctunnel) to register with, as NVUE's
+    ``system grpc-tunnel server <name>``; carries the agent's gNMI service."""
+
+    name: str = ""
+    address: str = ""  # host name or IP address of the tunnel server
+    port: int = 0  # required
+    target: str | None = None  # registered target name; None: the agent's target
+    retry_interval: Duration = Duration(30.0)  # longest wait between attempts
+    insecure: bool = False
+    tls: ClientTls = field(default_factory=ClientTls)
+
+
+@dataclass
 class Exporters:
     jsonl: JsonlExporter | None = None
     dialout: list[DialoutExporter] = field(default_factory=list)
     server: ServerExporter | None = None
+    tunnel: list[TunnelServer] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- schema: control, log
@@ -564,6 +579,43 @@ def _check_exporters(exp: Exporters, problems: list[str]) -> None:
                 )
             _check_files(problems, "exporters.server.tls", srv.tls.ca, srv.tls.cert, srv.tls.key)
         _check_auth(problems, "exporters.server", srv.username, srv.password_file)
+    _check_tunnels(exp.tunnel, problems)
+
+
+MAX_TUNNELS = 10  # as NVUE's grpc-tunnel
+
+
+def _check_tunnels(tunnels: list[TunnelServer], problems: list[str]) -> None:
+    if len(tunnels) > MAX_TUNNELS:
+        problems.append(f"exporters.tunnel: at most {MAX_TUNNELS} servers, got {len(tunnels)}")
+    names: set[str] = set()
+    seen: set[tuple[str, int, str | None]] = set()
+    for i, t in enumerate(tunnels):
+        where = f"exporters.tunnel[{i}]"
+        if not t.name:
+            t.name = f"tunnel{i}"
+        if t.name in names:
+            problems.append(f"{where}.name: duplicate tunnel server name {t.name!r}")
+        names.add(t.name)
+        host = t.address.strip()
+        if not host or any(c.isspace() for c in host) or "/" in host:
+            problems.append(f"{where}.address: expected a host name or IP address, got {t.address!r}")
+        elif host.startswith("[") or (host.count(":") == 1 and host.rpartition(":")[2].isdigit()):
+            problems.append(f"{where}.address: the port goes in {where}.port, got {t.address!r}")
+        if not 0 < t.port < 65536:
+            problems.append(f"{where}.port: required, 1-65535, got {t.port}")
+        if t.target is not None and not t.target.strip():
+            problems.append(f"{where}.target: must not be empty (null: the agent's target)")
+        if t.retry_interval < 1:
+            problems.append(f"{where}.retry_interval: must be at least 1s, got {t.retry_interval}")
+        key = (host, t.port, t.target)
+        if key in seen:
+            problems.append(f"{where}: registers the same target with {host}:{t.port} twice")
+        seen.add(key)
+        if not t.insecure:
+            _check_files(problems, f"{where}.tls", t.tls.ca, t.tls.cert, t.tls.key)
+            if bool(t.tls.cert) != bool(t.tls.key):
+                problems.append(f"{where}.tls: cert and key go together (mTLS)")
 
 
 def _check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:

@@ -1,0 +1,433 @@
+"""gRPC tunnel dial-out (``exporters.tunnel[]``): the openconfig grpctunnel protocol, switch side.
+
+This is how Cumulus NVUE dials out (``nv set system grpc-tunnel server ...``):
+the switch is a tunnel *client*. It connects to a tunnel server, registers its
+target (type ``GNMI_GNOI``) on a ``Register`` stream, and the server asks for a
+session whenever a collector wants to reach the target. Each session is one
+``Tunnel`` stream on the same connection, carrying the bytes of one TCP-like
+connection to the agent's gNMI service: the collector's gRPC/HTTP2 runs end to
+end through it, so Capabilities, Get and Subscribe behave exactly as on the
+dial-in server (``exporters.server``), which need not be configured.
+
+That service is the dial-in server's own servicer, served in-process on a UNIX
+socket in a private (0700) temporary directory: each tunnel session is copied
+to and from one connection to it. Inside the tunnel the gNMI service is
+plaintext without authentication; the tunnel's TLS (CA, mTLS, server name)
+protects the connection to the tunnel server, which decides who reaches the
+target.
+
+One :class:`TunnelExporter` per configured server, each with its own thread:
+connect, register, serve sessions; on any failure (server gone, registration
+refused) retry with backoff from 0.5 s doubling up to ``retry_interval``.
+The exchange follows the Go reference implementation (tunnel/tunnel.go):
+
+* ``RegisterOp{target{op: ADD, target, target_type}}``; the reply
+  ``target{accept: true}`` registers, ``target{error}`` refuses (retried);
+* ``session{tag > 0, accept: true}`` from the server asks for a session: open a
+  ``Tunnel`` stream whose first frame is ``Data{tag}``, then ``Data{data}`` both
+  ways, ``Data{close: true}`` (or the end of the stream) ends it; a session that
+  cannot be served is refused with ``session{tag, error}`` on Register.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from agent import logs
+from agent.config import HostPort, ServerExporter
+from agent.gnmi import server as gnmi_server
+from agent.gnmi import tls
+from agent.gnmi import tunnel_pb as pb
+
+if TYPE_CHECKING:
+    from agent.config import TunnelServer as TunnelConfig
+    from agent.counters import Batch, Container, StateUpdate
+
+log = logs.get("tunnel")
+
+BACKOFF_MIN_S = 0.5
+CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads
+MAX_SESSIONS = 32  # concurrent tunnel sessions per server (each is one gNMI client connection)
+LOG_RATE_LIMIT_S = 10.0
+
+
+class LocalGnmi:
+    """The agent's gNMI service (the dial-in server's servicer) on a private UNIX socket.
+
+    It is a Listener like :class:`~agent.gnmi.server.GnmiServer`: the engine's
+    changes reach its subscribers through ``on_batch``/``on_state``/``on_delete``.
+    """
+
+    def __init__(self, target: str, min_interval_s: float, max_subscribers: int = 32):
+        # The dial-in server's object holds the subscribers, the Store and the target;
+        # only its gRPC listener is replaced by the UNIX socket below.
+        self.gnmi = gnmi_server.GnmiServer(
+            ServerExporter(listen=HostPort("127.0.0.1:50051"), insecure=True), target,
+            min_interval_s=min_interval_s, max_subscribers=max_subscribers)
+        self.path = ""
+        self._dir = ""
+        self._grpc: grpc.Server | None = None
+
+    def start(self, store: Any) -> None:
+        self.gnmi.store = store
+        self._dir = tempfile.mkdtemp(prefix="swtel-tunnel-")  # 0700: only the agent's user
+        self.path = os.path.join(self._dir, "gnmi.sock")
+        workers = self.gnmi.max_subscribers + gnmi_server._SPARE_WORKERS
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tunnel-gnmi"),
+            handlers=[gnmi_server._handlers(gnmi_server._Servicer(self.gnmi))],
+            maximum_concurrent_rpcs=workers,
+        )
+        try:
+            port = server.add_insecure_port(f"unix:{self.path}")
+        except RuntimeError:  # newer grpcio raises; 1.51 returns 0
+            port = 0
+        if not port:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise RuntimeError(f"tunnel: cannot serve gNMI on {self.path}")
+        server.start()
+        self._grpc = server
+        self.gnmi._state = "listening"
+
+    def connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def stop(self, timeout: float) -> None:
+        self.gnmi.stop(0)  # closes the subscribers
+        if self._grpc is not None:
+            self._grpc.stop(grace=timeout).wait(timeout)
+            self._grpc = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class _Refused(Exception):
+    """The tunnel server refused the target's registration."""
+
+
+class _Pipe:
+    """One tunnel session: a Tunnel stream copied to and from one UNIX socket connection."""
+
+    def __init__(self, sock: socket.socket, tag: int):
+        self.sock = sock
+        self.tag = tag
+        self.lock = threading.Condition()
+        self.closed = False  # the socket is being shut down: no more reads
+        self.in_recv = False
+        self.remote_closed = False  # the far end sent close: do not send ours
+
+    def uplink(self) -> Iterator[Any]:
+        """What the agent sends: the tag, then what the gNMI service writes, then close."""
+        yield pb.Data(tag=self.tag)
+        while True:
+            with self.lock:
+                if self.closed:
+                    return
+                self.in_recv = True
+            try:
+                data = self.sock.recv(CHUNK)
+            except OSError:
+                data = b""
+            finally:
+                with self.lock:
+                    self.in_recv = False
+                    self.lock.notify_all()
+            if not data:
+                if not self.remote_closed:
+                    yield pb.Data(close=True)
+                return
+            yield pb.Data(data=data)
+
+    def close(self) -> None:
+        """Stop both directions, then close the socket once no thread reads it."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            deadline = time.monotonic() + 2.0
+            while self.in_recv and time.monotonic() < deadline:
+                self.lock.wait(0.1)
+        self.sock.close()
+
+
+class TunnelExporter:
+    """The Listener for one ``exporters.tunnel[]`` server."""
+
+    kind = "tunnel"
+
+    def __init__(self, cfg: TunnelConfig, target: str, min_interval_s: float = 0.1) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.target_name = cfg.target or target
+        self.address = f"[{cfg.address}]:{cfg.port}" if ":" in cfg.address else f"{cfg.address}:{cfg.port}"
+        self.retry_interval = float(cfg.retry_interval)
+        self.local = LocalGnmi(target, min_interval_s)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._register_call: Any = None
+        self._pipes: set[_Pipe] = set()
+        # status
+        self.state = "down"
+        self.registrations = 0
+        self.sessions_total = 0
+        self.sessions_refused = 0
+        self.last_error: str | None = None
+        self.registered_since_ns: int | None = None
+        self.down_since_ns: int | None = time.time_ns()
+        self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)  # the runner sets period_s
+
+    # ------------------------------------------------------------ Listener
+    def start(self, store: Any) -> None:
+        if self.cfg.insecure:
+            log.warning("plaintext gRPC tunnel (insecure: true): gNMI reachable unencrypted",
+                        tunnel=self.name, address=self.address)
+        try:
+            self.local.start(store)
+        except RuntimeError as exc:
+            self.state, self.last_error = "failed", str(exc)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"tunnel-{self.name}", daemon=True)
+        self._thread.start()
+
+    def on_batch(self, batch: Batch) -> None:
+        self.local.gnmi.on_batch(batch)
+
+    def on_state(self, updates: list[StateUpdate]) -> None:
+        self.local.gnmi.on_state(updates)
+
+    def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
+        self.local.gnmi.on_delete(ts_ns, containers)
+
+    def stop(self, timeout: float) -> None:
+        self._stopping.set()
+        self._hang_up()
+        if self._thread is not None:
+            self._thread.join(max(timeout, 0.1) + 1.0)
+        self.local.stop(min(timeout, 1.0))
+        self.state = "down"
+
+    def status(self) -> dict[str, Any]:
+        gnmi = self.local.gnmi.status()
+        with self._lock:
+            active = len(self._pipes)
+        return {
+            "name": self.name,
+            "kind": "tunnel",
+            "state": self.state,
+            "address": self.address,
+            "target": self.target_name,
+            "target_type": pb.GNMI_GNOI,
+            "tls": not self.cfg.insecure,
+            "sessions": active,
+            "sessions_total": self.sessions_total,
+            "sessions_refused": self.sessions_refused,
+            "subscribers": gnmi["subscribers"],
+            "sent": gnmi["sent"],
+            "dropped": gnmi["dropped"],
+            "reconnects": max(self.registrations - 1, 0),
+            "retry_interval_s": self.retry_interval,
+            "registered_since_ns": self.registered_since_ns,
+            "down_since_ns": self.down_since_ns,
+            "last_error": self.last_error,
+        }
+
+    # ------------------------------------------------------------ connection loop
+    def _channel_for(self) -> grpc.Channel:
+        options: list[tuple[str, Any]] = [
+            # Its own connection: the server keys a client by its peer address, and the
+            # Tunnel streams must arrive on the connection that registered.
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.keepalive_time_ms", 310_000),  # no more often than Go servers allow
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.initial_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", int(self.retry_interval * 1000)),
+        ]
+        if self.cfg.insecure:
+            return grpc.insecure_channel(self.address, options=options)
+        t = self.cfg.tls
+        creds = tls.channel_credentials(t.ca, t.cert, t.key)
+        return grpc.secure_channel(self.address, creds, options=options + tls.channel_options(t.server_name))
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        while not self._stopping.is_set():
+            self.state = "connecting"
+            registered = False
+            try:
+                registered = self._connection()
+                error = "tunnel server closed the Register stream"
+            except _Refused as exc:
+                error = str(exc)
+            except tls.TlsError as exc:
+                error = f"TLS setup: {exc}"
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                error = f"{code.name if code else 'ERROR'}: {exc.details() if hasattr(exc, 'details') else exc}"
+            except Exception as exc:  # a bug must not end the thread: retry
+                error = f"{type(exc).__name__}: {exc}"
+                log.error("tunnel session failed", tunnel=self.name, exc_info=exc)
+            finally:
+                self._hang_up()
+            if self._stopping.is_set():
+                break
+            if registered or self.registered_since_ns is not None:
+                backoff = BACKOFF_MIN_S
+            if self.registered_since_ns is not None:
+                self.down_since_ns = time.time_ns()
+            self.registered_since_ns = None
+            self.state = "down"
+            self.last_error = error
+            delay = min(backoff * random.uniform(0.8, 1.2), self.retry_interval)
+            self.log_limiter.log(log, "warning", error, "tunnel server down", tunnel=self.name,
+                                 address=self.address, error=error, retry_in_s=round(delay, 2))
+            self._stopping.wait(delay)
+            backoff = min(backoff * 2, self.retry_interval)
+        self.state = "down"
+
+    def _hang_up(self) -> None:
+        """End the Register stream, every session and the connection."""
+        with self._lock:
+            call, channel, pipes = self._register_call, self._channel, list(self._pipes)
+            self._register_call = self._channel = None
+        if call is not None:
+            call.cancel()
+        for pipe in pipes:
+            pipe.close()
+        if channel is not None:
+            channel.close()
+
+    def _connection(self) -> bool:
+        """Connect, register, serve sessions until the Register stream ends. True once registered."""
+        channel = self._channel_for()
+        outbox: queue.Queue[Any] = queue.Queue()
+
+        def requests() -> Iterator[Any]:
+            yield pb.RegisterOp(target=pb.Target(op=pb.TARGET_ADD, target=self.target_name,
+                                                 target_type=pb.GNMI_GNOI))
+            while True:
+                item = outbox.get()
+                if item is None:
+                    return
+                yield item
+
+        call = channel.stream_stream(pb.REGISTER, request_serializer=pb.serialize,
+                                     response_deserializer=pb.parse_register)(requests())
+        with self._lock:
+            if self._stopping.is_set():
+                call.cancel()
+                channel.close()
+                return False
+            self._channel, self._register_call = channel, call
+        registered = False
+        try:
+            for op in call:
+                kind = op.WhichOneof("registration")
+                if kind == "target":
+                    t = op.target
+                    if t.target != self.target_name or t.op != pb.TARGET_UNKNOWN:
+                        continue  # an announcement about another target (we subscribe to none)
+                    if t.error:
+                        raise _Refused(f"tunnel server refused target {self.target_name!r}: {t.error}")
+                    if t.accept and not registered:
+                        registered = True
+                        self._registered()
+                elif kind == "session":
+                    self._session_request(op.session, channel, outbox)
+        finally:
+            outbox.put(None)
+        return registered
+
+    def _registered(self) -> None:
+        self.registrations += 1
+        down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
+        self.state = "registered"
+        self.registered_since_ns = time.time_ns()
+        self.down_since_ns = None
+        self.log_limiter = logs.RateLimiter(self.log_limiter.period_s)  # the next failure is news
+        log.info("tunnel target registered", tunnel=self.name, address=self.address,
+                 target=self.target_name, target_type=pb.GNMI_GNOI, tls=not self.cfg.insecure,
+                 reconnects=max(self.registrations - 1, 0), down_for_s=round(down_for, 3))
+
+    # ------------------------------------------------------------ sessions
+    def _session_request(self, s: Any, channel: grpc.Channel, outbox: queue.Queue) -> None:
+        if s.error:  # the server gave up on a session: its Tunnel stream ends by itself
+            log.info("tunnel session error from server", tunnel=self.name, tag=s.tag, error=s.error)
+            return
+        if not s.accept or s.tag <= 0:
+            return  # we never ask for sessions, so nothing else is meant for us
+        reason = None
+        if s.target != self.target_name or s.target_type != pb.GNMI_GNOI:
+            reason = f"no target {s.target!r} of type {s.target_type!r} here"
+        else:
+            with self._lock:
+                if len(self._pipes) >= MAX_SESSIONS:
+                    reason = f"too many sessions (limit {MAX_SESSIONS})"
+        sock = None
+        if reason is None:
+            try:
+                sock = self.local.connect()
+            except OSError as exc:
+                reason = f"gNMI service unavailable: {exc.strerror or exc}"
+        if sock is None:
+            self.sessions_refused += 1
+            outbox.put(pb.RegisterOp(session=pb.Session(tag=s.tag, target=s.target,
+                                                         target_type=s.target_type, error=reason)))
+            log.warning("tunnel session refused", tunnel=self.name, tag=s.tag, reason=reason)
+            return
+        pipe = _Pipe(sock, s.tag)
+        with self._lock:
+            self._pipes.add(pipe)
+        self.sessions_total += 1
+        threading.Thread(target=self._serve, args=(pipe, channel), daemon=True,
+                         name=f"tunnel-{self.name}-{s.tag}").start()
+
+    def _serve(self, pipe: _Pipe, channel: grpc.Channel) -> None:
+        """Copy the server's Data frames to the socket; the uplink runs in gRPC's request thread."""
+        started = time.monotonic()
+        error = None
+        try:
+            call = channel.stream_stream(pb.TUNNEL, request_serializer=pb.serialize,
+                                         response_deserializer=pb.parse_data)(pipe.uplink())
+            for frame in call:
+                if frame.close:
+                    pipe.remote_closed = True
+                    break
+                if frame.data:
+                    pipe.sock.sendall(frame.data)
+            call.cancel()
+        except grpc.RpcError as exc:
+            if not self._stopping.is_set() and exc.code() != grpc.StatusCode.CANCELLED:
+                error = f"{exc.code().name}: {exc.details()}"
+        except (OSError, ValueError) as exc:  # the gNMI service closed the connection
+            error = str(exc)
+        finally:
+            pipe.remote_closed = True
+            pipe.close()
+            with self._lock:
+                self._pipes.discard(pipe)
+        log.debug("tunnel session ended", tunnel=self.name, tag=pipe.tag,
+                  duration_s=round(time.monotonic() - started, 3), error=error)
