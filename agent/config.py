@@ -350,6 +350,9 @@ class ThroughputDip:
     baseline: Duration = Duration(10.0)  # time constant of the trailing level a sample is compared to
     dip_ratio: float = 0.75  # fire when utilization falls below this fraction of the trailing level
     min_utilization: float = 0.2  # ... but only if the trailing level is at least this busy
+    # A dip is reported once the port is back, if it lasted at most this long; a longer drop
+    # is a change of load (job phase, ECMP moving flows), not a dip.
+    max_duration: Duration = Duration(2.0)
     clear_after: Duration = Duration(10.0)
 
 
@@ -700,6 +703,7 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
     positive("throughput_dip.baseline", dip.baseline)
     share("throughput_dip.dip_ratio", dip.dip_ratio)
     share("throughput_dip.min_utilization", dip.min_utilization)
+    positive("throughput_dip.max_duration", dip.max_duration)
 
 
 def _check_files(problems: list[str], where: str, *paths: str | None) -> None:

@@ -254,6 +254,14 @@ def test_throughput_dip_on_the_dipping_port():
     assert "dipped to" in evs[0]["message"]
 
 
+def test_a_lasting_drop_is_a_change_of_load_not_a_dip():
+    rig = Rig()
+    rig.run(10.0)
+    rig.load.util["swp1"] = 0.3  # from 0.6, for good (a job phase, ECMP moved flows)
+    rig.run(30.0)
+    assert rig.events() == []
+
+
 def test_throughput_dip_needs_a_known_speed():
     rig = Rig()
     rig.runner.set_port_speeds({})

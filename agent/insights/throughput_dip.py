@@ -2,9 +2,14 @@
 
 Per port and direction, each sample's utilization is its octet delta over link speed
 x the sample's length. It is compared to the port's own trailing level (an
-exponential average with time constant ``baseline``): a sample below ``dip_ratio`` x
-the level while the level is at least ``min_utilization`` is a dip. A port whose
-speed is unknown is skipped. The level needs 1 s of samples before it is trusted.
+exponential average with time constant ``baseline``): samples below ``dip_ratio`` x
+the level while the level is at least ``min_utilization`` are a dip, reported when
+the port is back above that line, if it lasted at most ``max_duration``. A longer
+drop is a change of load (a job phase, ECMP moving flows, an uplink that was carrying
+too much), not a dip: nothing is reported, and no dip starts until the port is back
+above ``dip_ratio`` x its (following) level and half a ``baseline`` more has passed
+while the level settles. A port whose speed is unknown is
+skipped. The level needs 1 s of samples before it is trusted.
 
 Polled every 100 ms, a 300 ms dip to half the level shows as three samples at half;
 polled every 10 s, the same dip averages into one sample at 98.5 % and is not seen,
@@ -23,11 +28,16 @@ _DIRS = ((c.RX_OCTETS, "rx"), (c.TX_OCTETS, "tx"))
 
 
 class _Dir:
-    __slots__ = ("level", "seen")
+    __slots__ = ("level", "seen", "start", "ref", "low", "long", "quiet_until")
 
     def __init__(self) -> None:
         self.level = -1.0  # not known yet
         self.seen = 0
+        self.start = 0  # start of the dip in progress (0: none)
+        self.ref = 0.0  # the level when it started
+        self.low = 0.0  # its lowest utilization
+        self.long = False  # it outlasted max_duration: a change of load, not a dip
+        self.quiet_until = 0  # after a change of load: no dip until the level has settled
 
 
 @register
@@ -41,6 +51,7 @@ class ThroughputDip(Detector):
         self.tau = float(cfg.baseline) * NS
         self.ports: dict[str, tuple[_Dir, _Dir]] = {}
         self._alpha = (0, 0.0)  # (dt, 1 - exp(-dt / tau)): polls are regular, so compute it once
+        self.max_ns = int(cfg.max_duration * NS)
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         speed = self.ctx.speeds.get(port)
@@ -62,13 +73,26 @@ class ThroughputDip(Detector):
             if level < 0:
                 d.level = util
                 continue
-            if d.seen >= WARMUP_NS and level >= cfg.min_utilization and util < cfg.dip_ratio * level:
-                share = util / level
-                text = (f"{port}: {label} throughput dipped to {share:.0%} of its {fmt_duration(cfg.baseline)} "
-                        f"level ({util:.0%} vs {level:.0%} of {speed / 1e9:g}G); look for errors, "
-                        "drops or pause on this port and its peer")
-                self.ctx.hit(self, "throughput-dip", port, ts, WARNING, 1.0 - share, "share-of-level-lost",
-                             text, [port])
+            if util < cfg.dip_ratio * level:
+                if d.start:
+                    d.low = min(d.low, util)
+                    if not d.long and ts - d.start > self.max_ns:
+                        d.long = True
+                elif d.seen >= WARMUP_NS and level >= cfg.min_utilization and ts > d.quiet_until:
+                    d.start, d.ref, d.low, d.long = ts - dt, level, util, False
+            elif d.start:
+                took = ts - dt - d.start
+                if not d.long and took <= self.max_ns:
+                    share = d.low / d.ref
+                    text = (f"{port}: {label} throughput dipped to {share:.0%} of its "
+                            f"{fmt_duration(cfg.baseline)} level for {fmt_duration(took / NS)} "
+                            f"({d.low:.0%} vs {d.ref:.0%} of {speed / 1e9:g}G); look for errors, drops "
+                            "or pause on this port and its peer")
+                    self.ctx.hit(self, "throughput-dip", port, ts - dt, WARNING, 1.0 - share,
+                                 "share-of-level-lost", text, [port])
+                elif d.long:
+                    d.quiet_until = ts + int(self.tau / 2)
+                d.start = 0
             d.level = level + alpha * (util - level)
             d.seen += dt
 
