@@ -269,6 +269,38 @@ def test_duplicate_target_is_refused_then_registers_when_the_first_goes():
         s.close()
 
 
+def test_a_server_that_never_answers_the_registration_is_dropped_and_retried(monkeypatch):
+    from concurrent import futures
+
+    from agent.gnmi import tunnel
+
+    monkeypatch.setattr(tunnel, "REGISTER_TIMEOUT_S", 0.5)
+    calls = []
+
+    def silent(requests, context):
+        calls.append(next(requests))
+        while context.is_active():
+            time.sleep(0.05)
+        return iter(())
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[
+        grpc.method_handlers_generic_handler("grpctunnel.Tunnel", {
+            "Register": grpc.stream_stream_rpc_method_handler(silent, pb.parse_register, pb.serialize)})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    exporter = TunnelExporter(TunnelConfig(name="t", address="127.0.0.1", port=port, insecure=True,
+                                           retry_interval=Duration(1.0)), TARGET)
+    exporter.start(Store())
+    try:
+        status = wait(lambda: (st := exporter.status())["last_error"] and st, what="the timeout")
+        assert status["last_error"] == "no answer to the registration of 'leaf01' in 0.5s"
+        wait(lambda: len(calls) >= 2, what="a retry")
+        assert calls[0].target.target == TARGET and calls[0].target.op == pb.TARGET_ADD
+    finally:
+        exporter.stop(1.0)
+        server.stop(0)
+
+
 def test_session_for_another_target_is_refused_on_register():
     """A session request naming a target the agent did not register is answered with an error."""
     s = Setup()

@@ -60,6 +60,7 @@ log = logs.get("tunnel")
 BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads
 MAX_SESSIONS = 32  # concurrent tunnel sessions per server (each is one gNMI client connection)
+REGISTER_TIMEOUT_S = 15.0  # a server that neither accepts nor refuses the target by then is dropped
 LOG_RATE_LIMIT_S = 10.0
 
 
@@ -120,7 +121,7 @@ class LocalGnmi:
 
 
 class _Refused(Exception):
-    """The tunnel server refused the target's registration."""
+    """The tunnel server refused the target's registration, or did not answer it."""
 
 
 class _Pipe:
@@ -343,6 +344,9 @@ class TunnelExporter:
                 return False
             self._channel, self._register_call = channel, call
         registered = False
+        unanswered = threading.Timer(REGISTER_TIMEOUT_S, self._unanswered, args=(call,))
+        unanswered.daemon = True
+        unanswered.start()
         try:
             for op in call:
                 kind = op.WhichOneof("registration")
@@ -354,12 +358,22 @@ class TunnelExporter:
                         raise _Refused(f"tunnel server refused target {self.target_name!r}: {t.error}")
                     if t.accept and not registered:
                         registered = True
+                        unanswered.cancel()
                         self._registered()
                 elif kind == "session":
                     self._session_request(op.session, channel, outbox)
+        except grpc.RpcError as exc:
+            if not registered and exc.code() == grpc.StatusCode.CANCELLED and not self._stopping.is_set():
+                raise _Refused(f"no answer to the registration of {self.target_name!r} "
+                               f"in {REGISTER_TIMEOUT_S:g}s") from None
+            raise
         finally:
+            unanswered.cancel()
             outbox.put(None)
         return registered
+
+    def _unanswered(self, call: Any) -> None:
+        call.cancel()
 
     def _registered(self) -> None:
         self.registrations += 1
