@@ -31,6 +31,18 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("-c", "--config", default=None, help="read the socket path from this config")
 
+    top = sub.add_parser(
+        "top", help="live view of a running agent: ports by throughput, errors, drops, PFC, events",
+        description="Ask a running agent over its control socket every second and show its ports "
+                    "sorted by throughput (utilization bars, error, symbol-error, drop and PFC rates) "
+                    "and its open insight events. q quits. Plain lines when stdout is not a terminal.")
+    top.add_argument("--socket", default=None, help="control socket (default from config or /run/swtel/swtel.sock)")
+    top.add_argument("-c", "--config", default=None, help="read the socket path from this config")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
+    top.add_argument("--iterations", "-n", type=int, default=None, help="stop after this many refreshes")
+    top.add_argument("--limit", type=int, default=20, help="plain mode: ports per refresh (default 20)")
+
     col = sub.add_parser("collect", help="a gNMI dial-out collector for development, demos and tests")
     col.add_argument("--listen", required=True, metavar="HOST:PORT")
     col.add_argument("--insecure", action="store_true", help="plaintext gRPC")
@@ -41,8 +53,59 @@ def _parser() -> argparse.ArgumentParser:
     col.add_argument("--prometheus", metavar="HOST:PORT", help="serve latest values for Prometheus")
     col.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
 
-    demo = sub.add_parser("demo", help="run against the built-in simulated switch")
-    demo.add_argument("--duration", type=float, default=None)
+    tun = sub.add_parser(
+        "tunnel-server", help="a gRPC tunnel server (openconfig grpctunnel) for development and tests",
+        description="Accept tunnel registrations (swtel exporters.tunnel, NVUE grpc-tunnel) and open a "
+                    "local listener per registered target: a gNMI client dialing it reaches the target "
+                    "through the tunnel. Events are printed as JSON lines.")
+    tun.add_argument("--listen", required=True, metavar="HOST:PORT", help="where targets dial in")
+    tun.add_argument("--insecure", action="store_true", help="plaintext gRPC")
+    tun.add_argument("--tls-cert")
+    tun.add_argument("--tls-key")
+    tun.add_argument("--tls-client-ca", help="require client certificates signed by this CA (mTLS)")
+    tun.add_argument("--target-host", default="127.0.0.1",
+                     help="address of the listener opened per registered target (default 127.0.0.1)")
+    tun.add_argument("--target-port", action="append", default=[], metavar="NAME=PORT",
+                     help="pin target NAME's listener to PORT (repeatable; others get a free port)")
+    tun.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+
+    fab = sub.add_parser(
+        "fabric", help="run a simulated fabric (spine-1, leaf-3, host-1) streaming to a local collector",
+        description="Start one swtel agent per simulated device (the built-in sim ASIC plugin, one "
+                    "shared clock and seed), all dialing out in plaintext to an in-process collector "
+                    "on --listen; the collector writes every update as a JSON line. Needs no root.")
+    fab.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                     help="collector address (default 127.0.0.1 and a free port)")
+    fab.add_argument("--scenario", default="field",
+                     help="field (default: symbol errors on spine-1 swp11s1, then leaf-3 uplink "
+                          "imbalance), symbol-errors, imbalance, pfc-storm, microburst, link-flap, "
+                          "counter-clear or clean")
+    fab.add_argument("--seed", type=int, default=1, help="traffic model seed (default 1)")
+    fab.add_argument("--interval", default="100ms", help="poll interval of every agent (default 100ms)")
+    fab.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    fab.add_argument("--dir", default=None, help="configs, sockets and logs (default: a new temporary directory)")
+    fab.add_argument("--output", "-o", default=None, help="collector JSON lines (default DIR/collector.jsonl)")
+
+    demo = sub.add_parser(
+        "demo", help="the two field cases on a simulated fabric, in one command (no root, no hardware)",
+        description="Starts a local gNMI dial-out collector on 127.0.0.1 (a free port) and a simulated "
+                    "fabric, one swtel agent per device, all reading the built-in simulated Spectrum "
+                    "ASIC: spine-1, whose port swp11s1 gets a marginal cable (symbol errors, "
+                    "throughput dips), host-1, whose RoCE retransmissions rise with it, and leaf-3, "
+                    "which from 9 s on pushes about twice its share onto uplink swp62. Shows the "
+                    "devices' busiest ports and the insight events as they arrive at the collector, "
+                    "for --duration seconds or until Ctrl-C (q in the live view), then prints the "
+                    "event timeline and where the raw data went (a temporary directory, or --dir). "
+                    "Exit 0 when every agent ran and stopped cleanly.")
+    demo.add_argument("--duration", type=float, default=None, help="seconds to run (default 30)")
+    demo.add_argument("--scenario", default="field",
+                      help="field (default: both cases), symbol-errors, imbalance, pfc-storm, "
+                           "microburst, link-flap, counter-clear or clean")
+    demo.add_argument("--no-tui", action="store_true",
+                      help="plain lines (one per raised and cleared event) instead of the live view; "
+                           "implied when stdout is not a terminal")
+    demo.add_argument("--dir", default=None, help="where configs, sockets, logs and collector data go")
+    demo.add_argument("--seed", type=int, default=1, help="traffic model seed (default 1)")
     return p
 
 
@@ -64,12 +127,24 @@ def main(argv: list[str] | None = None) -> int:
         from agent.control.client import status_main
 
         return status_main(args)
+    if args.verb == "top":
+        from agent.control.top import top_main
+
+        return top_main(args)
     if args.verb == "collect":
         from agent.gnmi.collector import collect_main
 
         return collect_main(args)
+    if args.verb == "tunnel-server":
+        from agent.tools.tunnel_server import tunnel_server_main
+
+        return tunnel_server_main(args)
+    if args.verb == "fabric":
+        from agent.tools.fabric import fabric_main
+
+        return fabric_main(args)
     if args.verb == "demo":
-        from agent.runner import demo_main
+        from agent.tools.demo import demo_main
 
         return demo_main(args)
     return 2

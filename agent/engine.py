@@ -148,9 +148,14 @@ class SourceRunner:
 
 
 class Engine:
-    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None):
+    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None,
+                 insights: Any = None):
         self.cfg = cfg
         self.listeners: list[Listener] = list(listeners or [])
+        #: the insights runner (agent/insights): fed every batch, evaluated once per pass; its
+        #: events go to the store and every listener like any other state
+        self.insights = insights
+        self._speeds: dict[str, dict[str, int]] = {}  # source -> port -> link speed (bits/s)
         self.store = store or Store()
         self.links = LinkTracker()
         self.ready = threading.Event()  # set after the first successful poll
@@ -237,6 +242,7 @@ class Engine:
                         self._poll(runner, now)
                         self._schedule(runner)
                 self._flush_drops()
+                self._evaluate_insights()
                 self.ticks += 1
                 if now >= self._next_health:
                     self._publish_health(now)
@@ -274,6 +280,8 @@ class Engine:
                 runner.source.close()
             if name not in still:
                 self._retire(runner, ts_ns)
+        if self.insights is not None and cfg.insights != self.cfg.insights:
+            self._guard("insights", self.insights.reconfigure, cfg.insights)
         self.cfg = cfg
         self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
 
@@ -304,6 +312,7 @@ class Engine:
         if rebuilt:
             gone, gone_ports = runner.adopt_table()
             self._hold_ports(source.name, runner.table)
+            self._note_speeds(source)
         try:
             source.read()
         except OSError as exc:
@@ -334,9 +343,44 @@ class Engine:
             fresh = sum(1 for f in flags if f & F_NEW)
             runner.note_changes(n - fresh, mono)
             self._tell("on_batch", batch)
+            if self.insights is not None:
+                self._guard("insights", self.insights.on_batch, batch)
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
+
+    def _guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run insights code; its bug must not stop polling (counted like a listener's)."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - isolate the detectors from the tick loop
+            self.listener_errors += 1
+            self._rate.log(log, "error", ("insights", getattr(fn, "__name__", "?")), "insights failed",
+                           component=what, error=repr(exc))
+            return None
+
+    def _note_speeds(self, source: Source) -> None:
+        speeds = getattr(source, "port_speeds", None)
+        if speeds is None:
+            return
+        self._speeds[source.name] = dict(speeds)
+        if self.insights is not None:
+            self._guard("insights", self.insights.set_port_speeds, self.port_speeds())
+
+    def port_speeds(self) -> dict[str, int]:
+        """Link speed (bits/s) of every port a source knows it for (the ASIC plugin's)."""
+        merged: dict[str, int] = {}
+        for per_source in list(self._speeds.values()):
+            merged.update(per_source)
+        return merged
+
+    def _evaluate_insights(self) -> None:
+        if self.insights is None:
+            return
+        updates = self._guard("insights", self.insights.end_pass, time.time_ns())
+        if updates:
+            self.store.set_states(updates)
+            self._tell("on_state", updates)
 
     def _tell(self, method: str, *args: Any) -> None:
         """Hand data to every listener; one listener's bug must not stop polling or the others."""
@@ -376,6 +420,8 @@ class Engine:
         if out:
             self.store.drop_containers(out)
             self._tell("on_delete", ts_ns, out)
+            if self.insights is not None:
+                self._guard("insights", self.insights.on_delete, out)
 
     def _hold_ports(self, source: str, table: CounterTable) -> None:
         for port in _ports(table):

@@ -52,7 +52,23 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
         from agent.gnmi.server import GnmiServer
 
         out["server"] = GnmiServer(ex.server, cfg.target, min_interval_s=min_interval(cfg))
+    if ex.tunnel:
+        from agent.gnmi.tunnel import TunnelExporter
+
+        for tun in ex.tunnel:
+            tunnel = TunnelExporter(tun, cfg.target, min_interval_s=min_interval(cfg))
+            tunnel.log_limiter.period_s = float(cfg.log.rate_limit)
+            out[f"tunnel:{tun.name}"] = tunnel
     return out
+
+
+def _insights(cfg: config.Config) -> Any:
+    """The detectors' runner, or None when ``insights.enabled`` is false."""
+    if not cfg.insights.enabled:
+        return None
+    from agent.insights import InsightsRunner
+
+    return InsightsRunner(cfg.insights, log=logs.get("insights"))
 
 
 def _exporter_config(cfg: config.Config, key: str) -> Any:
@@ -63,7 +79,9 @@ def _exporter_config(cfg: config.Config, key: str) -> Any:
     if key == "server":
         # The smallest source interval bounds the server's sample_interval check.
         return (ex.server, cfg.target, min_interval(cfg))
-    name = key.split(":", 1)[1]
+    kind, name = key.split(":", 1)
+    if kind == "tunnel":
+        return (next((t for t in ex.tunnel if t.name == name), None), cfg.target, min_interval(cfg))
     return (next((d for d in ex.dialout if d.name == name), None), cfg.target)
 
 
@@ -73,12 +91,13 @@ class Agent:
         self.started = time.monotonic()
         self.notifier = notifier or Notifier()
         self.exporters = build_exporters(cfg)
-        self.engine = Engine(cfg, list(self.exporters.values()))
+        self.engine = Engine(cfg, list(self.exporters.values()), insights=_insights(cfg))
         self.engine.tick_hooks.append(self.notifier.tick)
         self.control: ControlServer | None = None
         if cfg.control.enabled:
             self.control = ControlServer(
-                cfg.control, {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd}
+                cfg.control,
+                {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd, "ports": self.ports},
             )
         self.last_reload: dict[str, Any] = {"ok": None, "ts_ns": None, "error": None}
         self._reload_lock = threading.Lock()
@@ -152,6 +171,12 @@ class Agent:
             if new.control != self.cfg.control:
                 log.warning("control socket settings change at the next restart")
             self._swap_exporters(new)
+            if new.insights.enabled != self.cfg.insights.enabled:
+                # on/off: a fresh runner (or none); otherwise the engine reconfigures it in place
+                fresh = _insights(new)
+                if fresh is not None:
+                    fresh.set_port_speeds(self.engine.port_speeds())
+                self.engine.insights = fresh
             self.engine.reload(new)
             self.cfg = new
             self.last_reload = {"ok": True, "ts_ns": time.time_ns(), "error": None}
@@ -206,7 +231,7 @@ class Agent:
             },
             "sources": eng["sources"],
             "exporters": {k: e.status() for k, e in self.exporters.items()},
-            "events": [],
+            "events": self.events(),
             "tick": {
                 "ticks": eng["ticks"],
                 "overruns": eng["overruns"],
@@ -215,6 +240,19 @@ class Agent:
                 **self._own_cost(),
             },
         }
+
+    def ports(self, _req: dict | None = None) -> dict[str, Any]:
+        """Per-port cumulative totals for ``swtel top`` (it turns two of them into rates)."""
+        from agent.control.portview import port_totals
+
+        return {"now_ns": time.time_ns(), "target": self.cfg.target,
+                "ports": port_totals(self.engine.store.snapshot_batches(), self.engine.port_speeds()),
+                "events": self.events()}
+
+    def events(self) -> dict[str, list]:
+        """Open insight events and the last cleared ones (newest first)."""
+        ins = self.engine.insights
+        return ins.status() if ins is not None else {"open": [], "recent": []}
 
     def _own_cost(self) -> dict[str, Any]:
         """The agent's CPU (% of one core since the last status) and RSS, from psutil."""
@@ -277,21 +315,3 @@ def run_main(args) -> int:
     if cfg is None:
         return 1
     return serve(cfg, args.duration)
-
-
-def demo_main(args) -> int:
-    """The embedded default: this machine's own interfaces, changes as JSON lines on stdout,
-    control socket in a temporary directory. Needs no switch and no config file."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="swtel-demo-") as tmp:
-        text = (
-            "interval: 100ms\n"
-            "exporters:\n  jsonl: {path: '-'}\n"
-            f"control: {{socket: {tmp}/swtel.sock, group: null}}\n"
-            "log: {level: info, format: kv}\n"
-        )
-        cfg = config.parse(text, path=None)
-        print(f"swtel demo: polling this machine's interfaces every 100ms; status: "
-              f"swtel status --socket {tmp}/swtel.sock", file=sys.stderr)
-        return serve(cfg, args.duration)

@@ -435,10 +435,15 @@ def test_summary_lists_every_section():
                                          last_error="UNAVAILABLE: connection refused")})
     doc.update(version="0.1.0", pid=42, backend="C", tick={"ticks": 10, "overruns": 1,
                                                            "cpu_percent": 0.8, "rss_bytes": 31 << 20},
-               events=[{"ts_ns": NOW - 2 * S, "kind": "error_burst", "port": "swp11s1", "state": "raised"}])
+               events={"open": [{"id": 2, "start_ns": NOW - 2 * S, "type": "symbol-ber", "severity": "critical",
+                                  "interfaces": ["swp11s1"], "message": "swp11s1: symbol BER 3.1e-10"}],
+                       "recent": [{"id": 1, "start_ns": NOW - 90 * S, "cleared_ns": NOW - 30 * S,
+                                   "type": "link-flap", "severity": "warning", "interfaces": ["swp2"],
+                                   "message": "swp2: 4 carrier transitions"}]})
     doc["config"]["last_reload"] = {"ok": False, "ts_ns": NOW - 10 * S, "error": "a: bad\nb: worse"}
     text = client.render(doc, client.health_problems(doc))
     for fragment in ("pid 42", "reader C", "REJECTED: a: bad; b: worse", "netdev", "1250", "35.2us",
-                     "dialout:c1", "down 90s ago", "UNAVAILABLE", "rss 31.0 MiB", "port=swp11s1",
+                     "dialout:c1", "down 90s ago", "UNAVAILABLE", "rss 31.0 MiB", "open events (1)", "critical symbol-ber: swp11s1: symbol BER 3.1e-10",
+                     "recently cleared (1", "cleared 30s ago",
                      "health: UNHEALTHY", "every dial-out destination"):
         assert fragment in text, (fragment, text)

@@ -164,6 +164,16 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
+def _event_line(now: int, ev: Any) -> str:
+    """One insight event: when it started (and cleared), severity, type, its message."""
+    if not isinstance(ev, dict):
+        return f"  {ev}"
+    when = _ago(now, ev.get("start_ns")) if ev.get("start_ns") else ""
+    if ev.get("cleared_ns"):
+        when += f", cleared {_ago(now, ev['cleared_ns'])}"
+    return f"  {when:>10}  {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"
+
+
 def render(status: dict[str, Any], problems: list[str]) -> str:
     now = int(status.get("now_ns") or time.time_ns())
     lines = [
@@ -228,16 +238,16 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
             f"cpu {tick.get('cpu_percent', '-')}%, rss "
             + ("-" if rss is None else f"{rss / 1048576:.1f} MiB")
         )
-    events = status.get("events") or []
-    if events:
-        lines.append(f"recent events ({len(events)}):")
-        for ev in events[-10:]:
-            if isinstance(ev, dict):
-                when = _ago(now, ev.get("ts_ns")) if ev.get("ts_ns") else ""
-                rest = " ".join(f"{k}={v}" for k, v in ev.items() if k != "ts_ns")
-                lines.append(f"  {when:>10}  {rest}")
-            else:
-                lines.append(f"  {ev}")
+    events = status.get("events") or {}
+    if isinstance(events, list):  # an agent before insights landed
+        events = {"open": [], "recent": events}
+    opened, recent = events.get("open") or [], events.get("recent") or []
+    if opened:
+        lines.append(f"open events ({len(opened)}):")
+        lines += [_event_line(now, ev) for ev in opened[:20]]
+    if recent:
+        lines.append(f"recently cleared ({len(recent)}, newest first):")
+        lines += [_event_line(now, ev) for ev in recent[:5]]
     lines.append("health: OK" if not problems else "health: UNHEALTHY")
     lines += [f"  - {p}" for p in problems]
     return "\n".join(lines) + "\n"

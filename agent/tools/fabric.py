@@ -1,0 +1,187 @@
+"""A simulated fabric: several simulated Spectrum switches (and a host), each run by its
+own ``swtel run`` process with its own target name, all dialing out to one collector.
+
+Every switch uses the built-in ``sim`` ASIC plugin with the same seed and the same
+time origin (``start``), so their scenarios line up in time and a run is
+reproducible. ``swtel fabric`` runs it with a local collector; ``swtel demo``
+builds on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+#: scenario presets: what ``--scenario`` picks (times relative to the fabric's start)
+PRESETS: dict[str, dict[str, list[str]]] = {
+    # The two field cases, one after the other: a marginal cable on a spine port (with
+    # the RoCE retransmissions it causes on a host), then a leaf overloading one uplink.
+    "field": {"spine-1": ["symbol-errors@3s-13s:swp11s1"], "host-1": ["symbol-errors@3s-13s"],
+              "leaf-3": ["imbalance@9s:swp62"]},
+    "symbol-errors": {"spine-1": ["symbol-errors@3s-20s:swp11s1"], "host-1": ["symbol-errors@3s-20s"]},
+    "imbalance": {"leaf-3": ["imbalance@3s:swp62"]},
+    "pfc-storm": {"spine-1": ["pfc-storm@3s-10s:swp1/3"]},
+    "microburst": {"leaf-3": ["microburst@3s:swp1"]},
+    "link-flap": {"spine-1": ["link-flap@3s-15s:swp2"]},
+    "counter-clear": {"spine-1": ["counter-clear@5s"], "leaf-3": ["counter-clear@5s"]},
+    "clean": {},
+}
+ROLES = {"spine-1": "spine", "leaf-3": "leaf", "host-1": "host"}
+LEAF_UPLINKS = ["swp61", "swp62", "swp63", "swp64"]
+
+
+@dataclass
+class Switch:
+    """One simulated device and the agent process that reads it."""
+
+    name: str
+    role: str
+    scenarios: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    config_path: Path | None = None
+    socket: Path | None = None
+    log_path: Path | None = None
+
+
+class Fabric:
+    """Write one config per switch, start their agents, stop them.
+
+    ``collector`` is the ``host:port`` every agent dials out to (plaintext on
+    loopback); ``workdir`` receives configs, control sockets and logs.
+    """
+
+    def __init__(self, workdir: Path, collector: str, scenario: str = "field", *, seed: int = 1,
+                 interval: str = "100ms", start_ns: int | None = None, jsonl: bool = False) -> None:
+        if scenario not in PRESETS:
+            raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(PRESETS)})")
+        self.workdir = Path(workdir)
+        self.collector = collector
+        self.scenario = scenario
+        self.seed = seed
+        self.interval = interval
+        self.jsonl = jsonl
+        # Agents take about a second to start: the fabric's clock starts after that, so
+        # every scenario time is seen from its first moment.
+        self.start_ns = start_ns if start_ns is not None else time.time_ns() + 1_500_000_000
+        plan = PRESETS[scenario]
+        self.switches = [Switch(name, role, list(plan.get(name, []))) for name, role in ROLES.items()]
+
+    def plugin_config(self, sw: Switch) -> str:
+        parts = [f"role={sw.role}", f"seed={self.seed}", f"start={self.start_ns}"]
+        parts += [f"scenario={s}" for s in sw.scenarios]
+        return " ".join(parts)
+
+    def config(self, sw: Switch) -> dict:
+        """The agent's config for one switch (what ``swtel validate`` accepts)."""
+        cfg: dict = {
+            "target": sw.name,
+            "interval": self.interval,
+            "sources": {
+                "netdev": {"enabled": False},
+                "ethtool": {"enabled": False},
+                "system": {"enabled": False},
+                "asic": {"enabled": True, "plugin": "sim", "config": self.plugin_config(sw)},
+            },
+            "exporters": {"dialout": [{"name": "fabric", "address": self.collector, "insecure": True,
+                                       "notifications": "per-tick"}]},
+            "control": {"socket": str(self.workdir / f"{sw.name}.sock"), "group": None},
+            "log": {"level": "info", "format": "kv"},
+        }
+        if self.jsonl:
+            cfg["exporters"]["jsonl"] = {"path": str(self.workdir / f"{sw.name}.jsonl")}
+        if sw.role == "leaf":
+            cfg["insights"] = {"imbalance": {"groups": {"uplinks": LEAF_UPLINKS}}}
+        return cfg
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ}
+        # Run this same swtel (a checkout, a venv or the .deb) with this interpreter.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+        for sw in self.switches:
+            sw.config_path = self.workdir / f"{sw.name}.yaml"
+            sw.config_path.write_text(yaml.safe_dump(self.config(sw), sort_keys=False))
+            sw.socket = self.workdir / f"{sw.name}.sock"
+            sw.log_path = self.workdir / f"{sw.name}.log"
+            with open(sw.log_path, "w") as log:
+                sw.proc = subprocess.Popen(
+                    [sys.executable, "-m", "agent", "run", "-c", str(sw.config_path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the demo, which stops them
+                )
+
+    def alive(self) -> list[str]:
+        return [sw.name for sw in self.switches if sw.proc is not None and sw.proc.poll() is None]
+
+    def failed(self) -> list[tuple[str, int]]:
+        return [(sw.name, sw.proc.returncode) for sw in self.switches
+                if sw.proc is not None and sw.proc.poll() is not None and sw.proc.returncode != 0]
+
+    def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
+        """SIGTERM every agent, wait for them, return their exit codes."""
+        for sw in self.switches:
+            if sw.proc is not None and sw.proc.poll() is None:
+                sw.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for sw in self.switches:
+            if sw.proc is None:
+                continue
+            try:
+                codes[sw.name] = sw.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                sw.proc.kill()
+                codes[sw.name] = sw.proc.wait()
+        return codes
+
+
+def fabric_main(args) -> int:
+    """``swtel fabric``: the simulated fabric and a local collector, until the duration ends
+    or Ctrl-C; the collector's JSON lines go to --output."""
+    import tempfile
+    import threading
+
+    from agent.gnmi.collector import Collector
+
+    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="swtel-fabric-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    out_path = Path(args.output) if args.output else workdir / "collector.jsonl"
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with open(out_path, "a", encoding="utf-8") as out:
+        try:
+            collector = Collector(args.listen, insecure=True, output=out, keep_messages=False).start()
+        except (OSError, RuntimeError) as exc:
+            print(f"swtel fabric: --listen {args.listen}: {exc}", file=sys.stderr)
+            return 2
+        address = f"{args.listen.rpartition(':')[0]}:{collector.port}"
+        try:
+            fabric = Fabric(workdir, address, args.scenario, seed=args.seed, interval=args.interval)
+        except ValueError as exc:
+            collector.stop(0)
+            print(f"swtel fabric: --scenario: {exc}", file=sys.stderr)
+            return 2
+        fabric.start()
+        print(f"swtel fabric: {', '.join(s.name for s in fabric.switches)} -> collector {address}; "
+              f"data: {out_path}; configs, sockets and logs: {workdir}", file=sys.stderr)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            if fabric.failed():
+                break
+            stop.wait(0.2)
+        codes = fabric.stop()
+        collector.stop(grace=1.0)
+    bad = {k: v for k, v in codes.items() if v != 0}
+    if bad:
+        print(f"swtel fabric: agents failed: {bad}; see the logs in {workdir}", file=sys.stderr)
+        return 1
+    return 0

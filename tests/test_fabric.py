@@ -1,0 +1,268 @@
+"""The simulated Spectrum switch behind the asic source, end to end: exact values against
+the model, counter-clear as a reset, the fabric streaming every target to one collector,
+events over dial-out, pygnmi and status, ``swtel demo`` and ``swtel top``."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pygnmi.client import gNMIclient
+
+from agent.sources.asic import map_name
+from tests.gnmi_helpers import free_port
+from tests.netns import AgentProcess
+from tests.sim_model import Model
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = 1_000_000_000
+
+
+def _config(tmp_path, sim: str, extra: str = "", interval: str = "100ms") -> str:
+    return (
+        f"target: sim-1\ninterval: {interval}\n"
+        "sources:\n"
+        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n  system: {enabled: false}\n"
+        f"  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"
+        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
+        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n" + extra
+    )
+
+
+def _paths(model: Model, t_ns: int) -> list[str | None]:
+    """Display path of every flat value of the model's layout (None: not reported)."""
+    _gen, ports, counters = model.layout(t_ns)
+    out: list[str | None] = []
+    for (name, _parent, _speed, flags), descs in zip(ports, counters, strict=True):
+        for cname, *_ in descs:
+            container, leaf, _kind = map_name(name, cname, host=bool(flags & 2))
+            out.append(container.full(leaf))
+    return out
+
+
+def _status(tmp_path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "agent", "status", "--json", "--socket", str(tmp_path / "swtel.sock")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=10)
+    return json.loads(out.stdout)
+
+
+def test_every_value_equals_the_model(tmp_path):
+    start = time.time_ns() - 3 * NS
+    sim = f"role=spine seed=7 start={start} scenario=symbol-errors@2s:swp11s1"
+    agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
+    try:
+        agent.wait_ready()
+        time.sleep(1.5)
+    finally:
+        assert agent.stop() == 0
+    model = Model(sim)
+    # counters only: agent health and insight events are states, not ASIC values
+    records = [r for r in agent.records() if "value" in r and not r["path"].startswith(("swtel:/agent/", "swtel:/insights/"))]
+    assert records
+    by_ts: dict[int, list[dict]] = {}
+    for r in records:
+        by_ts.setdefault(r["ts"], []).append(r)
+    assert len(by_ts) >= 8  # about 15 reads at 100 ms
+    first_paths = set()
+    prev: dict[str, int] = {}
+    for ts in sorted(by_ts):
+        paths = _paths(model, ts - start)
+        values = model.values(ts - start)
+        where = {p: i for i, p in enumerate(paths)}
+        for r in by_ts[ts]:
+            i = where[r["path"]]
+            assert r["value"] == values[i], (r, values[i])
+            if r.get("new"):
+                first_paths.add(r["path"])
+            else:
+                assert r["delta"] == r["value"] - prev[r["path"]], r
+            prev[r["path"]] = r["value"]
+    # Every counter of the layout was reported once as a baseline (gauges included).
+    assert first_paths == set(_paths(model, min(by_ts) - start))
+    assert len(first_paths) > 60 * 90
+
+
+def test_counter_clear_is_a_reset_never_a_negative_delta(tmp_path):
+    start = time.time_ns() - 1 * NS
+    sim = f"role=leaf seed=3 start={start} scenario=counter-clear@2s"
+    agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
+    try:
+        agent.wait_ready()
+        agent.wait_for(lambda: any(r.get("reset") for r in agent.records()), timeout=10, what="a reset")
+        time.sleep(0.5)
+    finally:
+        assert agent.stop() == 0
+    # counters (gauges such as queue occupancy go up and down by nature)
+    records = [r for r in agent.records() if "delta" in r and not r["path"].endswith(("occupancy", "watermark"))]
+    assert len(records) > 1000 and all(r["delta"] >= 0 for r in records)
+    octets = "swtel:/interfaces/interface[name=swp1]/hw/state/counters/in-octets"
+    series = [r for r in records if r["path"] == octets]
+    assert [r["value"] for r in series] == sorted(r["value"] for r in series)  # never down
+    resets = [r for r in series if r.get("reset")]
+    assert len(resets) == 1 and resets[0]["ts"] - start >= 2 * NS
+    # After the clear, the value is what was there before plus what the port counted since.
+    model = Model(sim)
+    i = _paths(model, 0).index(octets)
+    before = max((r for r in series if r["ts"] < resets[0]["ts"]), key=lambda r: r["ts"])
+    assert resets[0]["delta"] == model.values(resets[0]["ts"] - start)[i]
+    assert resets[0]["value"] == before["value"] + resets[0]["delta"]
+
+
+def test_fabric_streams_every_target_to_one_collector(tmp_path):
+    from agent.gnmi.collector import Collector
+    from agent.tools.fabric import Fabric
+
+    collector = Collector("127.0.0.1:0", insecure=True, keep_messages=False).start()
+    fabric = Fabric(tmp_path, f"127.0.0.1:{collector.port}", "clean", start_ns=time.time_ns())
+    fabric.start()
+    try:
+        want = {
+            ("spine-1", "swtel:/interfaces/interface[name=swp11s1]/hw/state/counters/in-octets"),
+            ("leaf-3", "swtel:/interfaces/interface[name=swp61]/hw/state/counters/out-octets"),
+            ("host-1", "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters/roce-adp-retrans"),
+        }
+        assert collector.wait_for(lambda c: want <= set(c.latest), timeout=20), fabric.alive()
+        assert {m.get("system-name") for m in collector.metadata} >= {"spine-1", "leaf-3", "host-1"}
+        # each target's values under its own prefix target only
+        assert not any(t == "leaf-3" and "swp11s1" in p for t, p in collector.latest)
+        assert not any(t == "spine-1" and "/rdma/" in p for t, p in collector.latest)
+        assert fabric.failed() == []
+    finally:
+        codes = fabric.stop()
+        collector.stop(0)
+    assert set(codes.values()) == {0}
+
+
+def test_events_reach_dialout_pygnmi_and_status(tmp_path):
+    from agent.gnmi.collector import Collector
+
+    collector = Collector("127.0.0.1:0", insecure=True, keep_messages=False).start()
+    port = free_port()
+    start = time.time_ns() + NS
+    sim = f"role=spine seed=1 start={start} scenario=symbol-errors@1s:swp11s1"
+    extra = (f"  dialout: [{{name: c, address: '127.0.0.1:{collector.port}', insecure: true, notifications: per-tick}}]\n"
+             f"  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n")
+    text = _config(tmp_path, sim).replace("exporters:\n", "exporters:\n" + extra)
+    agent = AgentProcess(None, text, tmp_path)
+    try:
+        agent.wait_ready()
+        with gNMIclient(target=("127.0.0.1", port), insecure=True, timeout=10) as gc:
+            sub = gc.subscribe2(subscribe={"mode": "stream", "encoding": "proto", "subscription": [
+                {"path": "swtel:/insights/events", "mode": "on_change"}]})
+            seen: list[dict] = []
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                msg = sub.get_update(timeout=15)
+                seen += msg.get("update", {}).get("update", [])
+                if any(u["path"].endswith("interfaces") and "swp11s1" in str(u["val"]) for u in seen):
+                    break
+            assert any(u["path"].endswith("interfaces") and "swp11s1" in str(u["val"]) for u in seen), seen
+        got = collector.wait_for(lambda c: any(
+            t == "sim-1" and p.startswith("swtel:/insights/events/event[") and p.endswith("/interfaces")
+            and "swp11s1" in str(v["value"]) for (t, p), v in list(c.latest.items())), timeout=10)
+        assert got, sorted(k for k in collector.latest if "insights" in k[1])[:20]
+        status = _status(tmp_path)
+        opened = status["events"]["open"]
+        assert any("swp11s1" in ev["interfaces"] for ev in opened), opened
+        assert "event raised" in agent.log.read_text() or "raised" in agent.log.read_text()
+    finally:
+        assert agent.stop() == 0
+        collector.stop(0)
+
+
+def test_demo_no_tui_shows_both_field_cases(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "demo", "--duration", "20", "--no-tui", "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=90,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    timeline = out[out.index("event timeline"):]
+    rows = timeline.splitlines()
+    assert any("spine-1" in r and "swp11s1" in r and "symbol" in r for r in rows), out
+    assert any("leaf-3" in r and "swp62" in r and "imbalance" in r for r in rows), out
+    assert any("host-1" in r and "roce" in r for r in rows), out
+    assert (tmp_path / "collector.jsonl").stat().st_size > 0
+    assert str(tmp_path / "collector.jsonl") in out
+
+
+def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+            if needle in buf:
+                return buf
+    raise AssertionError(f"{needle!r} not seen in:\n{buf[-3000:]!r}")
+
+
+def test_top_draws_refreshes_and_quits_in_a_terminal(tmp_path):
+    start = time.time_ns()
+    sim = f"role=spine seed=1 start={start} scenario=symbol-errors@0s:swp11s1"
+    agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
+    try:
+        agent.wait_ready()
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: swtel top on a real pseudo-terminal, 80x24
+            os.environ.update({"TERM": "xterm", "COLUMNS": "80", "LINES": "24", "PYTHONPATH": str(ROOT)})
+            os.execv(sys.executable, [sys.executable, "-m", "agent", "top", "--socket", str(tmp_path / "swtel.sock")])
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        first = _read_until(fd, b"swtel top", 15)
+        assert b"sim-1" in first
+        # a refresh: the port table appears with the busiest ports
+        _read_until(fd, b"swp", 10)
+        os.write(fd, b"q")
+        deadline = time.monotonic() + 10
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            try:
+                select.select([fd], [], [], 0.2)
+                os.read(fd, 65536)
+            except OSError:
+                pass
+        assert status is not None and os.waitstatus_to_exitcode(status) == 0
+        os.close(fd)
+    finally:
+        assert agent.stop() == 0
+
+
+def test_top_plain_lines_when_not_a_terminal(tmp_path):
+    sim = f"role=spine seed=1 start={time.time_ns() - 2 * NS} scenario=symbol-errors@0s:swp11s1"
+    agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
+    try:
+        agent.wait_ready()
+        proc = subprocess.run([sys.executable, "-m", "agent", "top", "--socket", str(tmp_path / "swtel.sock"),
+                               "-n", "2", "--interval", "0.5", "--limit", "100"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        assert agent.stop() == 0
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum(1 for line in lines if line.startswith("port ")) == 2
+    swp = [line for line in lines if line.startswith("swp")]
+    assert swp and all(float(line.split()[2]) >= 0 for line in swp)
+    # the symbol errors show on swp11s1's row
+    row = next(line for line in reversed(lines) if line.startswith("swp11s1 "))
+    assert float(row.split()[5].rstrip("kM")) > 0
