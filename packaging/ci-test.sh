@@ -268,6 +268,22 @@ else
 	[ -f "$tmp/agent.log" ] && { echo "--- agent log" >&2; cat "$tmp/agent.log" >&2; }
 fi
 
+# The installed package's main job without a switch: swtel demo runs the simulated
+# fabric (the sim ASIC plugin built into the .deb), one agent per device, with
+# Debian's python3 and libraries, as an unprivileged user.
+installed_demo() {
+	install -d -o swtel -g swtel -m 0750 "$tmp/demo"
+	setpriv --reuid=swtel --regid=swtel --init-groups --inh-caps=-all -- \
+		/usr/bin/swtel demo --duration 16 --no-tui --dir "$tmp/demo" >"$tmp/demo.out" 2>&1
+	local rc=$?
+	cat "$tmp/demo.out"
+	[ $rc = 0 ] || { echo "swtel demo exited $rc"; return 1; }
+	grep -E 'spine-1 +swp11s1 +symbol-ber' "$tmp/demo.out" >/dev/null || { echo "no symbol-ber on swp11s1"; return 1; }
+	grep -E 'leaf-3 +swp62 +imbalance' "$tmp/demo.out" >/dev/null || { echo "no imbalance on swp62"; return 1; }
+	ls /usr/lib/swtel/agent/asic/sim_plugin*.so /usr/lib/swtel/agent/asic/swtel_asic.h
+}
+check "installed swtel demo (simulated fabric, Debian's python3, user swtel) shows both field cases" installed_demo
+
 # systemd is not PID 1 here, so the unit's seccomp filter cannot run for real:
 # trace the installed agent instead and evaluate its syscalls against the
 # unit's SystemCallFilter= lines (packaging/syscall-check.py).
