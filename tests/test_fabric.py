@@ -211,41 +211,65 @@ def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
     raise AssertionError(f"{needle!r} not seen in:\n{buf[-3000:]!r}")
 
 
+def _spawn_in_pty(*argv: str) -> tuple[int, int]:
+    """Run ``python -m agent ARGV`` on a real 80x24 pseudo-terminal; (pid, master fd)."""
+    import fcntl
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        os.environ.update({"TERM": "xterm", "COLUMNS": "80", "LINES": "24", "PYTHONPATH": str(ROOT)})
+        os.execv(sys.executable, [sys.executable, "-m", "agent", *argv])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    return pid, fd
+
+
+def _quit_and_wait(pid: int, fd: int, timeout: float = 15) -> tuple[int, bytes]:
+    """Press q; return the exit code and what the program printed after it."""
+    os.write(fd, b"q")
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        try:
+            if select.select([fd], [], [], 0.2)[0]:
+                out += os.read(fd, 65536)
+        except OSError:
+            pass
+        if done:
+            os.close(fd)
+            return os.waitstatus_to_exitcode(status), out
+    os.kill(pid, 9)
+    raise AssertionError(f"did not quit on q; last output: {out[-2000:]!r}")
+
+
 def test_top_draws_refreshes_and_quits_in_a_terminal(tmp_path):
     start = time.time_ns()
     sim = f"role=spine seed=1 start={start} scenario=symbol-errors@0s:swp11s1"
     agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
     try:
         agent.wait_ready()
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: swtel top on a real pseudo-terminal, 80x24
-            os.environ.update({"TERM": "xterm", "COLUMNS": "80", "LINES": "24", "PYTHONPATH": str(ROOT)})
-            os.execv(sys.executable, [sys.executable, "-m", "agent", "top", "--socket", str(tmp_path / "swtel.sock")])
-        import fcntl
-        import struct
-        import termios
-
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        pid, fd = _spawn_in_pty("top", "--socket", str(tmp_path / "swtel.sock"))
         first = _read_until(fd, b"swtel top", 15)
         assert b"sim-1" in first
-        # a refresh: the port table appears with the busiest ports
+        # a refresh: the port table appears with the busiest ports, then the event
         _read_until(fd, b"swp", 10)
-        os.write(fd, b"q")
-        deadline = time.monotonic() + 10
-        status = None
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            try:
-                select.select([fd], [], [], 0.2)
-                os.read(fd, 65536)
-            except OSError:
-                pass
-        assert status is not None and os.waitstatus_to_exitcode(status) == 0
-        os.close(fd)
+        _read_until(fd, b"symbol-ber", 10)
+        code, _ = _quit_and_wait(pid, fd)
+        assert code == 0
     finally:
         assert agent.stop() == 0
+
+
+def test_demo_live_view_in_a_terminal(tmp_path):
+    pid, fd = _spawn_in_pty("demo", "--duration", "60", "--dir", str(tmp_path))
+    _read_until(fd, b"swtel demo", 15)
+    _read_until(fd, b"events at the collector", 15)
+    _read_until(fd, b"swp11s1", 15)  # the faulty port comes to the top once its event is open
+    code, out = _quit_and_wait(pid, fd)
+    assert code == 0, out
+    assert b"event timeline" in out and b"symbol-ber" in out
 
 
 def test_top_plain_lines_when_not_a_terminal(tmp_path):
