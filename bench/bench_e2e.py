@@ -221,7 +221,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.1)
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--protocol", default="nokia", choices=("nokia", "sonic"))
-    ap.add_argument("--notifications", default="per-container", choices=("per-container", "per-tick"))
+    ap.add_argument("--notifications", default="per-tick", choices=("per-tick", "per-container"))
     ap.add_argument("--load", type=float, default=1.0, help="share of ports hit per round (1.0: all)")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ns-a", help=argparse.SUPPRESS)

@@ -60,6 +60,8 @@ class Feed:
 
 
 def _cfg(port: int, pki=None, *, protocol="nokia", insecure=False, ca=None, **kw) -> DialoutConfig:
+    # These unit tests count per-container messages; the e2e tests cover both modes.
+    kw.setdefault("notifications", "per-container")
     tls = ClientTls(ca=str(ca or pki.ca), server_name="collector.test") if pki else ClientTls()
     return DialoutConfig(name=f"c{port}", address=HostPort(f"127.0.0.1:{port}"), protocol=protocol,
                          insecure=insecure, tls=tls, **kw)
