@@ -76,6 +76,8 @@ def main() -> None:
         finally:
             sim.close()
 
+    agent_rows = _agent_path(args.ports, args.iterations)
+
     print(f"\nswtel sim plugin benchmark: {args.iterations} reads each, medians in microseconds "
           f"per read (ctypes call included)\n")
     print(f"{'what':40} {'counters':>9} {'us/read':>10} {'ns/counter':>11} {'% core @100Hz':>14}")
@@ -83,9 +85,45 @@ def main() -> None:
         print(f"{label:40} {n:9d} {us:10.1f} {us * 1000 / n:11.2f} "
               f"{us * POLL_HZ / 1e6 * 100:14.3f}")
     print(f"{'ctypes call overhead (port_count)':40} {'':9} {overhead:10.2f}")
+    for label, us, n in agent_rows:
+        print(f"{label:40} {n:9d} {us:10.1f} {us * 1000 / n:11.2f} "
+              f"{us * POLL_HZ / 1e6 * 100:14.3f}")
     us = rows[0][1]
     print(f"\n  {args.ports} ports x 100 counters at {POLL_HZ} Hz = {us * POLL_HZ / 1e4:.2f} % "
           f"of one core (target: a small fraction; read well under 1 ms: {us:.0f} us)")
+
+
+def _agent_path(ports: int, iterations: int) -> list[tuple[str, float, int]]:
+    """The same read as the agent does it: the reader backend's asic_read (C extension,
+    GIL released; or ctypes under SWTEL_PUREPYTHON=1), then with the change kernel's diff."""
+    from array import array
+
+    from agent import _backend, asic
+
+    reader = _backend.reader
+    h = reader.asic_open(asic.builtin_path("sim"), f"ports={ports}")
+    try:
+        gen, _ports, counters = reader.asic_layout(h)
+        n = sum(len(c) for c in counters)
+        values = array("Q", bytes(8 * n))
+        prev, acc, known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
+        widths = bytes(d[1] for c in counters for d in c)
+        kinds = bytes(d[2] for c in counters for d in c)
+        out_idx, out_delta, out_flags = array("I", bytes(4 * n)), array("q", bytes(8 * n)), bytearray(n)
+
+        def read(h=h, gen=gen, values=values):
+            reader.asic_read(h, gen, values)
+
+        def read_diff(h=h, gen=gen, values=values):
+            reader.asic_read(h, gen, values)
+            reader.diff(values, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags)
+
+        read_diff()
+        name = _backend.NAME
+        return [(f"agent reader ({name}): asic_read", median_us(read, iterations), n),
+                (f"agent reader ({name}): read + diff", median_us(read_diff, iterations), n)]
+    finally:
+        reader.asic_close(h)
 
 
 if __name__ == "__main__":
