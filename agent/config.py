@@ -16,9 +16,11 @@ Conventions of the schema below:
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
+import stat
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -27,6 +29,20 @@ import yaml
 DEFAULT_PATH = "/etc/swtel/swtel.yaml"
 DEFAULT_SOCKET = "/run/swtel/swtel.sock"
 MIN_INTERVAL_S = 0.010
+# Limits (docs/config.md, "Limits"): what a config file may cost to read, whoever wrote it.
+MAX_FILE_BYTES = 256 * 1024  # a config file larger than this is refused unread
+MAX_DEPTH = 32  # nesting of mappings and lists
+MAX_VALUES = 50_000  # YAML values (scalars, lists, mappings), counted after alias expansion
+MAX_ITEMS = 1024  # entries of any one list or mapping
+MAX_STRING = 4096  # characters of any string (PATH_MAX)
+MAX_TARGET = 255  # characters of `target`
+MAX_DURATION_S = 86400.0  # any duration: at most 24h
+MAX_INTERVAL_S = 3600.0  # poll intervals: at most 1h
+MAX_QUEUE = 1_000_000  # exporters.dialout[].queue
+MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
+MAX_WINDOWS = 1000  # consecutive windows of pfc_storm / imbalance
+MAX_HISTORY = 10_000  # insights.history
+MAX_PEM_BYTES = 1024 * 1024  # TLS files read by validate
 ASIC_BUILTIN = ("sim",)  # built-in ASIC plugins (agent/asic/__init__.py builds the path)
 _FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
@@ -40,6 +56,21 @@ class ConfigError(ValueError):
         super().__init__("\n".join(problems))
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """A value for an error message: never the repr of a whole (possibly huge) list or mapping,
+    never more than ``limit`` characters of a scalar."""
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} keys"
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    text = repr(value[: limit + 1]) if isinstance(value, str | bytes) else repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
 # ---------------------------------------------------------------- value types
 
 
@@ -51,19 +82,27 @@ class Duration(float):
 
     @classmethod
     def parse(cls, value: Any) -> Duration:
+        """A finite duration from 0 to 24h (:data:`MAX_DURATION_S`)."""
+        seconds: float | None = None
         if isinstance(value, bool):
-            raise ValueError(f"expected a duration like 100ms or 2s, got {value!r}")
-        if isinstance(value, int | float):
-            if value < 0:
-                raise ValueError(f"must not be negative, got {value!r}")
-            return cls(value)
-        if isinstance(value, str):
+            pass
+        elif isinstance(value, int | float):
+            seconds = float(value) if not isinstance(value, int) or abs(value) < 10**30 else float("inf")
+        elif isinstance(value, str) and len(value) <= 64:
             if value.strip().startswith("-"):
-                raise ValueError(f"must not be negative, got {value!r}")
+                raise ValueError(f"must not be negative, got {_short(value)}")
             m = cls._RE.match(value)
             if m:
-                return cls(float(m.group(1)) * cls._UNIT[m.group(2)])
-        raise ValueError(f"expected a duration like 100ms or 2s, got {value!r}")
+                seconds = float(m.group(1)) * cls._UNIT[m.group(2)]
+        if seconds is None:
+            raise ValueError(f"expected a duration like 100ms or 2s, got {_short(value)}")
+        if not _finite(seconds):
+            raise ValueError(f"must be a finite duration, got {_short(value)}")
+        if seconds < 0:
+            raise ValueError(f"must not be negative, got {_short(value)}")
+        if seconds > MAX_DURATION_S:
+            raise ValueError(f"must be at most 24h, got {_short(value)}")
+        return cls(seconds)
 
     def __str__(self) -> str:
         if self >= 1 and float(self).is_integer():
@@ -74,17 +113,28 @@ class Duration(float):
 class HostPort(str):
     """``host:port`` or ``[v6addr]:port``."""
 
+    _HOST = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_])?$")
+
     @classmethod
     def parse(cls, value: Any) -> HostPort:
-        if not isinstance(value, str):
-            raise ValueError(f"expected host:port, got {value!r}")
+        """``host:port`` where host is a host name, an IPv4 address or ``[IPv6]``, port 1-65535."""
+        if not isinstance(value, str) or len(value) > 300:
+            raise ValueError(f"expected host:port, got {_short(value)}")
         host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"expected host:port, got {value!r}")
+        if (not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5
+                or not 0 < int(port) < 65536):
+            raise ValueError(f"expected host:port, got {_short(value)}")
         if host.startswith("[") != host.endswith("]"):
-            raise ValueError(f"expected host:port, got {value!r}")
+            raise ValueError(f"expected host:port, got {_short(value)}")
         if ":" in host and not host.startswith("["):
-            raise ValueError(f"expected host:port (IPv6 as [addr]:port), got {value!r}")
+            raise ValueError(f"expected host:port (IPv6 as [addr]:port), got {_short(value)}")
+        if host.startswith("["):
+            try:
+                ipaddress.IPv6Address(host[1:-1])
+            except ValueError:
+                raise ValueError(f"expected [IPv6 address]:port, got {_short(value)}") from None
+        elif not cls._HOST.match(host) or ".." in host:
+            raise ValueError(f"expected host:port with a host name or IP address, got {_short(value)}")
         return cls(value)
 
     @property
@@ -104,7 +154,7 @@ class FileMode(int):
         text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
         if isinstance(text, str) and re.fullmatch(r"0?[0-7]{3}", text):
             return cls(int(text, 8))
-        raise ValueError(f"expected an octal mode like \"0660\", got {value!r}")
+        raise ValueError(f"expected an octal mode like \"0660\", got {_short(value)}")
 
 
 _CUSTOM = (Duration, HostPort, FileMode)
@@ -455,20 +505,24 @@ def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
         problems.append(f"{where}: expected {_type_name(tp)}, got null")
         return _MISSING
     origin, args = get_origin(tp), get_args(tp)
+    if isinstance(value, list | dict) and len(value) > MAX_ITEMS:
+        problems.append(f"{where}: at most {MAX_ITEMS} entries, got {len(value)}")
+        return _MISSING
     if origin is list:
         if not isinstance(value, list):
-            problems.append(f"{where}: expected a list, got {value!r}")
+            problems.append(f"{where}: expected a list, got {_short(value)}")
             return _MISSING
         items = [_convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value)]
         return _MISSING if _MISSING in items else items
     if origin is dict:
         if not isinstance(value, dict):
-            problems.append(f"{where}: expected a mapping, got {value!r}")
+            problems.append(f"{where}: expected a mapping, got {_short(value)}")
             return _MISSING
         out = {}
         for key, item in value.items():
-            if not isinstance(key, str):
-                problems.append(f"{where}: keys must be strings, got {key!r}")
+            if not isinstance(key, str) or len(key) > MAX_STRING:
+                problems.append(f"{where}: keys must be strings of at most {MAX_STRING} characters, "
+                                f"got {_short(key)}")
                 continue
             out[key] = _convert(item, args[1], f"{where}.{key}", problems)
         return _MISSING if _MISSING in out.values() else out
@@ -480,6 +534,8 @@ def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
             return _MISSING
+    if tp is float and isinstance(value, str) and _NUMBER.match(value):
+        value = float(value)  # YAML 1.1 reads 1e-12 (no dot) as a string
     ok = {
         bool: lambda v: isinstance(v, bool),
         int: lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -487,26 +543,44 @@ def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
         str: lambda v: isinstance(v, str | int | float) and not isinstance(v, bool),
     }.get(tp)
     if ok is not None and not ok(value):
-        problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        problems.append(f"{where}: expected {_type_name(tp)}, got {_short(value)}")
+        return _MISSING
+    if tp is int and abs(value) > 2**63 - 1:
+        problems.append(f"{where}: out of range, got {_short(value)}")
         return _MISSING
     if tp is float:
-        return float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            value = float("inf")
+        if not _finite(value):
+            problems.append(f"{where}: must be a finite number, got {_short(value)}")
+            return _MISSING
+        return value
     if tp is str:
-        return str(value)
+        value = str(value)
+        if len(value) > MAX_STRING:
+            problems.append(f"{where}: at most {MAX_STRING} characters, got {len(value)}")
+            return _MISSING
+        return value
     return value
+
+
+_NUMBER = re.compile(r"^\s*[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?\s*$")
 
 
 def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        problems.append(f"{where or '(top level)'}: expected a mapping, got {data!r}")
+        problems.append(f"{where or '(top level)'}: expected a mapping, got {_short(data)}")
         return cls()
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls) if (cls.__name__, f.name) not in _NOT_KEYS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
+        key = key if len(str(key)) <= 64 else str(key)[:61] + "..."
         sub = f"{where}.{key}" if where else str(key)
         if name not in known:
             problems.append(f"{sub}: unknown key (known: {', '.join(sorted(known))})")
@@ -516,7 +590,7 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
             continue
         choices = _CHOICES.get((cls.__name__, name))
         if choices and converted not in choices:
-            problems.append(f"{sub}: expected one of {', '.join(choices)}, got {value!r}")
+            problems.append(f"{sub}: expected one of {', '.join(choices)}, got {_short(value)}")
             continue
         kwargs[name] = converted
     return cls(**kwargs)
@@ -529,12 +603,18 @@ def _check(cfg: Config, problems: list[str]) -> None:
     """Rules that the types alone cannot express."""
     if cfg.interval < MIN_INTERVAL_S:
         problems.append(f"interval: must be at least 10ms, got {cfg.interval}")
+    elif cfg.interval > MAX_INTERVAL_S:
+        problems.append(f"interval: must be at most 1h, got {cfg.interval}")
     for f in fields(Sources):
         src = getattr(cfg.sources, f.name)
         if src.interval is not None and src.interval < MIN_INTERVAL_S:
             problems.append(f"sources.{f.name}.interval: must be at least 10ms, got {src.interval}")
+        elif src.interval is not None and src.interval > MAX_INTERVAL_S:
+            problems.append(f"sources.{f.name}.interval: must be at most 1h, got {src.interval}")
     if not cfg.target.strip():
         problems.append("target: must not be empty")
+    elif len(cfg.target) > MAX_TARGET:
+        problems.append(f"target: at most {MAX_TARGET} characters, got {len(cfg.target)}")
     asic = cfg.sources.asic
     if not asic.plugin or not (asic.plugin in ASIC_BUILTIN or asic.plugin.startswith("/")):
         problems.append(f"sources.asic.plugin: expected {' or '.join(ASIC_BUILTIN)} or an absolute path "
@@ -563,6 +643,8 @@ def _check_exporters(exp: Exporters, problems: list[str]) -> None:
         names.add(d.name)
         if d.queue < 1:
             problems.append(f"{where}.queue: must be at least 1, got {d.queue}")
+        elif d.queue > MAX_QUEUE:
+            problems.append(f"{where}.queue: must be at most {MAX_QUEUE}, got {d.queue}")
         if d.heartbeat < 1:
             problems.append(f"{where}.heartbeat: must be at least 1s, got {d.heartbeat}")
         if not d.insecure:
@@ -625,8 +707,10 @@ def _check_tunnels(tunnels: list[TunnelServer], problems: list[str]) -> None:
 def _check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:
     if password_file and not username:
         problems.append(f"{where}.password_file: needs username")
-    if password_file and not os.path.exists(password_file):
-        problems.append(f"{where}.password_file: no such file {password_file!r}")
+    if password_file:
+        problem = _file_problem(password_file, None)
+        if problem:
+            problems.append(f"{where}.password_file: {problem}")
 
 
 def _check_control(ctl: Control, problems: list[str]) -> None:
@@ -657,12 +741,18 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
         if finite(where, value) and not 0 < value < 1:
             problems.append(f"insights.{where}: expected a ratio 0 < x < 1 (e.g. 1e-12), got {value}")
 
-    if ins.history < 1:
-        problems.append(f"insights.history: must be at least 1, got {ins.history}")
+    def at_most(where: str, value: float, limit: float) -> None:
+        if _finite(value) and value > limit:
+            problems.append(f"insights.{where}: must be at most {limit:g}, got {value:g}")
+
+    if not 1 <= ins.history <= MAX_HISTORY:
+        problems.append(f"insights.history: must be at least 1 and at most {MAX_HISTORY}, got {ins.history}")
     for name in ("error_burst", "link_flap", "drop_burst", "roce_retrans"):
         det = getattr(ins, name)
         if det.threshold < 1:
             problems.append(f"insights.{name}.threshold: must be at least 1, got {det.threshold}")
+        elif det.threshold > MAX_COUNT:
+            problems.append(f"insights.{name}.threshold: must be at most {MAX_COUNT}, got {det.threshold}")
         positive(f"{name}.window", det.window)
     for name in ("error_burst", "roce_retrans"):
         det = getattr(ins, name)
@@ -685,12 +775,16 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
         )
     pfc = ins.pfc_storm
     positive("pfc_storm.pause_rate", pfc.pause_rate)
+    at_most("pfc_storm.pause_rate", pfc.pause_rate, 1e9)
     positive("pfc_storm.window", pfc.window)
     share("pfc_storm.paused_share", pfc.paused_share)
     imb = ins.imbalance
     if finite("imbalance.max_over_mean", imb.max_over_mean) and imb.max_over_mean <= 1:
         problems.append(f"insights.imbalance.max_over_mean: must be greater than 1, got {imb.max_over_mean}")
+    at_most("imbalance.max_over_mean", imb.max_over_mean, 1000)
     positive("imbalance.cv", imb.cv)
+    at_most("imbalance.cv", imb.cv, 100)
+    at_most("imbalance.min_mean_bps", imb.min_mean_bps, 1e13)
     positive("imbalance.window", imb.window)
     if finite("imbalance.min_mean_bps", imb.min_mean_bps) and imb.min_mean_bps < 0:
         problems.append(f"insights.imbalance.min_mean_bps: must not be negative, got {imb.min_mean_bps}")
@@ -698,8 +792,10 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
         if len(ports) < 2 and not any(any(c in p for c in "*?[") for p in ports):
             problems.append(f"insights.imbalance.groups.{group}: needs at least 2 ports, got {ports!r}")
     for name in ("pfc_storm", "imbalance"):
-        if getattr(ins, name).windows < 1:
-            problems.append(f"insights.{name}.windows: must be at least 1, got {getattr(ins, name).windows}")
+        windows = getattr(ins, name).windows
+        if not 1 <= windows <= MAX_WINDOWS:
+            problems.append(f"insights.{name}.windows: must be at least 1 and at most {MAX_WINDOWS}, "
+                            f"got {windows}")
     dip = ins.throughput_dip
     positive("throughput_dip.baseline", dip.baseline)
     share("throughput_dip.dip_ratio", dip.dip_ratio)
@@ -707,18 +803,96 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
     positive("throughput_dip.max_duration", dip.max_duration)
 
 
+_PEM_KIND = {"ca": "certificate", "cert": "certificate", "key": "private key"}
+_PEM_BEGIN = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+
+
+def _file_problem(path: str, kind: str | None) -> str | None:
+    """Why ``path`` cannot serve as a file of ``kind`` (a PEM certificate or private key;
+    None: any readable regular file), or None if it can."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return f"no such file {_short(path)}"
+    except OSError as exc:
+        return f"cannot open {_short(path)}: {exc.strerror}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"{_short(path)} is not a regular file"
+        if kind is None:
+            return None
+        if st.st_size > MAX_PEM_BYTES:
+            return f"{_short(path)} is larger than {MAX_PEM_BYTES // 1024} KiB, not a PEM {kind}"
+        data = os.read(fd, MAX_PEM_BYTES)
+    except OSError as exc:
+        return f"cannot read {_short(path)}: {exc.strerror}"
+    finally:
+        os.close(fd)
+    labels = _PEM_BEGIN.findall(data)
+    if kind == "certificate" and b"CERTIFICATE" not in labels:
+        return f"{_short(path)} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+    if kind == "private key" and not any(label.endswith(b"PRIVATE KEY") for label in labels):
+        return f"{_short(path)} holds no PEM private key (-----BEGIN ... PRIVATE KEY-----)"
+    return None
+
+
 def _check_files(problems: list[str], where: str, *paths: str | None) -> None:
     for label, path in zip(("ca", "cert", "key"), paths, strict=False):
-        if path and not os.path.exists(path):
-            problems.append(f"{where}.{label}: no such file {path!r}")
+        if path:
+            problem = _file_problem(path, _PEM_KIND[label])
+            if problem:
+                problems.append(f"{where}.{label}: {problem}")
 
 
 # ---------------------------------------------------------------- YAML loading
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps ``0660`` as text (YAML 1.1 would make it octal 432) and rejects
-    duplicate keys, which plain YAML silently resolves to the last one."""
+    """SafeLoader that keeps ``0660`` as text (YAML 1.1 would make it octal 432), rejects
+    duplicate keys, which plain YAML silently resolves to the last one, and bounds what a
+    file can cost: nesting deeper than :data:`MAX_DEPTH` and more than :data:`MAX_VALUES`
+    values after alias expansion ("billion laughs") are errors, raised while composing,
+    before anything is expanded."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0  # values composed so far, an alias counting as everything it stands for
+        self._sizes: dict[int, int] = {}  # id(node) -> its expanded size (nodes are immutable here)
+
+    def _size(self, node: yaml.Node) -> int:
+        size = self._sizes.get(id(node))
+        if size is None:
+            size = 1
+            if isinstance(node, yaml.SequenceNode):
+                size += sum(self._size(n) for n in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                size += sum(self._size(k) + self._size(v) for k, v in node.value)
+            self._sizes[id(node)] = size
+        return size
+
+    def _count(self, n: int, mark: Any) -> None:
+        self._values += n
+        if self._values > MAX_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"too many values: more than {MAX_VALUES} after expanding aliases", mark)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._size(node), event.start_mark)
+            return node
+        self._count(1, event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nesting too deep (more than {MAX_DEPTH} levels)", event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
@@ -747,29 +921,60 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 def parse(text: str, path: str | None = None) -> Config:
     """Parse and validate YAML text; raise :class:`ConfigError` listing every problem."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ConfigError([f"{path or 'config'}: larger than {MAX_FILE_BYTES // 1024} KiB"])
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
-        raise ConfigError([f"{where}: {getattr(exc, 'problem', None) or exc}"]) from None
+        problem = str(getattr(exc, "problem", None) or exc)
+        raise ConfigError([f"{where}: {problem if len(problem) <= 200 else problem[:197] + '...'}"]) from None
+    except RecursionError:  # not expected with MAX_DEPTH; never a traceback all the same
+        raise ConfigError(["YAML: nesting too deep"]) from None
     problems: list[str] = []
     cfg = _build(Config, data, "", problems)
-    if not problems:
-        _check(cfg, problems)
+    # The cross-field rules run even when some values were refused (those keep their
+    # defaults), so that every problem of a file is reported at once.
+    _check(cfg, problems)
     if problems:
         raise ConfigError(problems)
     cfg.path = path
     return cfg
 
 
-def load(path: str) -> Config:
-    """Read and validate a config file."""
+def read_text(path: str) -> str:
+    """A config file's text: a regular file of at most :data:`MAX_FILE_BYTES`, UTF-8. A FIFO,
+    a device or a directory is refused without reading (and without blocking)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as exc:
         raise ConfigError([f"{path}: {exc.strerror}"]) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError([f"{path}: not a regular file"])
+        if st.st_size > MAX_FILE_BYTES:
+            raise ConfigError([f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB ({st.st_size} bytes)"])
+        chunks, total = [], 0
+        while True:  # the file may grow while it is read: never read past the limit
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_FILE_BYTES:
+                raise ConfigError([f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB"])
+    except OSError as exc:
+        raise ConfigError([f"{path}: {exc.strerror}"]) from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason})"]) from None
-    return parse(text, path)
+
+
+def load(path: str) -> Config:
+    """Read and validate a config file."""
+    return parse(read_text(path), path)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import get_args, get_origin, get_type_hints
@@ -136,7 +137,7 @@ def test_empty_file_is_valid_with_defaults():
 
 def test_design_config_shape_parses(tmp_path):
     ca = tmp_path / "ca.pem"
-    ca.write_text("x")
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     cfg = config.parse(textwrap.dedent(f"""
         target: leaf01
         interval: 100ms
@@ -352,3 +353,185 @@ def test_validate_bad_file_lists_every_problem(tmp_path):
 def test_validate_missing_file(tmp_path):
     r = run_validate(str(tmp_path / "absent.yaml"))
     assert r.returncode == 1 and "absent.yaml" in r.stderr
+
+
+# ---------------------------------------------------------------- hostile and odd input (issue 14)
+
+MEM_LIMIT = 512 * 1024 * 1024  # address space for a `swtel validate` fed a hostile file
+
+
+def run_validate_limited(*args, timeout=30):
+    """`swtel validate` under a memory limit (RLIMIT_AS) and a time limit."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (MEM_LIMIT, MEM_LIMIT))
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "agent", "validate", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=REPO, preexec_fn=limit)
+
+
+BILLION_LAUGHS = "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+BILLION_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + BILLION_LAUGHS
+
+
+def test_alias_expansion_is_bounded(tmp_path):
+    text = BILLION_LAUGHS + "sources: {netdev: {interfaces: *i}}\n"
+    with pytest.raises(ConfigError) as info:
+        config.parse(text)
+    (problem,) = info.value.problems
+    assert re.match(r"line \d+, column \d+: too many values: more than 50000 after expanding aliases", problem)
+    f = tmp_path / "lol.yaml"
+    f.write_text(text)
+    t0 = time.monotonic()
+    r = run_validate_limited(str(f))
+    assert r.returncode == 1 and "too many values" in r.stderr, r.stderr
+    assert len(r.stderr) < 500 and time.monotonic() - t0 < 20
+    # Aliases within the bound still work (a list written once, used twice).
+    cfg = config.parse("sources:\n  netdev: {interfaces: &p [swp1, swp2]}\n  ethtool: {interfaces: *p}\n")
+    assert cfg.sources.ethtool.interfaces == ["swp1", "swp2"]
+
+
+def test_nesting_depth_is_bounded(tmp_path):
+    deep = "target: " + "{a: " * 30000 + "1" + "}" * 30000 + "\n"
+    with pytest.raises(ConfigError) as info:
+        config.parse(deep)
+    assert re.match(r"line 1, column \d+: nesting too deep", info.value.problems[0]), info.value.problems
+    with pytest.raises(ConfigError, match="nesting too deep"):
+        config.parse("target:" + "".join(f"\n{'  ' * (i + 1)}- " for i in range(40)) + "x\n")
+    f = tmp_path / "deep.yaml"
+    f.write_text(deep)
+    r = run_validate_limited(str(f))
+    assert r.returncode == 1 and "nesting too deep" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # The issue's example, 50,000 levels.
+    f.write_text("target: " + "{a: " * 50000 + "1" + "}" * 50000 + "\n")
+    r = run_validate_limited(str(f))
+    assert r.returncode == 1 and "line 1, column 130: nesting too deep" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _number_keys():
+    """(dotted key, kind) of every duration and float key of the schema; list items as name[]."""
+    def walk(cls, prefix):
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            if (cls.__name__, f.name) in config._NOT_KEYS:
+                continue
+            tp = config._optional_inner(hints[f.name]) or hints[f.name]
+            name = f"{prefix}{f.name}"
+            if get_origin(tp) is list and is_dataclass(get_args(tp)[0]):
+                yield from walk(get_args(tp)[0], name + "[].")
+            elif is_dataclass(tp):
+                yield from walk(tp, name + ".")
+            elif tp in (Duration, float):
+                yield name, tp
+    return list(walk(config.Config, ""))
+
+
+_LIST_ITEM = {"dialout": {"address": "h:1", "insecure": True},
+              "tunnel": {"address": "h", "port": 1, "insecure": True}}
+
+
+def _doc_setting(key: str, value) -> str:
+    """A YAML document setting one dotted key (``x[].y`` in the list's only item)."""
+    doc: dict = {}
+    node = doc
+    parts = key.split(".")
+    for part in parts[:-1]:
+        if part.endswith("[]"):
+            item = dict(_LIST_ITEM[part[:-2]])
+            node[part[:-2]] = [item]
+            node = item
+        else:
+            node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return yaml.safe_dump(doc)
+
+
+def test_schema_has_the_number_keys_the_issue_names():
+    keys = dict(_number_keys())
+    for key in ("interval", "exporters.dialout[].heartbeat", "log.rate_limit", "control.health_grace",
+                "insights.error_burst.symbol_ber", "insights.imbalance.min_mean_bps"):
+        assert key in keys
+
+
+@pytest.mark.parametrize("key,kind", _number_keys(), ids=[k for k, _ in _number_keys()])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_every_number_and_duration_key_refuses_non_finite_values(key, kind, bad):
+    problems = problems_of(_doc_setting(key, bad))
+    where = key.replace("[]", "[0]")
+    assert any(p.startswith(f"{where}: ") and ("finite" in p or "negative" in p) for p in problems), problems
+
+
+@pytest.mark.parametrize("key,kind", _number_keys(), ids=[k for k, _ in _number_keys()])
+def test_every_number_and_duration_key_refuses_absurd_values(key, kind):
+    bad = "100000h" if kind is Duration else 1e300
+    problems = problems_of(_doc_setting(key, bad))
+    where = key.replace("[]", "[0]")
+    assert any(p.startswith(f"{where}: ") for p in problems), problems
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("interval: 100000h\n", "interval: must be at most 24h"),
+    ("interval: 2h\n", "interval: must be at most 1h"),
+    ("sources: {netdev: {interval: 90m}}\n", "sources.netdev.interval: must be at most 1h"),
+    ("interval: " + "9" * 400 + "s\n", "interval: expected a duration"),
+    ("exporters: {dialout: [{address: 'h:1', insecure: true, queue: 100000000000000000000000000}]}\n",
+     "exporters.dialout[0].queue: out of range"),
+    ("exporters: {dialout: [{address: 'h:1', insecure: true, queue: 1000001}]}\n",
+     "exporters.dialout[0].queue: must be at most 1000000"),
+    ("insights: {history: 10001}\n", "insights.history: must be at least 1 and at most 10000"),
+    ("insights: {pfc_storm: {windows: 1001}}\n", "insights.pfc_storm.windows: must be at least 1 and at most 1000"),
+    ("insights: {drop_burst: {threshold: 1000000001}}\n", "insights.drop_burst.threshold: must be at most"),
+    ("target: " + "x" * 256 + "\n", "target: at most 255 characters, got 256"),
+    ("sources: {asic: {plugin: /" + "x" * 5000 + "}}\n", "sources.asic.plugin: at most 4096 characters"),
+    ("sources: {netdev: {interfaces: [" + ", ".join(["a"] * 1025) + "]}}\n",
+     "sources.netdev.interfaces: at most 1024 entries, got 1025"),
+    ("insights: {error_burst: {symbol_ber: 1e400}}\n", "insights.error_burst.symbol_ber: must be a finite number"),
+    ("insights: {error_burst: {symbol_ber: 1e-x}}\n", "insights.error_burst.symbol_ber: expected a number"),
+])
+def test_absurd_values_are_refused(text, fragment):
+    problems = problems_of(text)
+    assert any(fragment in p for p in problems), problems
+    assert all(len(p) < 300 for p in problems), "no problem echoes a huge value"
+
+
+def test_floats_written_without_a_dot_are_numbers():
+    # YAML 1.1 reads 1e-12 (no dot) as a string: float keys accept it as the number it is.
+    cfg = config.parse("insights:\n  error_burst: {symbol_ber: 1e-12, pre_fec_ber_warning: '5E-7'}\n"
+                       "  imbalance: {min_mean_bps: 1e9}\n")
+    assert cfg.insights.error_burst.symbol_ber == 1e-12
+    assert cfg.insights.error_burst.pre_fec_ber_warning == 5e-7
+    assert cfg.insights.imbalance.min_mean_bps == 1e9
+
+
+def test_every_problem_of_a_file_is_reported_at_once():
+    problems = problems_of("target: ''\ninterval: abc\ncontrol: {socket: rel.sock}\n")
+    assert len(problems) == 3, problems
+    assert any(p.startswith("target: must not be empty") for p in problems)
+    assert any(p.startswith("interval: expected a duration") for p in problems)
+    assert any(p.startswith("control.socket: expected an absolute path") for p in problems)
+
+
+def test_only_regular_files_of_bounded_size_are_read(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as fh:
+        fh.truncate(50 * 1024 * 1024)  # sparse: 50 MB of NULs
+    for path, fragment in [("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                           (str(tmp_path), "not a regular file"), (str(big), "larger than 256 KiB")]:
+        t0 = time.monotonic()
+        r = run_validate_limited(path, timeout=20)
+        assert r.returncode == 1 and f"{path}: {fragment}" in r.stderr, (path, r.stderr)
+        assert time.monotonic() - t0 < 15
+        with pytest.raises(ConfigError, match=fragment):
+            config.load(path)
+    exact = tmp_path / "exact.yaml"
+    exact.write_text("#" * (config.MAX_FILE_BYTES - 1) + "\n")
+    assert config.load(str(exact)).path == str(exact)
+    with pytest.raises(ConfigError, match="larger than 256 KiB"):
+        config.parse("#" * (config.MAX_FILE_BYTES + 1))
