@@ -129,7 +129,9 @@ class AgentProcess:
         if not self.jsonl.exists():
             return []
         out = []
-        for line in self.jsonl.read_text().splitlines():
+        text = self.jsonl.read_text()
+        # The agent may be mid-write: only lines it has finished (newline-terminated) count.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             if line.strip():
                 out.append(json.loads(line))
         return out
