@@ -9,7 +9,6 @@ builds on it.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -35,6 +34,17 @@ PRESETS: dict[str, dict[str, list[str]]] = {
 }
 ROLES = {"spine-1": "spine", "leaf-3": "leaf", "host-1": "host"}
 LEAF_UPLINKS = ["swp61", "swp62", "swp63", "swp64"]
+
+
+def agent_command() -> list[str]:
+    """``swtel`` as this process runs it: the same interpreter and the same import roots
+    (a checkout, a venv, or the .deb's private /usr/lib/swtel with its vendored pygnmi),
+    in isolated mode when this process is (as /usr/bin/swtel is)."""
+    import pygnmi
+
+    roots = [str(Path(__file__).resolve().parents[2]), str(Path(pygnmi.__file__).resolve().parents[1])]
+    code = f"import sys; sys.path[0:0] = {roots!r}; from agent.cli import main; sys.exit(main())"
+    return [sys.executable, *(["-I"] if sys.flags.isolated else []), "-c", code]
 
 
 @dataclass
@@ -102,10 +112,7 @@ class Fabric:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ}
-        # Run this same swtel (a checkout, a venv or the .deb) with this interpreter.
-        pkg_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+        command = agent_command()
         for sw in self.switches:
             sw.config_path = self.workdir / f"{sw.name}.yaml"
             sw.config_path.write_text(yaml.safe_dump(self.config(sw), sort_keys=False))
@@ -113,8 +120,8 @@ class Fabric:
             sw.log_path = self.workdir / f"{sw.name}.log"
             with open(sw.log_path, "w") as log:
                 sw.proc = subprocess.Popen(
-                    [sys.executable, "-m", "agent", "run", "-c", str(sw.config_path)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    [*command, "run", "-c", str(sw.config_path)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True,  # a terminal's Ctrl-C reaches the demo, which stops them
                 )
 
