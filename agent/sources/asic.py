@@ -33,8 +33,9 @@ from agent.counters import (
     CounterTable,
     escape_key,
 )
+from agent.sources import ethtool
 from agent.sources.base import Source, counter_wanted, leaf_name, register
-from agent.sources.ethtool import MLXSW, SWITCHD, Rule, _rules
+from agent.sources.ethtool import _QUEUE, _SWQUEUE, MLXSW, SWITCHD, Rule, _rules
 
 log = logs.get("asic")
 RETRY_OPEN_S = 30.0  # a plugin that failed to open is tried again this often
@@ -44,8 +45,6 @@ _STATE = (OPENCONFIG, "/interfaces/interface[name={port}]/state/counters")
 _PHY = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/state")
 _PHY_FEC = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/fec/state")
 _PHY_LANE = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/channels/channel[id={n}]/fec/state")
-_QUEUE = (OPENCONFIG, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
-_SWQUEUE = (SWTEL_ORIGIN, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
 _RAW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/asic")
 
 # What the ASIC has beyond switchd's HwIf* set: the PHY (PPCNT) counters that
@@ -82,17 +81,7 @@ def map_name(port: str, name: str, host: bool = False) -> tuple[Container, str, 
     """A plugin's counter name -> (container, leaf, kind); unknown names keep a raw path."""
     if host:
         return host_container(port), leaf_name(name), COUNTER
-    key = escape_key(port)
-    for rule in RULES:
-        m = rule.pattern.match(name)
-        if m:
-            groups = m.groupdict()
-            n = groups.get("n", "")
-            leaf = rule.leaf.format(name=leaf_name(groups.get("name") or ""), n=n)
-            origin, path = rule.container
-            return Container(origin, path.format(port=key, n=n)), leaf, rule.kind
-    origin, path = _RAW
-    return Container(origin, path.format(port=key)), leaf_name(name), COUNTER
+    return ethtool.map_name(RULES, port, name, raw=_RAW)
 
 
 @register

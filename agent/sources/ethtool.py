@@ -140,8 +140,9 @@ def table_for(driver: str, names: list[str]) -> list[Rule]:
     return []
 
 
-def map_name(rules: list[Rule], port: str, name: str) -> tuple[Container, str, int]:
-    """Counter name -> (container, leaf, kind); unknown names go to the raw path."""
+def map_name(rules: list[Rule], port: str, name: str,
+             raw: tuple[str, str] = _RAW) -> tuple[Container, str, int]:
+    """Counter name -> (container, leaf, kind); unknown names go to the ``raw`` path."""
     for rule in rules + GENERIC:
         m = rule.pattern.match(name)
         if m:
@@ -150,7 +151,7 @@ def map_name(rules: list[Rule], port: str, name: str) -> tuple[Container, str, i
             origin, path = rule.container
             key = escape_key(port)
             return Container(origin, path.format(port=key, n=groups.get("n", ""))), leaf, rule.kind
-    origin, path = _RAW
+    origin, path = raw
     return Container(origin, path.format(port=escape_key(port))), leaf_name(name), COUNTER
 
 
