@@ -250,10 +250,14 @@ class Engine:
                     hook()
                 due = min((r.next_due for r in self._runners), default=time.monotonic() + 1.0)
                 self._stop.wait(max(0.0, due - time.monotonic()))
-        except Exception as exc:  # never die silently: status and the watchdog will see it
-            self.loop_error = repr(exc)
-            log.exception("tick loop failed")
-            raise
+        except BaseException as exc:  # never die silently: logged once, status and run() see it
+            self.loop_error = f"{type(exc).__name__}: {exc}"[:500]
+            log.error("tick loop failed; the agent stops polling", error=self.loop_error, exc_info=True)
+
+    def dead(self) -> bool:
+        """The tick loop ended without being asked to (an uncaught error): nothing is polled."""
+        t = self._thread
+        return t is not None and not t.is_alive() and not self._stop.is_set()
 
     def _schedule(self, runner: SourceRunner) -> None:
         now = time.monotonic()

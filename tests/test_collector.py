@@ -217,3 +217,45 @@ def test_cli_refuses_missing_tls(tmp_path):
     r = subprocess.run([sys.executable, "-m", "agent", "collect", "--listen", "127.0.0.1:0"],
                        cwd=REPO, capture_output=True, text=True, timeout=30, env=_env())
     assert r.returncode == 2 and "--tls-cert" in r.stderr
+
+
+# ---------------------------------------------------------------- command-line mistakes (issue 14)
+
+
+def _collect_cli(*args, timeout=30):
+    return subprocess.run([sys.executable, "-m", "agent", "collect", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=_env())
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1", ":99999", ":-1", "127.0.0.1:99999", "127.0.0.1:-1",
+                                    "not a host:5000", ""])
+def test_cli_listen_follows_the_config_rule(listen):
+    r = _collect_cli("--listen", listen, "--insecure", "--duration", "1")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("swtel collect: --listen: expected host:port") and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_cli_refuses_a_taken_port_and_bad_options(tmp_path):
+    first = Collector(f"127.0.0.1:{free_port()}", insecure=True).start()
+    try:
+        r = _collect_cli("--listen", f"127.0.0.1:{first.port}", "--insecure", "--duration", "1")
+        assert r.returncode == 2 and f"--listen: address in use: 127.0.0.1:{first.port}" in r.stderr, r.stderr
+        # In process too: gRPC's SO_REUSEPORT is off, so a second collector cannot share the port.
+        with pytest.raises(OSError):
+            Collector(f"127.0.0.1:{first.port}", insecure=True)
+    finally:
+        first.stop()
+    for args, fragment in [
+        (["--prometheus", "foo"], "--prometheus: expected host:port, got 'foo'"),
+        (["-o", "/nonexistent/x.jsonl"], "--output: cannot open '/nonexistent/x.jsonl': No such file or directory"),
+    ]:
+        r = _collect_cli("--listen", f"127.0.0.1:{free_port()}", "--insecure", "--duration", "1", *args)
+        assert r.returncode == 2 and fragment in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_cli_logs_in_the_agents_format(tmp_path):
+    r = _collect_cli("--listen", f"127.0.0.1:{free_port()}", "--insecure", "--duration", "0.5")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines and all("component=collect" in ln and "level=" in ln for ln in lines), lines

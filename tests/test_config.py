@@ -535,3 +535,35 @@ def test_only_regular_files_of_bounded_size_are_read(tmp_path):
     assert config.load(str(exact)).path == str(exact)
     with pytest.raises(ConfigError, match="larger than 256 KiB"):
         config.parse("#" * (config.MAX_FILE_BYTES + 1))
+
+
+@pytest.mark.parametrize("key", ["ca", "cert", "key"])
+def test_tls_files_must_be_readable_pem_of_the_right_kind(tmp_path, key):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    pkey = tmp_path / "key.pem"
+    pkey.write_text("-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n")
+    good = {"ca": cert, "cert": cert, "key": pkey}
+    kind = "private key" if key == "key" else "certificate"
+    for bad, fragment in [(tmp_path, "is not a regular file"), ("/etc/passwd", f"holds no PEM {kind}"),
+                          (pkey if key != "key" else cert, f"holds no PEM {kind}"),
+                          ("/dev/zero", "is not a regular file")]:
+        tls = {**{k: str(v) for k, v in good.items()}, key: str(bad)}
+        for section in (f"exporters: {{server: {{listen: '127.0.0.1:50051', tls: {tls}}}}}\n",
+                        f"exporters: {{dialout: [{{address: 'h:1', tls: {tls}}}]}}\n"):
+            problems = problems_of(section)
+            assert any(f"tls.{key}: " in p and fragment in p for p in problems), (bad, problems)
+    assert config.parse(f"exporters: {{server: {{listen: '127.0.0.1:50051', tls: "
+                        f"{{ca: {cert}, cert: {cert}, key: {pkey}}}}}}}\n").exporters.server.tls.key == str(pkey)
+
+
+def test_password_file_must_be_a_readable_regular_file(tmp_path):
+    problems = problems_of(f"exporters: {{server: {{insecure: true, username: u, password_file: {tmp_path}}}}}\n")
+    assert any("exporters.server.password_file: " in p and "not a regular file" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("listen", ["not a host:50051", "a b:1", ":50051", "host:", "[::1:1", "[zz]:1",
+                                    "-h:1", "h..x:1", "h:0"])
+def test_listen_addresses_must_parse(listen):
+    problems = problems_of(f"exporters: {{server: {{listen: '{listen}', insecure: true}}}}\n")
+    assert any(p.startswith("exporters.server.listen: expected") for p in problems), problems

@@ -52,6 +52,9 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
       (counting from start-up if it never had one).
     * Dial-out is down when every dial-out destination has been down (``down_since_ns``
       set) for longer than ``grace_s`` (default: ``status["config"]["health_grace_s"]``, else 60 s).
+    * Any other exporter (jsonl, the gNMI server) that has failed (state ``failed`` or
+      ``stopped``), or whose writes have been failing for longer than ``grace_s``.
+    * The tick loop has stopped (``tick.loop_error``): nothing is polled any more.
     """
     now_ns = int(status.get("now_ns") or time.time_ns())
     started_ns = now_ns - int(float(status.get("uptime_s") or 0) * 1e9)
@@ -74,6 +77,18 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
             )
     if grace_s is None:
         grace_s = float((status.get("config") or {}).get("health_grace_s") or 60.0)
+    loop_error = (status.get("tick") or {}).get("loop_error")
+    if loop_error:
+        problems.append(f"tick loop stopped: {_tail(str(loop_error))}")
+    for name, e in sorted((status.get("exporters") or {}).items()):
+        if not isinstance(e, dict) or e.get("kind") in ("dialout", "tunnel"):
+            continue
+        error = f": {_tail(str(e['last_error']))}" if e.get("last_error") else ""
+        if e.get("state") in ("failed", "stopped"):
+            problems.append(f"exporter {name} {e.get('state')}{error}")
+        elif e.get("down_since_ns") is not None and now_ns - int(e["down_since_ns"]) > grace_s * 1e9:
+            down = (now_ns - int(e["down_since_ns"])) / 1e9
+            problems.append(f"exporter {name} failing for {down:.0f}s (grace {_fmt_s(grace_s)}){error}")
     dialouts = {
         n: e for n, e in (status.get("exporters") or {}).items() if e.get("kind") == "dialout"
     }
@@ -137,6 +152,12 @@ def status_main(args: Any) -> int:
 
 
 # ---------------------------------------------------------------- human summary
+
+
+def _tail(text: str, limit: int = 80) -> str:
+    """The useful end of a long error (``... Connection refused``), on one line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else "..." + text[-(limit - 3):]
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -226,7 +247,7 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
                 str(e.get("sent", "-")),
                 str(e.get("dropped", "-")),
                 str(e.get("reconnects", "-")),
-                str(e.get("last_error") or "-")[:80],
+                _tail(str(e.get("last_error") or "-")),
             ])
         lines += _table(rows)
 

@@ -16,8 +16,10 @@ and optionally served to Prometheus.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -27,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import grpc
-import structlog
 from pygnmi.spec.v080 import gnmi_pb2
 
+from agent import config, logs
 from agent.gnmi import paths, tls
 from agent.gnmi.encode import python_value
 from agent.gnmi.prometheus import MetricsServer
@@ -37,7 +39,45 @@ from agent.gnmi.prometheus import MetricsServer
 NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
 SONIC_METHOD = "/gnmi.sonic.gNMIDialOut/Publish"
 
-log = structlog.get_logger("swtel.collect")
+log = logs.get("collect")
+
+
+class UsageError(ValueError):
+    """A command-line value is wrong: the message names the option."""
+
+
+def parse_address(option: str, value: str, allow_any_port: bool = True) -> tuple[str, int]:
+    """``host:port`` by the config's rule (config.HostPort); port 0 (a free port) too when
+    ``allow_any_port``. Raise :class:`UsageError` naming ``option`` otherwise."""
+    text = value or ""
+    if allow_any_port and text.endswith(":0"):
+        text = text[:-2] + ":1"  # validate the host; the port 0 is fine
+    try:
+        hp = config.HostPort.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    return hp.host, 0 if text is not value else hp.port
+
+
+def check_bindable(option: str, host: str, port: int) -> None:
+    """Bind a TCP socket to host:port and let it go, to tell "address in use" and "not a
+    local address" apart (gRPC 1.51 only says it could not bind)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"{option}: cannot resolve {host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+        try:
+            probe.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(f"{option}: address in use: {host}:{port}") from None
+            raise UsageError(f"{option}: cannot listen on {host}:{port}: {exc.strerror}") from None
+
 
 
 def absolute(prefix: gnmi_pb2.Path, path: gnmi_pb2.Path) -> str:
@@ -95,13 +135,16 @@ class Collector:
         self.streams: list[Stream] = []
         self.received = 0
         self._cond = threading.Condition()
+        # Without so_reuseport 0 a second collector could silently share the port (gRPC sets it).
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="collect"),
-                                   options=server_options or [])
+                                   options=[("grpc.so_reuseport", 0), *(server_options or [])])
         self._server.add_generic_rpc_handlers([self._handler()])
-        if insecure:
-            port = self._server.add_insecure_port(listen)
-        else:
-            port = self._server.add_secure_port(listen, tls.server_credentials(tls_cert, tls_key, tls_client_ca))
+        creds = None if insecure else tls.server_credentials(tls_cert, tls_key, tls_client_ca)
+        try:
+            port = self._server.add_insecure_port(listen) if creds is None else \
+                self._server.add_secure_port(listen, creds)
+        except RuntimeError:  # newer grpcio raises; 1.51 returns 0
+            port = 0
         if not port:  # grpc 1.51 returns 0 instead of raising
             raise OSError(f"cannot listen on {listen}")
         self.port = port
@@ -233,16 +276,31 @@ class Collector:
 
 
 def _configure_logging() -> None:
-    # stdout carries the JSON lines; logs go to stderr.
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    # stdout carries the JSON lines; logs go to stderr, in the agent's format.
+    logs.configure("info", "kv", stream=sys.stderr)
+
+
+def _usage(message: str) -> int:
+    print(f"swtel collect: {message}", file=sys.stderr)
+    return 2
 
 
 def collect_main(args) -> int:
     _configure_logging()
     if not args.insecure and not (args.tls_cert and args.tls_key):
-        print("swtel collect: --tls-cert and --tls-key are required unless --insecure", file=sys.stderr)
-        return 2
-    out: IO[str] = sys.stdout if args.output in (None, "-") else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
+        return _usage("--tls-cert and --tls-key are required unless --insecure")
+    try:
+        host, port = parse_address("--listen", args.listen)
+        check_bindable("--listen", host, port)
+        if args.prometheus:
+            mhost, mport = parse_address("--prometheus", args.prometheus)
+            check_bindable("--prometheus", mhost, mport)
+    except UsageError as exc:
+        return _usage(str(exc))
+    try:
+        out: IO[str] = sys.stdout if args.output in (None, "-") else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        return _usage(f"--output: cannot open {args.output!r}: {exc.strerror}")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -252,9 +310,11 @@ def collect_main(args) -> int:
             tls_client_ca=args.tls_client_ca, output=out, prometheus=args.prometheus,
             keep_messages=False,
         ).start()
-    except (OSError, tls.TlsError, RuntimeError) as exc:
+    except (OSError, tls.TlsError, RuntimeError, ValueError) as exc:
         print(f"swtel collect: {exc}", file=sys.stderr)
-        return 1
+        if out is not sys.stdout:
+            out.close()
+        return 2
     deadline = None if args.duration is None else time.monotonic() + args.duration
     while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
         stop.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
