@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from agent import __version__
@@ -14,20 +15,40 @@ def _version() -> str:
     return f"swtel {__version__} (reader: {_backend.NAME})"
 
 
+def _duration(text: str) -> float:
+    """A command-line duration, by the config's rule: ``2s``, ``100ms``, ``1.5``; finite, 0-24h."""
+    from agent.config import Duration
+
+    try:
+        return float(Duration.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="swtel", description="Switch-side streaming telemetry agent.")
-    p.add_argument("--version", action="version", version="%(prog)s")  # replaced in main()
+    p.add_argument("--version", "-V", action="store_true",
+                   help="print the version and the counter reader in use (C or python), then exit")
     sub = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     run = sub.add_parser("run", help="run the agent")
     run.add_argument("-c", "--config", default=None, help="config file (default /etc/swtel/swtel.yaml)")
-    run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    run.add_argument("--duration", type=_duration, default=None,
+                     help="stop after this long (2s, 100ms, 1m or seconds)")
 
     val = sub.add_parser("validate", help="check a config file without running the agent")
-    val.add_argument("file", nargs="?", default=None)
+    val.add_argument("file", nargs="?", default=None, help="config file (default /etc/swtel/swtel.yaml)")
 
-    st = sub.add_parser("status", help="ask a running agent over its control socket")
-    st.add_argument("--socket", default=None, help="control socket (default from config or /run/swtel/swtel.sock)")
+    st = sub.add_parser("status", help="ask a running agent over its control socket",
+                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered (or it is busy).")
+    st.add_argument("--socket", default=None, type=_nonempty,
+                    help="control socket (default from config or /run/swtel/swtel.sock)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("-c", "--config", default=None, help="read the socket path from this config")
 
@@ -36,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Ask a running agent over its control socket every second and show its ports "
                     "sorted by throughput (utilization bars, error, symbol-error, drop and PFC rates) "
                     "and its open insight events. q quits. Plain lines when stdout is not a terminal.")
-    top.add_argument("--socket", default=None, help="control socket (default from config or /run/swtel/swtel.sock)")
+    top.add_argument("--socket", default=None, type=_nonempty,
+                     help="control socket (default from config or /run/swtel/swtel.sock)")
     top.add_argument("-c", "--config", default=None, help="read the socket path from this config")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     top.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
@@ -44,14 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--limit", type=int, default=20, help="plain mode: ports per refresh (default 20)")
 
     col = sub.add_parser("collect", help="a gNMI dial-out collector for development, demos and tests")
-    col.add_argument("--listen", required=True, metavar="HOST:PORT")
+    col.add_argument("--listen", required=True, metavar="HOST:PORT",
+                     help="where agents dial out to (port 0: a free port)")
     col.add_argument("--insecure", action="store_true", help="plaintext gRPC")
-    col.add_argument("--tls-cert")
-    col.add_argument("--tls-key")
+    col.add_argument("--tls-cert", help="server certificate (PEM)")
+    col.add_argument("--tls-key", help="server private key (PEM)")
     col.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     col.add_argument("--output", "-o", default="-", help="JSON-lines file ('-' is stdout)")
     col.add_argument("--prometheus", metavar="HOST:PORT", help="serve latest values for Prometheus")
-    col.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    col.add_argument("--duration", type=_duration, default=None,
+                     help="stop after this long (2s, 100ms, 1m or seconds)")
 
     tun = sub.add_parser(
         "tunnel-server", help="a gRPC tunnel server (openconfig grpctunnel) for development and tests",
@@ -60,8 +84,8 @@ def _parser() -> argparse.ArgumentParser:
                     "through the tunnel. Events are printed as JSON lines.")
     tun.add_argument("--listen", required=True, metavar="HOST:PORT", help="where targets dial in")
     tun.add_argument("--insecure", action="store_true", help="plaintext gRPC")
-    tun.add_argument("--tls-cert")
-    tun.add_argument("--tls-key")
+    tun.add_argument("--tls-cert", help="server certificate (PEM)")
+    tun.add_argument("--tls-key", help="server private key (PEM)")
     tun.add_argument("--tls-client-ca", help="require client certificates signed by this CA (mTLS)")
     tun.add_argument("--target-host", default="127.0.0.1",
                      help="address of the listener opened per registered target (default 127.0.0.1)")
@@ -111,10 +135,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--version" in argv or "-V" in argv:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own C-core log lines: off unless asked for
+    if argv[:1] in (["--version"], ["-V"]):  # only before a verb: `swtel run --version` is an error
         print(_version())
         return 0
     args = _parser().parse_args(argv)
+    if args.version:
+        print(_version())
+        return 0
     if args.verb == "run":
         from agent.runner import run_main
 

@@ -9,6 +9,7 @@ import stat
 import struct
 import threading
 import time
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -27,6 +28,9 @@ def status_handler(_req):
 
 def boom(_req):
     raise RuntimeError("handler exploded")
+
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def connect(path: str, timeout: float = 5.0) -> socket.socket:
@@ -447,3 +451,77 @@ def test_summary_lists_every_section():
                      "recently cleared (1", "cleared 30s ago",
                      "health: UNHEALTHY", "every dial-out destination"):
         assert fragment in text, (fragment, text)
+
+
+# ---------------------------------------------------------------- idle clients, odd sockets (issue 14)
+
+
+def test_idle_connections_cannot_hold_the_health_check(make_server):
+    srv = make_server(max_clients=8)
+    idle = [connect(srv.path) for _ in range(8)]  # a group member holding every slot, saying nothing
+    idle[0].sendall(b"\x00")  # one even starts a request and stalls
+    try:
+        time.sleep(0.2)
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert "now_ns" in client.request(srv.path, "status", timeout_s=5.0)
+            assert time.monotonic() - t0 < 2.0, "answered at once, not after the idle clients time out"
+        assert srv.stats["evicted"] >= 1
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_busy_is_a_distinct_answer(make_server):
+    release = threading.Event()
+    srv = make_server({"slow": lambda _r: release.wait(10) and "done"}, max_clients=2)
+    holders = [connect(srv.path) for _ in range(2)]
+    try:
+        for h in holders:
+            h.sendall(pack({"cmd": "slow"}))
+        time.sleep(0.3)
+        with pytest.raises(client.AgentBusy, match="busy"):
+            client.request(srv.path, "ping", timeout_s=3.0)
+    finally:
+        release.set()
+        for h in holders:
+            h.close()
+
+
+def test_status_names_what_is_wrong_with_the_socket(tmp_path):
+    import subprocess
+    import sys
+
+    def status(path):
+        return subprocess.run([sys.executable, "-m", "agent", "status", "--socket", path], capture_output=True,
+                              text=True, timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(stale)
+    s.close()  # bound, never listening: what a killed agent leaves
+    regular = tmp_path / "file.sock"
+    regular.write_text("x")
+    other = str(tmp_path / "other.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(other)
+    srv.listen()
+
+    def answer_garbage():
+        conn, _ = srv.accept()
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 4)
+        conn.close()
+
+    t = threading.Thread(target=answer_garbage, daemon=True)
+    t.start()
+    cases = [(str(tmp_path / "absent.sock"), "does not exist"), (stale, "is a stale socket"),
+             (str(regular), "is not a socket"), (other, "answered, but not as a swtel agent")]
+    try:
+        for path, fragment in cases:
+            r = status(path)
+            assert r.returncode == 2 and fragment in r.stderr, (path, r.stderr)
+    finally:
+        srv.close()
+    r = status("")
+    assert r.returncode == 2 and "--socket: must not be empty" in r.stderr

@@ -64,3 +64,41 @@ def test_run_for_a_bounded_time_flushes_jsonl(tmp_path):
     lines = out_file.read_text().splitlines()
     assert any('"/interfaces/interface[name=lo]/state/counters/in-pkts"' in line for line in lines)
     assert any('"swtel:/agent/state/rss-bytes"' in line for line in lines)
+
+
+# ---------------------------------------------------------------- command line (issue 14)
+
+
+@pytest.mark.parametrize("value,fragment", [("nan", "expected a duration"), ("-5", "must not be negative"),
+                                            ("inf", "expected a duration"), ("100000h", "must be at most 24h")])
+def test_run_duration_refuses_bad_values(value, fragment):
+    r = swtel("run", "--duration", value)
+    assert r.returncode == 2 and f"argument --duration: {fragment}" in r.stderr, r.stderr
+
+
+def test_run_duration_takes_the_configs_syntax(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"sources: {{netdev: {{interfaces: [lo], exclude: []}}, ethtool: {{enabled: false}}}}\n"
+                   f"control: {{socket: {tmp_path}/s.sock, group: null}}\n")
+    r = swtel("run", "-c", str(cfg), "--duration", "500ms")
+    assert r.returncode == 0, r.stderr
+
+
+def test_version_only_before_a_verb():
+    assert swtel("-V").returncode == 0
+    r = swtel("run", "--version")
+    assert r.returncode == 2 and "unrecognized arguments: --version" in r.stderr
+    r = swtel("validate", "--version")
+    assert r.returncode == 2
+
+
+def test_every_argument_has_help_text():
+    import argparse
+
+    from agent.cli import _parser
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"{verb} {a.option_strings or a.dest}" for verb, p in sub.choices.items()
+               for a in p._actions if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert not missing, missing

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from typing import Any
@@ -24,21 +25,61 @@ class ControlError(Exception):
     """The agent could not be reached, or it answered with an error."""
 
 
+class AgentBusy(ControlError):
+    """The agent answered, but has no connection to spare (too many clients)."""
+
+
+def _why_not(path: str, exc: BaseException) -> str:
+    """Why nothing (or not a swtel agent) answered on ``path``, in words."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"no agent answered: {path} does not exist (is swtel running?)"
+    except OSError as err:
+        return f"no agent answered: {path}: {err.strerror}"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"no agent answered: {path} is not a socket"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"no agent answered: {path} is a stale socket (nothing listens on it; an agent that exited?)"
+    if isinstance(exc, PermissionError):
+        return f"no agent answered: {path}: permission denied (a member of the socket's group?)"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"no agent answered on {path} in time"
+    if isinstance(exc, ProtocolError):
+        return f"{path} answered, but not as a swtel agent ({exc})"
+    return f"no agent answered on {path}: {getattr(exc, 'strerror', None) or exc}"
+
+
 def request(path: str, cmd: str, timeout_s: float = 5.0, **args: Any) -> Any:
-    """Send one command and return its result; raise :class:`ControlError` otherwise."""
+    """Send one command and return its result; raise :class:`ControlError` otherwise
+    (:class:`AgentBusy` when the agent has no connection to spare)."""
+    if not path:
+        raise ControlError("no agent answered: empty socket path")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout_s)
+    reply: Any = None
     try:
         try:
             sock.connect(path)
+        except OSError as exc:
+            raise ControlError(_why_not(path, exc)) from None
+        try:
             sock.sendall(pack({"cmd": cmd, **args}))
+        except OSError:
+            pass  # a busy agent replies and closes before reading: its reply is still there
+        try:
             reply = read_frame(sock, MAX_REPLY, timeout_s)
         except (OSError, ProtocolError) as exc:
-            raise ControlError(f"no agent answered on {path}: {exc}") from None
+            raise ControlError(_why_not(path, exc)) from None
     finally:
         sock.close()
+    if not isinstance(reply, dict):
+        raise ControlError(f"{path} answered, but not as a swtel agent")
     if not reply.get("ok"):
-        raise ControlError(str(reply.get("error", "error reply without a message")))
+        error = str(reply.get("error", "error reply without a message"))
+        if error.startswith("busy"):
+            raise AgentBusy(f"agent on {path} is busy: {error}")
+        raise ControlError(error)
     return reply.get("result")
 
 

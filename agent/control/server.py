@@ -8,6 +8,11 @@ Rules, per connection: each request frame must arrive whole within
 ``timeout_s``; a malformed, oversized or unknown request gets an error reply and
 the connection is closed; a handler that raises gets an error reply and the
 connection stays usable.
+
+Idle connections cannot hold the socket: when every slot is taken, the connection
+that has waited longest for a request (idle, or sending one slowly) is closed to
+make room for the new one. Only when every slot is busy running a command does a
+new client get the distinct ``busy`` answer.
 """
 
 from __future__ import annotations
@@ -68,10 +73,11 @@ class ControlServer:
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
         self._conns: set[socket.socket] = set()
+        self._waiting: dict[socket.socket, float] = {}  # connection -> since when it waits for a request
         self._workers: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self.stats = {"connections": 0, "requests": 0, "errors": 0, "rejected": 0}
+        self.stats = {"connections": 0, "requests": 0, "errors": 0, "rejected": 0, "evicted": 0}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -99,7 +105,7 @@ class ControlServer:
         self._stopping.clear()
         self._thread = threading.Thread(target=self._accept_loop, name="swtel-control", daemon=True)
         self._thread.start()
-        log.info("control socket listening", path=self.path, mode=oct(self.mode))
+        log.info("control socket listening", path=self.path, mode=f"{self.mode:04o}")
 
     def stop(self, timeout: float = 2.0) -> None:
         if self._listener is None:
@@ -171,7 +177,7 @@ class ControlServer:
             return
         conn.settimeout(self.timeout_s)
         self._count("connections")
-        if not self._slots.acquire(blocking=False):
+        if not self._slots.acquire(blocking=False) and not self._evict_idle():
             self._count("rejected")
             with contextlib.suppress(OSError):
                 conn.settimeout(0.2)
@@ -185,6 +191,19 @@ class ControlServer:
             self._workers.add(worker)
         worker.start()
 
+    def _evict_idle(self) -> bool:
+        """Close the connection that has waited longest for a request and take its slot
+        (waiting up to 1 s for its worker to let go); False if none is waiting."""
+        with self._lock:
+            if not self._waiting:
+                return False
+            victim = min(self._waiting, key=self._waiting.__getitem__)
+            del self._waiting[victim]
+        with contextlib.suppress(OSError):
+            victim.shutdown(socket.SHUT_RDWR)  # its worker's read fails; the worker ends
+        self._count("evicted")
+        return self._slots.acquire(timeout=1.0)
+
     # ---------------------------------------------------------------- one connection
 
     def _serve(self, conn: socket.socket) -> None:
@@ -195,12 +214,15 @@ class ControlServer:
         finally:
             with self._lock:
                 self._conns.discard(conn)
+                self._waiting.pop(conn, None)
                 self._workers.discard(threading.current_thread())
             conn.close()
             self._slots.release()
 
     def _serve_one(self, conn: socket.socket) -> bool:
         """Answer one request; False when the connection must close."""
+        with self._lock:
+            self._waiting[conn] = time.monotonic()
         try:
             request = read_frame(conn, self.max_request, self.timeout_s)
         except PeerClosed:
@@ -209,6 +231,11 @@ class ControlServer:
             return self._fail(conn, str(exc))
         except OSError:
             return False
+        finally:
+            with self._lock:
+                evicted = self._waiting.pop(conn, None) is None
+        if evicted:
+            return False  # its slot went to a newer client
         cmd = request.get("cmd")
         if not isinstance(cmd, str):
             return self._fail(conn, "request needs a string 'cmd'")
