@@ -43,12 +43,17 @@ def _align4(n: int) -> int:
     return (n + 3) & ~3
 
 
-def netdev_read(fd: int, ifindexes, out, seen) -> int:
-    """See agent/_ext/netdev.c."""
-    global _seq
+def _check_netdev(ifindexes, out, seen) -> int:
     n = len(ifindexes)
     if len(out) < n * NETDEV_FIELDS or len(seen) < n:
         raise ValueError("out or seen buffer too small for ifindexes")
+    return n
+
+
+def netdev_read(fd: int, ifindexes, out, seen) -> int:
+    """See agent/_ext/netdev.c."""
+    global _seq
+    n = _check_netdev(ifindexes, out, seen)
     _seq = (_seq + 1) & 0xFFFFFFFF
     seq = _seq
     body = _IF_STATS_MSG.pack(socket.AF_UNSPEC, 0, 0, 0, 1 << (_IFLA_STATS_LINK_64 - 1))
@@ -57,28 +62,49 @@ def netdev_read(fd: int, ifindexes, out, seen) -> int:
     for i in range(n):
         seen[i] = 0
     os.write(fd, req)
-    found = 0
+    found = [0]
     idx_list = list(ifindexes)
     while True:
         data = os.read(fd, 65536)
         if not data:
             raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
-        off = 0
-        while off + _NLMSG_HDR.size <= len(data):
-            length, mtype, _flags, mseq, _pid = _NLMSG_HDR.unpack_from(data, off)
-            if length < _NLMSG_HDR.size:
-                break
-            msg_end = off + length
-            if mseq == seq:
-                if mtype == _NLMSG_DONE:
-                    return found
-                if mtype == _NLMSG_ERROR:
-                    (err,) = struct.unpack_from("=i", data, off + _NLMSG_HDR.size)
-                    code = -err if err else errno.EIO
-                    raise OSError(code, os.strerror(code))
-                if mtype == _RTM_NEWSTATS:
-                    found += _parse_stats(data, off + _NLMSG_HDR.size, msg_end, idx_list, out, seen)
-            off += _align4(length)
+        if _parse_dump(data, seq, idx_list, out, seen, found):
+            return found[0]
+
+
+def netdev_parse(buf, ifindexes, out, seen, seq: int = 1) -> int:
+    """See agent/_ext/netdev.c: netdev_read's parser on a caller's buffer."""
+    n = _check_netdev(ifindexes, out, seen)
+    if not 0 <= seq <= 0xFFFFFFFF:
+        raise OverflowError("seq must be an unsigned 32-bit int")
+    for i in range(n):
+        seen[i] = 0
+    found = [0]
+    _parse_dump(bytes(buf), seq, list(ifindexes), out, seen, found)
+    return found[0]
+
+
+def _parse_dump(data: bytes, seq: int, idx_list, out, seen, found: list[int]) -> bool:
+    """One chunk of the dump: True once NLMSG_DONE is seen; raises OSError for NLMSG_ERROR.
+    Same bounds as the C parser: messages within the chunk, attributes within their message."""
+    off, size = 0, len(data)
+    while size - off >= _NLMSG_HDR.size:
+        length, mtype, _flags, mseq, _pid = _NLMSG_HDR.unpack_from(data, off)
+        if length < _NLMSG_HDR.size or length > size - off:
+            return False
+        msg = off
+        off += min(_align4(length), size - off)
+        if mseq != seq:
+            continue
+        if mtype == _NLMSG_DONE:
+            return True
+        if mtype == _NLMSG_ERROR:
+            err = struct.unpack_from("=i", data, msg + _NLMSG_HDR.size)[0] if length >= _NLMSG_HDR.size + 4 else 0
+            code = -err if -(1 << 31) < err < 0 else errno.EIO
+            raise OSError(code, os.strerror(code))
+        if mtype == _RTM_NEWSTATS and length >= _NLMSG_HDR.size + _IF_STATS_MSG.size:
+            found[0] += _parse_stats(data, msg + _NLMSG_HDR.size, msg + length, idx_list, out, seen)
+    return False
 
 
 def _parse_stats(data: bytes, pos: int, end: int, idx_list, out, seen) -> int:
@@ -90,7 +116,7 @@ def _parse_stats(data: bytes, pos: int, end: int, idx_list, out, seen) -> int:
     new = 0
     while pos + _RTA.size <= end:
         alen, atype = _RTA.unpack_from(data, pos)
-        if alen < _RTA.size:
+        if alen < _RTA.size or alen > end - pos:
             break
         if atype == _IFLA_STATS_LINK_64:
             have = (alen - _RTA.size) // 8
@@ -170,6 +196,18 @@ def ethtool_strings(fd: int, ifname: str) -> list[str]:
     buf = bytearray(12 + room * _ETH_GSTRING_LEN)
     struct.pack_into("=III", buf, 0, _ETHTOOL_GSTRINGS, _ETH_SS_STATS, count)
     _call(fd, ifname, buf)
+    return _gstrings_list(buf, room)
+
+
+def ethtool_strings_parse(buf) -> list[str]:
+    """See agent/_ext/ethtool.c: ethtool_strings' parser on a caller's buffer."""
+    buf = bytes(buf)
+    if len(buf) < 12:
+        return []
+    return _gstrings_list(buf, (len(buf) - 12) // _ETH_GSTRING_LEN)
+
+
+def _gstrings_list(buf, room: int) -> list[str]:
     got = min(struct.unpack_from("=I", buf, 8)[0], room)
     names = []
     for i in range(got):
@@ -178,15 +216,47 @@ def ethtool_strings(fd: int, ifname: str) -> list[str]:
     return names
 
 
+def _gstats_take(buf, room: int, want: int, out, pos: int) -> int:
+    """One GSTATS reply: 0 with its values copied to out[pos:], or -1 when the driver's
+    count changed (or the reply cannot hold what it claims)."""
+    if struct.unpack_from("=I", buf, 4)[0] != want or want > room:
+        return -1
+    out[pos:pos + want] = type(out)("Q", struct.unpack_from(f"={want}Q", buf, 8))
+    return 0
+
+
+def _check_ethtool(n: int, counts, out, status) -> None:
+    if len(counts) < n or len(status) < n:
+        raise ValueError("counts/status shorter than ifnames")
+    if len(out) < sum(counts[:n]):
+        raise ValueError("out buffer shorter than the sum of counts")
+
+
+def ethtool_parse(replies: list[bytes], counts, out, status) -> int:
+    """See agent/_ext/ethtool.c: ethtool_read's parser on replies already received."""
+    if not isinstance(replies, list):
+        raise TypeError("replies must be a list")
+    _check_ethtool(len(replies), counts, out, status)
+    if not all(isinstance(r, bytes) for r in replies):
+        raise TypeError("replies must be bytes")
+    ok = pos = 0
+    for i, reply in enumerate(replies):
+        if len(reply) < 8:
+            status[i] = errno.EMSGSIZE
+        else:
+            status[i] = _gstats_take(reply, (len(reply) - 8) // 8, counts[i], out, pos)
+            ok += status[i] == 0
+        pos += counts[i]
+    return ok
+
+
 def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status) -> int:
     """See agent/_ext/ethtool.c."""
-    if len(counts) < len(ifnames) or len(status) < len(ifnames):
-        raise ValueError("counts/status shorter than ifnames")
-    if len(out) < sum(counts[: len(ifnames)]):
-        raise ValueError("out buffer shorter than the sum of counts")
+    _check_ethtool(len(ifnames), counts, out, status)
     most = max(counts[: len(ifnames)], default=0)
     # The kernel writes as many stats as the driver has now: leave headroom.
-    buf = bytearray(8 + (most * 2 + 4096) * 8)
+    room = most * 2 + 4096
+    buf = bytearray(8 + room * 8)
     ok = 0
     pos = 0
     for i, name in enumerate(ifnames):
@@ -197,12 +267,8 @@ def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status) -> int:
         except OSError as exc:
             status[i] = exc.errno
         else:
-            if struct.unpack_from("=I", buf, 4)[0] != n:
-                status[i] = -1
-            else:
-                out[pos:pos + n] = type(out)("Q", struct.unpack_from(f"={n}Q", buf, 8))
-                status[i] = 0
-                ok += 1
+            status[i] = _gstats_take(buf, room, n, out, pos)
+            ok += status[i] == 0
         pos += n
     return ok
 

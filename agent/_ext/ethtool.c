@@ -76,6 +76,36 @@ static PyObject *ethtool_drvinfo(PyObject *self, PyObject *args)
                          drv.n_stats);
 }
 
+/* The names of a GSTRINGS reply with room for room names (len bounded by it). */
+static PyObject *gstrings_list(const struct ethtool_gstrings *gs, size_t room)
+{
+    uint32_t got = gs ? (gs->len < room ? gs->len : (uint32_t)room) : 0;
+    PyObject *list = PyList_New(got);
+    for (uint32_t i = 0; list && i < got; i++) {
+        char name[ETH_GSTRING_LEN + 1];
+        memcpy(name, gs->data + (size_t)i * ETH_GSTRING_LEN, ETH_GSTRING_LEN);
+        name[ETH_GSTRING_LEN] = 0;
+        PyObject *s = PyUnicode_DecodeLatin1(name, (Py_ssize_t)strlen(name), NULL);
+        if (s == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, s);
+    }
+    return list;
+}
+
+/* One GSTATS reply with room for room values, expected to carry want of them: copies
+ * them to dst and returns 0, or returns -1 when the driver's count changed (or the reply
+ * cannot hold what it claims). */
+static int gstats_take(const struct ethtool_stats *es, size_t room, uint32_t want, uint64_t *dst)
+{
+    if (es->n_stats != want || want > room)
+        return -1;
+    memcpy(dst, es->data, (size_t)want * sizeof(uint64_t));
+    return 0;
+}
+
 PyDoc_STRVAR(strings_doc, "ethtool_strings(fd, ifname: str) -> list[str]\n\n"
                           "The ETH_SS_STATS names, in GSTATS order.");
 
@@ -112,20 +142,36 @@ static PyObject *ethtool_strings(PyObject *self, PyObject *args)
         errno = -rc;
         return PyErr_SetFromErrnoWithFilename(PyExc_OSError, ifname);
     }
-    uint32_t got = gs ? (gs->len < room ? gs->len : (uint32_t)room) : 0;
-    PyObject *list = PyList_New(got);
-    for (uint32_t i = 0; list && i < got; i++) {
-        char name[ETH_GSTRING_LEN + 1];
-        memcpy(name, gs->data + (size_t)i * ETH_GSTRING_LEN, ETH_GSTRING_LEN);
-        name[ETH_GSTRING_LEN] = 0;
-        PyObject *s = PyUnicode_DecodeLatin1(name, (Py_ssize_t)strlen(name), NULL);
-        if (s == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, i, s);
-    }
+    PyObject *list = gstrings_list(gs, room);
     free(gs);
+    return list;
+}
+
+PyDoc_STRVAR(strings_parse_doc,
+"ethtool_strings_parse(buf) -> list[str]\n\n"
+"The names in buf, a struct ethtool_gstrings as GSTRINGS leaves it (cmd,\n"
+"string_set, len, then len names of 32 bytes), with the code ethtool_strings\n"
+"runs on the kernel's reply; len is bounded by the buffer (tests, fuzzing).");
+
+static PyObject *ethtool_strings_parse(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b))
+        return NULL;
+    PyObject *list = PyList_New(0);
+    if (list != NULL && (size_t)b.len >= sizeof(struct ethtool_gstrings)) {
+        /* a copy: the struct wants its alignment, and the buffer's need not have it */
+        struct ethtool_gstrings *gs = malloc((size_t)b.len);
+        Py_CLEAR(list);
+        if (gs == NULL) {
+            PyErr_NoMemory();
+        } else {
+            memcpy(gs, b.buf, (size_t)b.len);
+            list = gstrings_list(gs, ((size_t)b.len - sizeof(*gs)) / ETH_GSTRING_LEN);
+            free(gs);
+        }
+    }
+    PyBuffer_Release(&b);
     return list;
 }
 
@@ -197,12 +243,9 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
         int rc = eth_ioctl(fd, ifnames[i], es);
         if (rc < 0) {
             st[i] = -rc;
-        } else if (es->n_stats != cnt[i]) {
-            st[i] = -1;
         } else {
-            memcpy(dst, es->data, (size_t)cnt[i] * sizeof(uint64_t));
-            st[i] = 0;
-            ok++;
+            st[i] = gstats_take(es, room, cnt[i], dst);
+            ok += st[i] == 0;
         }
         dst += cnt[i];
     }
@@ -214,9 +257,72 @@ done:
     return ok < 0 ? NULL : PyLong_FromLong(ok);
 }
 
+PyDoc_STRVAR(parse_doc,
+"ethtool_parse(replies: list[bytes], counts, out, status) -> int\n\n"
+"ethtool_read on replies already received: reply i is a struct ethtool_stats\n"
+"as GSTATS leaves it (cmd, n_stats, then the values), checked against\n"
+"counts[i] by the code ethtool_read runs on the kernel's reply (tests,\n"
+"fuzzing). A reply too short for its header gets status EMSGSIZE.");
+
+static PyObject *ethtool_parse(PyObject *self, PyObject *args)
+{
+    PyObject *replies, *o[3];
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "O!OOO", &PyList_Type, &replies, &o[0], &o[1], &o[2]) ||
+        swtel_get_buffers(o, b, read_bufs, 3) < 0)
+        return NULL;
+    Py_ssize_t nports = PyList_GET_SIZE(replies);
+    const uint32_t *cnt = b[0].buf;
+    int32_t *st = b[2].buf;
+    uint64_t total = 0;
+    int ok = -1;
+    if (b[0].len / 4 < nports || b[2].len / 4 < nports) {
+        PyErr_SetString(PyExc_ValueError, "counts/status shorter than replies");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nports; i++)
+        total += cnt[i];
+    if ((uint64_t)b[1].len < total * 8) {
+        PyErr_SetString(PyExc_ValueError, "out buffer shorter than the sum of counts");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        if (!PyBytes_Check(PyList_GET_ITEM(replies, i))) {
+            PyErr_SetString(PyExc_TypeError, "replies must be bytes");
+            goto done;
+        }
+    }
+    ok = 0;
+    uint64_t *dst = b[1].buf;
+    for (Py_ssize_t i = 0; i < nports; i++) {
+        PyObject *r = PyList_GET_ITEM(replies, i);
+        size_t len = (size_t)PyBytes_GET_SIZE(r);
+        if (len < sizeof(struct ethtool_stats)) {
+            st[i] = EMSGSIZE;
+        } else {
+            struct ethtool_stats *es = malloc(len); /* aligned, as the reader's own buffer */
+            if (es == NULL) {
+                PyErr_NoMemory();
+                ok = -1;
+                goto done;
+            }
+            memcpy(es, PyBytes_AS_STRING(r), len);
+            st[i] = gstats_take(es, (len - sizeof(*es)) / sizeof(uint64_t), cnt[i], dst);
+            ok += st[i] == 0;
+            free(es);
+        }
+        dst += cnt[i];
+    }
+done:
+    swtel_release_buffers(b, 3);
+    return ok < 0 ? NULL : PyLong_FromLong(ok);
+}
+
 PyMethodDef swtel_ethtool_methods[] = {
     {"ethtool_drvinfo", ethtool_drvinfo, METH_VARARGS, drvinfo_doc},
     {"ethtool_strings", ethtool_strings, METH_VARARGS, strings_doc},
+    {"ethtool_strings_parse", ethtool_strings_parse, METH_VARARGS, strings_parse_doc},
     {"ethtool_read", ethtool_read, METH_VARARGS, read_doc},
+    {"ethtool_parse", ethtool_parse, METH_VARARGS, parse_doc},
     {NULL, NULL, 0, NULL},
 };
