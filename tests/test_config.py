@@ -567,3 +567,16 @@ def test_password_file_must_be_a_readable_regular_file(tmp_path):
 def test_listen_addresses_must_parse(listen):
     problems = problems_of(f"exporters: {{server: {{listen: '{listen}', insecure: true}}}}\n")
     assert any(p.startswith("exporters.server.listen: expected") for p in problems), problems
+
+
+def test_man_page_lists_every_key():
+    man = (REPO / "debian" / "swtel.1").read_text().replace("\\-", "-")
+    section = man.split(".SH CONFIGURATION KEYS", 1)[1]
+    missing = [k for k in _keys(config.Config) if f"\n{k}: " not in section]
+    assert not missing, f"debian/swtel.1 CONFIGURATION KEYS lacks: {missing}"
+
+
+def test_docs_stand_on_their_own():
+    for doc in [*(REPO / "docs").glob("*.md"), REPO / "README.md", REPO / "debian" / "swtel.1"]:
+        for ref in re.findall(r"\b([A-Za-z0-9_-]+\.md)\b", doc.read_text()):
+            assert (REPO / ref).exists() or (REPO / "docs" / ref).exists(), f"{doc.name} points to missing {ref}"
