@@ -297,7 +297,7 @@ def test_collector_down_30s_then_back(tmp_path):
         ex = after["exporters"]["dialout:col"]
         assert ex["state"] == "connected" and ex["reconnects"] == 1 and ex["queue"] == 0
         # what was queued when the snapshot was taken was superseded by it, the rest dropped
-        assert ex["superseded"] > 0 and ex["dropped"] == down["dropped"] + (ex["dropped"] - down["dropped"])
+        assert ex["superseded"] > 0 and ex["dropped"] >= down["dropped"]
         assert_no_missed_ticks(before, after)
         assert_resources_back(r, base)
         r.alive()
