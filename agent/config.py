@@ -292,11 +292,26 @@ class TunnelServer:
 
 
 @dataclass
+class OtlpExporter:
+    """OTLP/gRPC metrics export (agent/exporters/otlp.py, docs/otlp.md)."""
+
+    enabled: bool = True  # the section's presence turns it on
+    endpoint: HostPort = HostPort("127.0.0.1:4317")
+    profile: str = "cumulus"  # cumulus: Cumulus' names, gauges; otel: cumulative Sums
+    interval: Duration = Duration(1.0)  # at least the agent's smallest poll interval
+    insecure: bool = False
+    tls: ClientTls = field(default_factory=ClientTls)
+    queue: int = 60  # requests kept while the receiver is slow or down
+    timeout: Duration = Duration(10.0)  # per Export call
+
+
+@dataclass
 class Exporters:
     jsonl: JsonlExporter | None = None
     dialout: list[DialoutExporter] = field(default_factory=list)
     server: ServerExporter | None = None
     tunnel: list[TunnelServer] = field(default_factory=list)
+    otlp: OtlpExporter | None = None
 
 
 # ---------------------------------------------------------------- schema: control, log
@@ -461,6 +476,7 @@ class Config:
 _CHOICES = {
     ("DialoutExporter", "protocol"): ("nokia", "sonic"),
     ("DialoutExporter", "notifications"): ("per-container", "per-tick"),
+    ("OtlpExporter", "profile"): ("cumulus", "otel"),
     ("Log", "level"): ("debug", "info", "warning", "error"),
     ("Log", "format"): ("kv", "json"),
 }
@@ -624,6 +640,7 @@ def _check(cfg: Config, problems: list[str]) -> None:
     if not cfg.sources.rdma.root.startswith("/"):
         problems.append(f"sources.rdma.root: expected an absolute path, got {cfg.sources.rdma.root!r}")
     _check_exporters(cfg.exporters, problems)
+    _check_otlp(cfg, problems)
     _check_control(cfg.control, problems)
     if cfg.log.rate_limit <= 0:
         problems.append("log.rate_limit: must be positive")
@@ -666,6 +683,26 @@ def _check_exporters(exp: Exporters, problems: list[str]) -> None:
             _check_files(problems, "exporters.server.tls", srv.tls.ca, srv.tls.cert, srv.tls.key)
         _check_auth(problems, "exporters.server", srv.username, srv.password_file)
     _check_tunnels(exp.tunnel, problems)
+
+
+def _check_otlp(cfg: Config, problems: list[str]) -> None:
+    otlp = cfg.exporters.otlp
+    if otlp is None or not otlp.enabled:
+        return
+    where = "exporters.otlp"
+    fastest = min((cfg.interval_of(f.name) for f in fields(Sources) if getattr(cfg.sources, f.name).enabled),
+                  default=float(cfg.interval))
+    if otlp.interval < fastest:
+        problems.append(f"{where}.interval: must be at least the agent's interval ({Duration(fastest)}), "
+                        f"got {otlp.interval}")
+    if not 1 <= otlp.queue <= 10_000:
+        problems.append(f"{where}.queue: must be at least 1 and at most 10000, got {otlp.queue}")
+    if otlp.timeout < 0.1:
+        problems.append(f"{where}.timeout: must be at least 100ms, got {otlp.timeout}")
+    if not otlp.insecure:
+        _check_files(problems, f"{where}.tls", otlp.tls.ca, otlp.tls.cert, otlp.tls.key)
+        if bool(otlp.tls.cert) != bool(otlp.tls.key):
+            problems.append(f"{where}.tls: cert and key go together (mTLS)")
 
 
 MAX_TUNNELS = 10  # as NVUE's grpc-tunnel

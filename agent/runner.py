@@ -59,6 +59,12 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
             tunnel = TunnelExporter(tun, cfg.target, min_interval_s=min_interval(cfg))
             tunnel.log_limiter.period_s = float(cfg.log.rate_limit)
             out[f"tunnel:{tun.name}"] = tunnel
+    if ex.otlp is not None and ex.otlp.enabled:
+        from agent.exporters.otlp import OtlpExporter
+
+        otlp = OtlpExporter(ex.otlp, cfg.target)
+        otlp.log_limiter.period_s = float(cfg.log.rate_limit)
+        out["otlp"] = otlp
     return out
 
 
@@ -79,6 +85,8 @@ def _exporter_config(cfg: config.Config, key: str) -> Any:
     if key == "server":
         # The smallest source interval bounds the server's sample_interval check.
         return (ex.server, cfg.target, min_interval(cfg))
+    if key == "otlp":
+        return (ex.otlp, cfg.target)
     kind, name = key.split(":", 1)
     if kind == "tunnel":
         return (next((t for t in ex.tunnel if t.name == name), None), cfg.target, min_interval(cfg))

@@ -67,6 +67,12 @@ class Store:
             out.append(Batch(source, ts_ns, table, idx, copy, [0] * n, bytes(n), snapshot=True))
         return out
 
+    def latest(self) -> dict[str, tuple[CounterTable, array, int]]:
+        """source -> (table, values, ts_ns) as stored, not copied (the engine never mutates a
+        value array it handed over; it stores a new one)."""
+        with self._lock:
+            return dict(self._tables)
+
     def states(self) -> list[StateUpdate]:
         with self._lock:
             return list(self._states.values())

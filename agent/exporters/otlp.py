@@ -1,0 +1,443 @@
+"""OTLP/gRPC metrics export (``exporters.otlp``): every counter, once per export interval,
+to an OpenTelemetry collector's ``MetricsService/Export``.
+
+Two profiles:
+
+* ``cumulus`` (the default): what Cumulus Linux's own OTLP export sends, so a pipeline and
+  dashboard built for a Cumulus switch (OTLP -> OpenTelemetry Collector -> Prometheus ->
+  Grafana) shows swtel's switch unchanged: every value, counters included, an OTel
+  **gauge** with ``asDouble`` values, named ``nvswitch_interface_*`` with the attribute
+  ``interface`` (plus ``tc`` or ``priority``); names in agent/exporters/otlp_names.py and
+  docs/paths.md. Values are swtel's wrap- and reset-corrected totals, so they never go down.
+* ``otel``: the OTel data model: counters are monotonic cumulative **Sums** (``asInt``)
+  with ``start_time_unix_nano``, gauges are Gauges. A counter's start time is when swtel
+  first saw it (its value is the device's count, as an OTel collector's Prometheus
+  receiver does); after a counter reset (the change engine's ``F_RESET``) the point gets a
+  new start time, the previous read of its source, and counts from the reset, so a
+  consumer never computes a negative rate.
+
+Resource attributes: ``host.name``, ``service.name`` (``swtel``), ``service.version`` and
+``swtel.target`` (the gNMI target). Messages are opentelemetry-proto's generated classes;
+the request goes over grpc's generic unary call (no stubs, no SDK).
+
+Cost on the tick thread: nothing for ``cumulus`` (the store already holds the newest values
+of every source); for ``otel`` a C-speed scan of a batch's flags for resets. On the
+exporter's own thread, once per interval: the store's latest values are written into a
+prebuilt request (rebuilt only when a source's port set changes), serialized, and queued.
+The queue is bounded (``queue`` requests; the oldest is dropped and counted); a failed
+export is retried with exponential backoff and jitter (0.5 s doubling to 5 s), a refused
+one (a status OTLP calls non-retryable) is dropped and counted. Values are totals, so what
+arrives after an outage carries everything that was counted during it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.metrics.v1 import metrics_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+
+from agent import __version__, logs
+from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
+from agent.exporters import otlp_names
+from agent.gnmi import tls
+
+if TYPE_CHECKING:
+    from agent.config import OtlpExporter as OtlpConfig
+    from agent.store import Store
+
+METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 5.0  # retries are cheap and values pile up meanwhile: keep them frequent
+MAX_POINTS = 4000  # data points per request: far below a collector's 4 MiB default limit
+# OTLP/gRPC: the statuses worth retrying; any other refuses the request for good.
+RETRYABLE = frozenset({
+    grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DATA_LOSS,
+})
+_MAX_INT64 = 2**63 - 1
+# bytes.translate table: a flag byte -> 1 if it carries F_RESET, else 0
+_RESET_BIT = bytes(1 if b & F_RESET else 0 for b in range(256))
+
+log = logs.get("otlp")
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def names_of(table: CounterTable) -> list[otlp_names.Name | None]:
+    """Metric name, attributes and rank of every counter of ``table`` (None: hidden), cached."""
+    out = table.cache.get("otlp")
+    if out is None:
+        out = table.cache["otlp"] = [
+            None if s.kind == HIDDEN else otlp_names.metric_name(s.container.path, s.leaf)
+            for s in table.specs
+        ]
+    return out
+
+
+def _attr(key: str, value: str) -> common_pb2.KeyValue:
+    return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
+
+
+class _Layout:
+    """The request(s) for one set of source tables, built once: per source the
+    (value index, data point, point key, counter?) of every exported counter."""
+
+    def __init__(self, tables: list[CounterTable], profile: str, resource: resource_pb2.Resource) -> None:
+        self.tables = tables
+        # point key -> (rank, source position, index, counter?); the best-ranked source wins
+        chosen: dict[tuple[str, tuple], tuple[int, int, int, bool]] = {}
+        for pos, table in enumerate(tables):
+            names = names_of(table)
+            kinds = table.kinds
+            for i in table.visible:
+                name, attrs, rank = names[i]
+                key = (name, attrs)
+                old = chosen.get(key)
+                if old is None or rank > old[0]:
+                    chosen[key] = (rank, pos, i, kinds[i] == COUNTER)
+        by_metric: dict[str, list[tuple[tuple, int, int, bool]]] = {}
+        for key, (_rank, pos, i, counter) in chosen.items():
+            by_metric.setdefault(key[0], []).append((key, pos, i, counter))
+        self.points: list[list[tuple[int, Any, tuple, bool]]] = [[] for _ in tables]
+        self.requests: list[ms_pb2.ExportMetricsServiceRequest] = []
+        self.request_points: list[int] = []  # data points of each request
+        self.count = len(chosen)
+        scope = common_pb2.InstrumentationScope(name="swtel", version=__version__)
+        sm = None
+        in_request = MAX_POINTS
+        for name in sorted(by_metric):
+            members = sorted(by_metric[name], key=lambda m: m[0][1])
+            otel_sum = profile == "otel" and members[0][3]
+            for start in range(0, len(members), MAX_POINTS):
+                chunk = members[start:start + MAX_POINTS]
+                if in_request + len(chunk) > MAX_POINTS:
+                    request = ms_pb2.ExportMetricsServiceRequest()
+                    rm = request.resource_metrics.add()
+                    rm.resource.CopyFrom(resource)
+                    sm = rm.scope_metrics.add()
+                    sm.scope.CopyFrom(scope)
+                    self.requests.append(request)
+                    self.request_points.append(0)
+                    in_request = 0
+                in_request += len(chunk)
+                self.request_points[-1] += len(chunk)
+                metric = sm.metrics.add(name=name)
+                if otel_sum:
+                    metric.sum.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+                    metric.sum.is_monotonic = True
+                    points = metric.sum.data_points
+                else:
+                    points = metric.gauge.data_points
+                for key, pos, i, counter in chunk:
+                    dp = points.add()
+                    dp.attributes.extend(_attr(k, v) for k, v in key[1])
+                    self.points[pos].append((i, dp, key, counter and otel_sum))
+
+    def matches(self, tables: list[CounterTable]) -> bool:
+        return len(tables) == len(self.tables) and all(
+            a is b for a, b in zip(tables, self.tables, strict=True))
+
+
+class OtlpExporter:
+    """The Listener for ``exporters.otlp``."""
+
+    name = "otlp"
+
+    def __init__(self, cfg: OtlpConfig, target: str, hostname: str | None = None) -> None:
+        self.cfg = cfg
+        self.target = target
+        self.profile = cfg.profile
+        self.interval = float(cfg.interval)
+        self.hostname = hostname or socket.gethostname()
+        self.resource = resource_pb2.Resource(attributes=[
+            _attr("host.name", self.hostname), _attr("service.name", "swtel"),
+            _attr("service.version", __version__), _attr("swtel.target", target)])
+        self._store: Store | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._flush_deadline = 0.0
+        self._queue: deque[tuple[bytes, int]] = deque()  # (serialized request, data points)
+        self._lock = threading.Lock()
+        self._layout: _Layout | None = None
+        # otel: point key -> (start ns, base); a reset restarts a point's count
+        self._starts: dict[tuple, tuple[int, int]] = {}
+        self._resets: list[tuple[CounterTable, list[tuple[int, int]], int]] = []
+        self._seen: dict[str, Batch] = {}  # otel: the newest batch of each source, with its resets
+        self._channel: grpc.Channel | None = None
+        self._call: Any = None
+        # status
+        self.state = "connecting"
+        self.exports = 0  # export intervals built
+        self.sent = 0  # requests the receiver accepted
+        self.points = 0  # data points of the last export
+        self.dropped = 0  # requests dropped: queue overflow or refused by the receiver
+        self.rejected_points = 0  # partial success: points the receiver said it rejected
+        self.retries = 0
+        self.last_error: str | None = None
+        self.down_since_ns: int | None = time.time_ns()
+        self.last_sent_ns: int | None = None
+        self.log_limiter = logs.RateLimiter(10.0)
+
+    # ------------------------------------------------------------ Listener (tick thread)
+    def start(self, store: Store) -> None:
+        self._store = store
+        if self.cfg.insecure:
+            log.warning("plaintext OTLP export (insecure: true)", endpoint=str(self.cfg.endpoint))
+        self._thread = threading.Thread(target=self._run, name="swtel-otlp", daemon=True)
+        self._thread.start()
+
+    def on_batch(self, batch: Batch) -> None:
+        if self.profile != "otel":
+            return  # the store holds the newest values: nothing to do per tick
+        previous = self._seen.get(batch.source)
+        if not batch.flags.translate(_RESET_BIT).strip(b"\0"):  # no reset (the common case), at C speed
+            with self._lock:
+                self._seen[batch.source] = batch
+            return
+        # a counter reset since the previous read: the point restarts from there
+        start = previous.ts_ns if previous is not None and previous.ts_ns < batch.ts_ns else batch.ts_ns - 1
+        values, indices = batch.values, batch.indices
+        hits = [(indices[n], values[indices[n]] - batch.deltas[n])
+                for n, f in enumerate(batch.flags) if f & F_RESET]
+        with self._lock:  # with the batch, so that an export sees both or neither
+            self._seen[batch.source] = batch
+            self._resets.append((batch.table, hits, start))
+
+    def on_state(self, updates) -> None:
+        pass  # states (oper-status, events) are not metrics of either profile
+
+    def on_delete(self, ts_ns, containers) -> None:
+        pass  # the store drops them; the next export's layout leaves them out
+
+    def stop(self, timeout: float) -> None:
+        """Export the latest values and send what is queued for up to ``timeout`` s, then stop."""
+        self._flush_deadline = time.monotonic() + max(timeout, 0.0)
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout + 1.0)
+        self.state = "stopped"
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            depth = len(self._queue)
+        return {
+            "name": "otlp",
+            "kind": "otlp",
+            "state": self.state,
+            "endpoint": str(self.cfg.endpoint),
+            "profile": self.profile,
+            "tls": not self.cfg.insecure,
+            "interval_s": self.interval,
+            "queue": depth,
+            "queue_max": self.cfg.queue,
+            "exports": self.exports,
+            "sent": self.sent,
+            "points": self.points,
+            "dropped": self.dropped,
+            "rejected_points": self.rejected_points,
+            "retries": self.retries,
+            "last_error": self.last_error,
+            "down_since_ns": self.down_since_ns,
+            "last_sent_ns": self.last_sent_ns,
+        }
+
+    # ------------------------------------------------------------ building (own thread)
+    def _sources(self) -> list[tuple[CounterTable, Any, int]]:
+        """(table, values, ts) of every source, newest first from the store. For ``otel``, a
+        source's values are those of the newest batch seen (its resets applied with it), the
+        store's timestamp kept while the store still holds that batch's values."""
+        stored = self._store.latest() if self._store is not None else {}
+        if self.profile != "otel":
+            return [(t, v, ts) for t, v, ts in stored.values()]
+        out = []
+        with self._lock:  # the values and the resets that go with them, together
+            resets, self._resets = self._resets, []
+            for source in [s for s in self._seen if s not in stored]:
+                del self._seen[source]  # a source switched off
+            for source, (table, values, ts) in stored.items():
+                mine = self._seen.get(source)
+                if mine is None or mine.table is not table:
+                    out.append((table, values, ts))  # no batch of this layout yet: no reset to know
+                elif mine.values is values:
+                    out.append((table, values, ts))  # the batch seen, read again since (ts)
+                else:
+                    out.append((table, mine.values, mine.ts_ns))  # its batch is on its way
+        self._apply_resets(resets)
+        return out
+
+    def build(self) -> list[ms_pb2.ExportMetricsServiceRequest]:
+        """The requests carrying the latest value of every counter."""
+        sources = self._sources()
+        tables = [t for t, _v, _ts in sources]
+        if self._layout is None or not self._layout.matches(tables):
+            self._layout = _Layout(tables, self.profile, self.resource)
+        layout = self._layout
+        otel = self.profile == "otel"
+        if otel:
+            starts = self._starts
+            seen: set[tuple] = set()
+        for (_table, values, ts), points in zip(sources, layout.points, strict=True):
+            if not otel:
+                for i, dp, _key, _counter in points:
+                    dp.time_unix_nano = ts
+                    dp.as_double = values[i]
+                continue
+            for i, dp, key, counter in points:
+                dp.time_unix_nano = ts
+                if counter:
+                    start = starts.get(key)
+                    if start is None:
+                        start = starts[key] = (ts, 0)
+                    dp.start_time_unix_nano = start[0]
+                    dp.as_int = min(values[i] - start[1], _MAX_INT64)
+                    seen.add(key)
+                else:
+                    dp.as_int = min(values[i], _MAX_INT64)
+        if otel and len(starts) > len(seen):
+            for key in [k for k in starts if k not in seen]:  # ports that are gone
+                del starts[key]
+        self.points = layout.count
+        return layout.requests
+
+    def _apply_resets(self, resets: list[tuple[CounterTable, list[tuple[int, int]], int]]) -> None:
+        for table, hits, start in resets:
+            names = names_of(table)
+            for i, base in hits:
+                name = names[i]
+                if name is not None:
+                    self._starts[(name[0], name[1])] = (start, base)
+
+    def _export(self) -> None:
+        """Build, serialize and queue one interval's requests (the oldest dropped on overflow)."""
+        try:
+            requests = self.build()
+            encoded = [(r.SerializeToString(), n)
+                       for r, n in zip(requests, self._layout.request_points, strict=True)]
+        except Exception as exc:  # a bug must not end the export thread
+            self.last_error = f"build: {type(exc).__name__}: {exc}"
+            log.error("OTLP request not built", error=self.last_error, exc_info=exc)
+            return
+        self.exports += 1
+        with self._lock:
+            for item in encoded:
+                if len(self._queue) >= self.cfg.queue:
+                    self._queue.popleft()
+                    self.dropped += 1
+                self._queue.append(item)
+
+    # ------------------------------------------------------------ sending (own thread)
+    def _connect(self) -> None:
+        address = str(self.cfg.endpoint)
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.initial_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
+        ]
+        if self.cfg.insecure:
+            channel = grpc.insecure_channel(address, options=options)
+        else:
+            t = self.cfg.tls
+            creds = tls.channel_credentials(t.ca, t.cert, t.key)
+            channel = grpc.secure_channel(address, creds, options=options + tls.channel_options(t.server_name))
+        self._channel = channel
+        self._call = channel.unary_unary(METHOD, request_serializer=_identity,
+                                         response_deserializer=ms_pb2.ExportMetricsServiceResponse.FromString)
+
+    def _send_one(self, timeout: float) -> bool:
+        """Send the oldest queued request. True: done with it (accepted or refused for good)."""
+        with self._lock:
+            if not self._queue:
+                return True
+            data, npoints = self._queue[0]
+        try:
+            if self._call is None:
+                self._connect()
+            reply = self._call(data, timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            self._failed(f"{code.name if code else 'ERROR'}: {details}")
+            if code in RETRYABLE:
+                return False
+            self._pop(data)
+            self.dropped += 1  # refused: retrying would be refused again
+            return True
+        except (tls.TlsError, OSError, ValueError) as exc:
+            self._failed(f"TLS setup: {exc}" if isinstance(exc, tls.TlsError) else str(exc))
+            return False
+        self._pop(data)
+        self.sent += 1
+        self.last_sent_ns = time.time_ns()
+        if reply.HasField("partial_success") and reply.partial_success.rejected_data_points:
+            self.rejected_points += reply.partial_success.rejected_data_points
+            self.last_error = f"receiver rejected {reply.partial_success.rejected_data_points} of " \
+                              f"{npoints} points: {reply.partial_success.error_message}"
+        if self.state != "connected":
+            down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
+            log.info("OTLP receiver reached", endpoint=str(self.cfg.endpoint), profile=self.profile,
+                     tls=not self.cfg.insecure, down_for_s=round(down_for, 3))
+            self.log_limiter.forget("down")
+        self.state = "connected"
+        self.down_since_ns = None
+        return True
+
+    def _pop(self, data: bytes) -> None:
+        with self._lock:
+            if self._queue and self._queue[0][0] is data:
+                self._queue.popleft()
+
+    def _failed(self, error: str) -> None:
+        self.last_error = error
+        self.state = "down" if self.state != "connecting" else "connecting"
+        if self.down_since_ns is None:
+            self.down_since_ns = time.time_ns()
+        self.log_limiter.log(log, "warning", "down", "OTLP export failed; retrying",
+                             endpoint=str(self.cfg.endpoint), error=error)
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN_S
+        retry_at = 0.0
+        next_export = time.monotonic()
+        timeout = float(self.cfg.timeout)
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_export:
+                self._export()
+                next_export += self.interval
+                if next_export <= now:  # fell behind (a slow receiver): no burst to catch up
+                    next_export = now + self.interval
+            if self._queue and now >= retry_at:
+                if self._send_one(timeout):
+                    backoff = BACKOFF_MIN_S
+                    retry_at = 0.0
+                else:
+                    self.retries += 1
+                    retry_at = time.monotonic() + backoff * random.uniform(0.8, 1.2)
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            wait = next_export - now
+            if self._queue:
+                wait = min(wait, retry_at - now)
+            self._wake.wait(max(wait, 0.0))
+            self._wake.clear()
+        # stopping: the newest values, then whatever fits before the deadline
+        self._export()
+        while self._queue and time.monotonic() < self._flush_deadline:
+            if not self._send_one(max(0.1, self._flush_deadline - time.monotonic())):
+                break
+        if self._channel is not None:
+            self._channel.close()

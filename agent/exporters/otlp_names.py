@@ -1,0 +1,227 @@
+"""swtel's paths -> the metric names and attributes of Cumulus Linux's OTLP export.
+
+Cumulus (5.15+, "Open Telemetry Export") sends every interface value as an OTel gauge
+named ``nvswitch_interface_<counter>`` with the attribute ``interface`` (plus ``tc`` for
+a traffic class, ``priority`` for a switch priority). A counter is recognised by the
+shape of its container path below the port, whatever its origin or source (the same
+idea as agent/insights/classify.py), so the netdev, ethtool and asic sources all land
+on the same names. Counters Cumulus does not export get names in the same style
+(``nvswitch_interface_<group>_<leaf>``); values outside an interface get ``swtel_``
+names. docs/paths.md has the table (rendered from :data:`SHAPES` by agent/pathdoc.py).
+
+No protobuf here: the OTLP exporter, ``swtel collect --prometheus`` and the docs share it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "nvswitch_interface_"
+_KEY = r"((?:[^\]\\]|\\.)*)"  # a key value as it stands in a path string (escaped)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One container shape: its path pattern, the attributes its keys become, the names
+    of its leaves (Cumulus' where Cumulus has them) and a default for other leaves."""
+
+    title: str
+    pattern: re.Pattern[str]
+    attrs: tuple[str, ...]  # attribute names of the pattern's groups, in order
+    leaves: dict[str, str]  # leaf -> metric name
+    default: str  # metric name of any other leaf: "{leaf}" is the leaf with "_" for "-"
+    #: when two sources give one metric of one port (the kernel's in-octets and switchd's
+    #: HwIfInOctets on a Cumulus switch), the higher rank is exported
+    rank: int = 1
+    doc_path: str = ""  # the container as docs/paths.md shows it
+
+
+def _shape(title: str, path: str, attrs: tuple[str, ...], leaves: dict[str, str], default: str,
+           rank: int = 1) -> Shape:
+    """``path`` with ``{X}`` for each key value, in the order of ``attrs``."""
+    regex = "^" + re.escape(path).replace(re.escape("{X}"), _KEY) + "$"
+    doc = path
+    for name in attrs:
+        doc = doc.replace("{X}", {"interface": "X", "tc": "N", "priority": "N", "lane": "N",
+                                  "port": "P"}.get(name, "D"), 1)
+    return Shape(title, re.compile(regex), attrs, leaves, default, rank, doc)
+
+
+_IF = "/interfaces/interface[name={X}]"
+_Q = "/qos/interfaces/interface[interface-id={X}]/output/queues/queue[name={X}]/state"
+
+#: Interface counters (OpenConfig state/counters: the kernel's, carrier changes).
+STATE = {
+    "in-octets": PREFIX + "ether_stats_octets",
+    "in-pkts": PREFIX + "ether_stats_pkts",
+    "in-unicast-pkts": PREFIX + "if_in_ucast_pkts",
+    "in-multicast-pkts": PREFIX + "if_in_multicast_pkts",
+    "in-broadcast-pkts": PREFIX + "if_in_broadcast_pkts",
+    "in-discards": PREFIX + "if_in_discards",
+    "in-errors": PREFIX + "if_in_errors",
+    "in-fcs-errors": PREFIX + "dot3_stats_fcs_errors",
+    "out-octets": PREFIX + "if_out_octets",
+    "out-pkts": PREFIX + "if_out_pkts",
+    "out-unicast-pkts": PREFIX + "if_out_ucast_pkts",
+    "out-multicast-pkts": PREFIX + "if_out_multicast_pkts",
+    "out-broadcast-pkts": PREFIX + "if_out_broadcast_pkts",
+    "out-discards": PREFIX + "if_out_discards",
+    "out-errors": PREFIX + "if_out_errors",
+    "carrier-transitions": PREFIX + "carrier_changes_total",
+}
+
+#: Cumulus switchd's HwIf* counters (swtel:.../hw/state/counters, leaf = name after HwIf).
+HW = {
+    "in-octets": PREFIX + "ether_stats_octets",
+    "in-ucast-pkts": PREFIX + "if_in_ucast_pkts",
+    "in-mcast-pkts": PREFIX + "if_in_multicast_pkts",
+    "in-bcast-pkts": PREFIX + "if_in_broadcast_pkts",
+    "in-discards": PREFIX + "if_in_discards",
+    "in-errors": PREFIX + "if_in_errors",
+    "out-octets": PREFIX + "if_out_octets",
+    "out-ucast-pkts": PREFIX + "if_out_ucast_pkts",
+    "out-mcast-pkts": PREFIX + "if_out_multicast_pkts",
+    "out-bcast-pkts": PREFIX + "if_out_broadcast_pkts",
+    "out-discards": PREFIX + "if_out_discards",
+    "out-errors": PREFIX + "if_out_errors",
+}
+
+ETHERNET = {
+    "in-crc-errors": PREFIX + "dot3_stats_fcs_errors",
+    "in-symbol-error": PREFIX + "dot3_stats_symbol_errors",
+    "in-mac-pause-frames": PREFIX + "dot3_in_pause_frames",
+    "out-mac-pause-frames": PREFIX + "dot3_out_pause_frames",
+    "in-undersize-frames": PREFIX + "ether_stats_undersize_pkts",
+    "in-oversize-frames": PREFIX + "ether_stats_oversize_pkts",
+    "in-fragment-frames": PREFIX + "ether_stats_fragments",
+    "in-jabber-frames": PREFIX + "ether_stats_jabbers",
+}
+
+#: Per switch priority (attribute ``priority``).
+PRIORITY = {
+    "in-pause-pkts": PREFIX + "sp_rx_pause",
+    "in-pause-duration": PREFIX + "sp_rx_pause_duration",
+    "out-pause-pkts": PREFIX + "sp_tx_pause",
+    "out-pause-duration": PREFIX + "sp_tx_pause_duration",
+    "in-octets": PREFIX + "sp_rx_octets",
+    "in-pkts": PREFIX + "sp_rx_frames",
+    "out-octets": PREFIX + "sp_tx_octets",
+    "out-pkts": PREFIX + "sp_tx_frames",
+}
+
+#: Per traffic class (attribute ``tc``).
+TC = {
+    "transmit-pkts": PREFIX + "tc_tx_frames",
+    "transmit-octets": PREFIX + "tc_tx_octet",
+    "wred-dropped-pkts": PREFIX + "tc_tx_wred_discard",
+    "ecn-marked-pkts": PREFIX + "tc_tx_ecn_marked_tc",
+    "dropped-pkts": PREFIX + "tc_tx_no_buffer_discard_uc",
+}
+
+PHY = {
+    "received-bits": PREFIX + "phy_stats_phy_received_bits",
+    "symbol-errors": PREFIX + "phy_stats_phy_symbol_errors",
+    "effective-errors": PREFIX + "phy_stats_phy_effective_errors",
+    "raw-errors": PREFIX + "phy_stats_phy_raw_errors",
+}
+PHY_FEC = {"corrected-bits": PREFIX + "phy_stats_phy_corrected_bits"}
+PHY_BER = {
+    "raw-ber": PREFIX + "phy_stats_raw_ber",
+    "symbol-ber": PREFIX + "phy_stats_symbol_ber",
+    "effective-ber": PREFIX + "phy_stats_effective_ber",
+}
+
+SHAPES: list[Shape] = [
+    _shape("interface counters", f"{_IF}/state/counters", ("interface",), STATE,
+           PREFIX + "{leaf}"),
+    _shape("Cumulus switchd (HwIf*)", f"{_IF}/hw/state/counters", ("interface",), HW,
+           PREFIX + "hw_{leaf}", rank=2),
+    _shape("Ethernet", f"{_IF}/ethernet/state/counters", ("interface",), ETHERNET,
+           PREFIX + "ethernet_{leaf}", rank=2),
+    _shape("switch priority (PFC)", f"{_IF}/pfc/priority[id={{X}}]/state", ("interface", "priority"),
+           PRIORITY, PREFIX + "sp_{leaf}"),
+    _shape("traffic class", _Q, ("interface", "tc"), TC, PREFIX + "tc_{leaf}"),
+    _shape("PHY", f"{_IF}/phy/state", ("interface",), PHY, PREFIX + "phy_stats_{leaf}", rank=2),
+    _shape("PHY FEC", f"{_IF}/phy/fec/state", ("interface",), PHY_FEC,
+           PREFIX + "phy_stats_fec_{leaf}", rank=2),
+    _shape("PHY BER", f"{_IF}/phy/ber/state", ("interface",), PHY_BER,
+           PREFIX + "phy_stats_{leaf}", rank=2),
+    _shape("PHY lane", f"{_IF}/phy/channels/channel[id={{X}}]/fec/state", ("interface", "lane"),
+           {"raw-errors": PREFIX + "phy_stats_phy_raw_errors_lane"}, PREFIX + "phy_stats_lane_{leaf}",
+           rank=2),
+    _shape("kernel extras (netdev)", f"{_IF}/netdev", ("interface",), {}, PREFIX + "netdev_{leaf}"),
+    _shape("driver counters no table knows (ethtool)", f"{_IF}/ethtool", ("interface",), {},
+           PREFIX + "ethtool_{leaf}"),
+    _shape("ASIC counters no table knows", f"{_IF}/asic", ("interface",), {}, PREFIX + "asic_{leaf}"),
+    _shape("RDMA port", "/rdma/devices/device[name={X}]/ports/port[id={X}]/hw-counters",
+           ("interface", "port"), {}, "swtel_rdma_hw_counters_{leaf}"),
+    _shape("RDMA port (IB counters)", "/rdma/devices/device[name={X}]/ports/port[id={X}]/counters",
+           ("interface", "port"), {}, "swtel_rdma_counters_{leaf}"),
+    _shape("switch (psutil)", "/system/state", (), {}, "swtel_system_{leaf}"),
+    _shape("the agent itself", "/agent/state", (), {}, "swtel_agent_{leaf}"),
+]
+
+_UNESCAPE = re.compile(r"\\(.)")
+_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _unescape(value: str) -> str:
+    return _UNESCAPE.sub(r"\1", value)
+
+
+def _metric_leaf(leaf: str) -> str:
+    return _BAD.sub("_", leaf.replace("-", "_"))
+
+
+#: the answer of :func:`cumulus_name`: (metric name, attributes as (key, value) pairs, rank)
+Name = tuple[str, tuple[tuple[str, str], ...], int]
+
+
+def cumulus_name(container_path: str, leaf: str) -> Name | None:
+    """(name, attributes, rank) for a counter below ``container_path`` (origin-agnostic),
+    or None when no shape matches (see :func:`generic_name`)."""
+    for shape in SHAPES:
+        m = shape.pattern.match(container_path)
+        if m is None:
+            continue
+        name = shape.leaves.get(leaf) or shape.default.format(leaf=_metric_leaf(leaf))
+        attrs = tuple(zip(shape.attrs, (_unescape(g) for g in m.groups()), strict=True))
+        return name, attrs, shape.rank
+    return None
+
+
+_ELEM = re.compile(r"/([^/\[]+)((?:\[[^=\]]+=(?:[^\]\\]|\\.)*\])*)")
+_KV = re.compile(r"\[([^=\]]+)=((?:[^\]\\]|\\.)*)\]")
+
+
+def generic_name(container_path: str, leaf: str) -> Name:
+    """``swtel_`` + the path's element names, its keys as attributes (any shape)."""
+    names, attrs = ["swtel"], []
+    for elem, keys in _ELEM.findall(f"{container_path}/{leaf}"):
+        names.append(elem)
+        for k, v in _KV.findall(keys):
+            key = _metric_leaf(elem if k in ("name", "id", "interface-id") else k)
+            attrs.append((key, _unescape(v)))
+    return _BAD.sub("_", "_".join(names).replace("-", "_")), tuple(attrs), 0
+
+
+def metric_name(container_path: str, leaf: str) -> Name:
+    """The exported name of any counter: its shape's, else the generic one."""
+    return cumulus_name(container_path, leaf) or generic_name(container_path, leaf)
+
+
+_cache: dict[str, Name] = {}
+
+
+def for_path(path: str) -> Name:
+    """:func:`metric_name` of a full path string (``origin:`` allowed), cached."""
+    hit = _cache.get(path)
+    if hit is None:
+        text = path.split(":", 1)[1] if not path.startswith("/") and ":" in path else path
+        container, _, leaf = text.rpartition("/")
+        hit = metric_name(container, leaf)
+        if len(_cache) > 500_000:
+            _cache.clear()
+        _cache[path] = hit
+    return hit
