@@ -40,7 +40,7 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ex = cfg.exporters
     if ex.jsonl is not None:
-        out["jsonl"] = JsonlExporter(ex.jsonl.path)
+        out["jsonl"] = JsonlExporter(ex.jsonl.path, rate_limit_s=float(cfg.log.rate_limit))
     if ex.dialout:
         from agent.gnmi.dialout import DialoutExporter
 
@@ -130,9 +130,14 @@ class Agent:
         self.engine.start()
 
     def run(self, duration: float | None = None) -> int:
+        """Wait for a stop, a reload or the deadline. 0 on a requested stop; 1 when the tick
+        loop died (so that systemd's ``Restart=on-failure`` acts)."""
         deadline = None if duration is None else time.monotonic() + duration
         ready_sent = False
         while not self._stop.is_set():
+            if self.engine.dead():
+                log.error("exiting: the tick loop stopped", error=self.engine.loop_error)
+                return 1
             if not ready_sent and self.engine.ready.is_set():
                 self.notifier.ready(f"polling {len(self.engine.status()['sources'])} sources")
                 log.info("ready", sources=sorted(self.engine.status()["sources"]))
@@ -152,33 +157,38 @@ class Agent:
         self._reload_requested.set()  # the main loop applies it: signal handlers stay tiny
 
     def shutdown(self) -> None:
+        """Stop everything; a step that fails is logged and the next one still runs (the
+        control socket is always removed)."""
         self.notifier.stopping()
         log.info("stopping")
-        self.engine.stop()
+        _guarded("engine", self.engine.stop)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for exporter in self.exporters.values():
-            exporter.stop(max(0.1, deadline - time.monotonic()))
+        for key, exporter in self.exporters.items():
+            _guarded(key, exporter.stop, max(0.1, deadline - time.monotonic()))
         if self.control is not None:
-            self.control.stop()
-        self.notifier.close()
+            _guarded("control", self.control.stop)
+        _guarded("notify", self.notifier.close)
 
     # ------------------------------------------------------------ reload
     def reload(self) -> bool:
-        """Re-read the config file; apply it whole, or keep the running one whole."""
+        """Re-read the config file; apply it whole, or keep the running one whole.
+
+        Rejected, with the running config and exporters untouched, when the file cannot be
+        loaded or validated (whatever the failure) or when a new or changed exporter cannot
+        start (a path it cannot open, a port in use)."""
         with self._reload_lock:
             self.notifier.reloading()
             try:
                 new = config.load(self.cfg.path or config.DEFAULT_PATH)
+                self._swap_exporters(new)
             except config.ConfigError as exc:
-                self.last_reload = {"ok": False, "ts_ns": time.time_ns(), "error": str(exc)}
-                log.error("reload rejected; keeping the running config", problems=exc.problems)
-                self.notifier.ready()
-                return False
+                return self._reject(exc.problems)
+            except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError...: never fatal
+                return self._reject([_clip(f"{type(exc).__name__}: {exc}")])
             if new.log != self.cfg.log or new.exporters.jsonl != self.cfg.exporters.jsonl:
                 _configure_logs(new)
             if new.control != self.cfg.control:
                 log.warning("control socket settings change at the next restart")
-            self._swap_exporters(new)
             if new.insights.enabled != self.cfg.insights.enabled:
                 # on/off: a fresh runner (or none); otherwise the engine reconfigures it in place
                 fresh = _insights(new)
@@ -192,30 +202,60 @@ class Agent:
             self.notifier.ready()
             return True
 
+    def _reject(self, problems: list[str]) -> bool:
+        self.last_reload = {"ok": False, "ts_ns": time.time_ns(), "error": "\n".join(problems)}
+        log.error("reload rejected; keeping the running config", problems=problems)
+        self.notifier.ready()
+        return False
+
     def _swap_exporters(self, new: config.Config) -> None:
+        """All or nothing: the new and changed exporters are started before the old ones are
+        let go. One that needs what its predecessor holds (the server's port, a tunnel's
+        session) is started after stopping it, and the predecessor is restarted if it fails.
+        If any cannot start, those already started are stopped again and
+        :class:`config.ConfigError` is raised: the running exporters stay as they were."""
         wanted = build_exporters(new)
         merged: dict[str, Any] = {}
-        for key, fresh in wanted.items():
+        fresh: dict[str, Any] = {}
+        for key, exporter in wanted.items():
             old = self.exporters.get(key)
             if old is not None and _exporter_config(self.cfg, key) == _exporter_config(new, key):
                 merged[key] = old  # unchanged destination: no reconnect, no new snapshot
-                continue
-            if old is not None:
-                old.stop(1.0)  # first: the new one may need the old one's port
-            self._start_exporter(key, fresh)
-            merged[key] = fresh
+            else:
+                fresh[key] = exporter
+        started: list[str] = []
+        stopped_first: list[str] = []
+        for key, exporter in fresh.items():
+            old = self.exporters.get(key)
+            try:
+                if old is not None and _shares_resources(key, self.cfg, new):
+                    old.stop(1.0)
+                    stopped_first.append(key)
+                exporter.start(self.engine.store)
+                started.append(key)
+            except Exception as exc:  # noqa: BLE001 - OSError, RuntimeError, grpc's ValueError...
+                for k in started:
+                    _guarded(k, fresh[k].stop, 1.0)
+                for k in stopped_first:
+                    self._restart_old(k)
+                raise config.ConfigError([f"{_where(key)}: {_clip(_error_text(exc))}"]) from None
         for key, old in self.exporters.items():
-            if key not in wanted:
-                old.stop(1.0)
+            if merged.get(key) is not old and key not in stopped_first:
+                _guarded(key, old.stop, 1.0)
+        merged.update(fresh)
         self.exporters = merged
         self.engine.listeners = list(merged.values())
 
-    def _start_exporter(self, key: str, exporter: Any) -> None:
-        """Start one exporter; a failure is logged and shown in its status, never fatal."""
+    def _restart_old(self, key: str) -> None:
+        """A predecessor stopped for its successor, which then failed: run it again as it was."""
         try:
-            exporter.start(self.engine.store)
-        except (OSError, RuntimeError) as exc:
-            log.error("exporter failed to start", exporter=key, error=str(exc))
+            again = build_exporters(self.cfg)[key]
+            again.start(self.engine.store)
+        except Exception as exc:  # noqa: BLE001
+            log.error("exporter failed to restart after a rejected reload", exporter=key, error=str(exc))
+            return
+        self.exporters[key] = again
+        self.engine.listeners = list(self.exporters.values())
 
     def _reload_cmd(self, _req: dict) -> dict[str, Any]:
         ok = self.reload()
@@ -283,6 +323,44 @@ class Agent:
         }
 
 
+def _guarded(what: str, fn: Any, *args: Any) -> None:
+    """Run a shutdown or clean-up step; log (never raise) what goes wrong."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001
+        log.error("clean-up step failed", step=what, error=str(exc))
+
+
+def _error_text(exc: BaseException) -> str:
+    """An exception as a message: an OSError's own text without the ``[Errno N]`` prefix."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename!r}" if exc.filename else "")
+    return str(exc)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    """The useful part of a long error: its start and its tail."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit // 3] + " ... " + text[-(limit * 2 // 3):]
+
+
+def _where(key: str) -> str:
+    """The config key of an exporter (as errors name it)."""
+    if key == "jsonl":
+        return "exporters.jsonl.path"
+    kind, sep, name = key.partition(":")
+    return f"exporters.{kind}[name={name}]" if sep else f"exporters.{kind}"
+
+
+def _shares_resources(key: str, old: config.Config, new: config.Config) -> bool:
+    """Whether the new exporter under ``key`` needs what the running one holds, so that
+    the running one must stop first: the server on the same port, a tunnel (same name)."""
+    if key == "server":
+        return old.exporters.server is not None and new.exporters.server is not None and \
+            old.exporters.server.listen.port == new.exporters.server.listen.port
+    return key.startswith("tunnel:")
+
+
 def _load_or_exit(path: str) -> config.Config | None:
     try:
         return config.load(path)
@@ -307,8 +385,8 @@ def serve(cfg: config.Config, duration: float | None = None) -> int:
     signal.signal(signal.SIGHUP, lambda *_: agent.request_reload())
     try:
         agent.start()
-    except (ControlServerError, RuntimeError, OSError) as exc:
-        log.error("cannot start", error=str(exc))
+    except (ControlServerError, RuntimeError, OSError, ValueError) as exc:
+        log.error("cannot start", error=_clip(_error_text(exc)))
         agent.shutdown()
         return 1
     try:

@@ -76,20 +76,23 @@ class NotifyListener:
 class Agent:
     """A real agent process and the files around it."""
 
-    def __init__(self, tmp: Path, netns: str, dialout: str = "", notify: NotifyListener | None = None):
+    def __init__(self, tmp: Path, netns: str, dialout: str = "", notify: NotifyListener | None = None,
+                 mem_limit: int | None = None, jsonl_path: str | None = None):
         self.tmp, self.netns = tmp, netns
         self.cfg = tmp / "swtel.yaml"
         self.sock = str(tmp / "run" / "swtel.sock")
         self.out = tmp / "changes.jsonl"
         self.log = tmp / "agent.log"
         self.dialout = dialout  # extra YAML lines under exporters:
+        self.jsonl_path = jsonl_path or str(self.out)
         self.write_config(interval="100ms")
         env = dict(os.environ, PYTHONPATH=str(REPO))
         env.pop("NOTIFY_SOCKET", None)
         if notify is not None:
             env.update(NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="400000")
+        limit = ["prlimit", f"--as={mem_limit}"] if mem_limit else []
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", netns, sys.executable, "-m", "agent", "run", "-c", str(self.cfg)],
+            ["ip", "netns", "exec", netns, *limit, sys.executable, "-m", "agent", "run", "-c", str(self.cfg)],
             stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env, cwd=REPO,
         )
 
@@ -101,7 +104,7 @@ class Agent:
               ethtool: {{enabled: false}}
               system: {{enabled: false}}
             exporters:
-              jsonl: {{path: {self.out}}}
+              jsonl: {{path: {self.jsonl_path}}}
             {self.dialout}
             control: {{socket: {self.sock}, group: null, health_grace: 1s}}
             log: {{level: info, format: json}}
@@ -382,3 +385,141 @@ def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, netns):
     finally:
         a.stop()
         listener.sock.close()
+
+
+# ---------------------------------------------------------------- hostile reloads (issue 14)
+
+AGENT_MEM_LIMIT = 768 * 1024 * 1024  # address space; the expanded file below needed over 1 GB
+
+
+def reload_and_wait(agent: Agent) -> dict:
+    sent_ns = time.time_ns()
+    agent.proc.send_signal(signal.SIGHUP)
+    return agent.reloaded(sent_ns)
+
+
+def exact_traffic_still_counted(agent: Agent) -> None:
+    """N_PACKETS datagrams on lo: exactly N_PACKETS more in-pkts in the (old) jsonl output."""
+    wait_for(lambda: agent.value("in-pkts") >= 0, what="a first in-pkts record")
+    time.sleep(0.3)
+    before = agent.value("in-pkts")
+    agent.traffic()
+    wait_for(lambda: agent.value("in-pkts") >= before + N_PACKETS, what="traffic after the rejected reload")
+    time.sleep(0.5)
+    assert agent.value("in-pkts") == before + N_PACKETS
+
+
+def test_sighup_with_hostile_files_is_rejected_in_bounded_memory(tmp_path, netns):
+    from tests.test_config import BILLION_LAUGHS
+
+    a = Agent(tmp_path, netns, mem_limit=AGENT_MEM_LIMIT)
+    try:
+        a.wait_ready()
+        good = a.cfg.read_text()
+        hostile = [
+            (BILLION_LAUGHS + good.replace("netdev: {interfaces: [lo], exclude: []}",
+                                           "netdev: {interfaces: *i, exclude: []}"), "too many values"),
+            (good + "target: " + "{a: " * 50000 + "1" + "}" * 50000 + "\n", "nesting too deep"),
+            (good.replace("interval: 100ms", "interval: .nan"), "interval: must be a finite duration"),
+            ("#" * (300 * 1024), "larger than 256 KiB"),
+        ]
+        for text, fragment in hostile:
+            a.cfg.write_text(text)
+            t0 = time.monotonic()
+            after = reload_and_wait(a)
+            assert time.monotonic() - t0 < 10
+            assert a.proc.poll() is None, a.log.read_text()[-2000:]
+            last = after["config"]["last_reload"]
+            assert last["ok"] is False and fragment in last["error"], last
+            assert len(last["error"]) < 1000
+            assert after["tick"]["rss_bytes"] < 300 * 1024 * 1024, after["tick"]["rss_bytes"]
+            assert after["sources"]["netdev"]["interval_s"] == 0.1
+        r = status_cli("--socket", a.sock)
+        assert r.returncode == 0 and "REJECTED" in r.stdout, r.stdout + r.stderr
+        exact_traffic_still_counted(a)
+        assert not any("Traceback" in line for line in a.log.read_text().splitlines())
+    finally:
+        a.stop()
+
+
+def test_reload_to_an_unopenable_jsonl_path_keeps_the_old_output(agent):
+    agent.wait_ready()
+    for bad in (str(agent.tmp / "missing-dir" / "x.jsonl"), "/proc/version"):
+        agent.jsonl_path = bad
+        agent.write_config(interval="100ms")
+        after = reload_and_wait(agent)
+        last = after["config"]["last_reload"]
+        assert last["ok"] is False, last
+        assert last["error"].startswith(f"exporters.jsonl.path: cannot open {bad!r}: "), last["error"]
+        jsonl = after["exporters"]["jsonl"]
+        assert jsonl["path"] == str(agent.out) and jsonl["state"] == "running", jsonl
+    assert not any(e.get("event") == "reloaded" for e in agent.logged())
+    r = status_cli("--socket", agent.sock)
+    assert r.returncode == 0 and "REJECTED" in r.stdout and "health: OK" in r.stdout, r.stdout
+    exact_traffic_still_counted(agent)
+
+
+def test_reload_to_a_server_port_in_use_keeps_the_old_server(tmp_path, netns):
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", netns, sys.executable, "-c",
+         "import socket, sys, time\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        taken = int(holder.stdout.readline())
+        free = 50000 + (taken % 1000) + 1
+        a = Agent(tmp_path, netns, dialout=f"  server: {{listen: '127.0.0.1:{free}', insecure: true}}")
+        try:
+            st = a.wait_ready()
+            assert st["exporters"]["server"]["state"] == "listening"
+            a.dialout = f"  server: {{listen: '127.0.0.1:{taken}', insecure: true}}"
+            a.write_config(interval="100ms")
+            after = reload_and_wait(a)
+            last = after["config"]["last_reload"]
+            assert last["ok"] is False and last["error"].startswith("exporters.server: "), last
+            assert f"cannot listen on 127.0.0.1:{taken}" in last["error"]
+            server = after["exporters"]["server"]
+            assert server["state"] == "listening" and server.get("port", free) == free, server
+            # The old server still accepts connections.
+            probe = subprocess.run(
+                ["ip", "netns", "exec", netns, sys.executable, "-c",
+                 f"import socket; socket.create_connection(('127.0.0.1', {free}), 5).close()"], timeout=30)
+            assert probe.returncode == 0
+            # A change on the same port (stop first, start the new one) still works.
+            a.dialout = f"  server: {{listen: '127.0.0.1:{free}', insecure: true, username: u}}"
+            a.write_config(interval="100ms")
+            assert reload_and_wait(a)["config"]["last_reload"]["ok"] is True
+            assert a.status()["exporters"]["server"]["state"] == "listening"
+            exact_traffic_still_counted(a)
+        finally:
+            a.stop()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_failing_jsonl_output_shows_and_turns_health_red(tmp_path, netns):
+    a = Agent(tmp_path, netns, jsonl_path="/dev/full")
+    try:
+        a.wait_ready()
+        a.traffic(5)
+
+        def failing():
+            e = a.status()["exporters"]["jsonl"]
+            return e if e["dropped"] > 0 and e["down_since_ns"] else None
+
+        e = wait_for(failing, what="jsonl drops")
+        assert e["sent"] == 0 and e["state"] == "failing" and "No space left on device" in e["last_error"], e
+        r = wait_for(lambda: (lambda r: r if r.returncode == 1 else None)(status_cli("--socket", a.sock, "--json")),
+                     what="unhealthy after health_grace (1s)")
+        problems = json.loads(r.stdout)["health"]["problems"]
+        assert any(p.startswith("exporter jsonl failing") and "No space left" in p for p in problems), problems
+        failed_logs = [x for x in a.logged() if x.get("event", "").startswith("jsonl write failed")]
+        assert 1 <= len(failed_logs) <= 3, "rate-limited, not one line per change"
+        assert a.stop() == 0
+        text = a.log.read_text()
+        assert "Traceback" not in text, text[-2000:]
+        assert not os.path.exists(a.sock), "the control socket is removed at shutdown"
+    finally:
+        a.stop()
