@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from agent.exporters import otlp_names
 from agent.sources import asic, ethtool, netdev, system
 
 _PORT = "X"
@@ -80,6 +81,7 @@ def render() -> str:
                           ("overruns", "ticks skipped because a poll overran"),
                           ("errors", "read errors")):
         out.append(_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
+    out += ["", *otlp_names.doc_rows()]
     return "\n".join(out) + "\n"
 
 

@@ -526,3 +526,77 @@ def test_receiver_down_10s_values_resume_and_totals_are_intact(tmp_path):
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert max(gaps) < 1.5 * NS, (down_at, up_at, gaps)
     assert _check_against_model(rx, Model(sim), start) > 20 * 3000
+
+
+# ---------------------------------------------------------------- swtel collect --prometheus
+
+
+def _collector_with(port: int, mport: int):
+    from agent.gnmi import encode
+    from agent.gnmi.collector import NOKIA_METHOD, Collector
+    from tests.gnmi_helpers import make_batch, publish
+
+    col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{mport}").start()
+    netdev = make_table(["swp1", "swp2"])  # in-octets, in-unicast-pkts, out-octets, out-unicast-pkts, in-errors
+    hw = _hw_table()
+    msgs = encode.encode_batch(make_batch(netdev, list(range(100, 110)), 1), "leaf01")
+    msgs += encode.encode_batch(make_batch(hw, [7777, 5], 1), "leaf01")
+    publish(f"127.0.0.1:{port}", NOKIA_METHOD, msgs)
+    assert col.wait_for(lambda c: c.received == len(msgs), 5)
+    return col
+
+
+def test_prometheus_exposition_has_the_cumulus_names():
+    from tests.test_prometheus import _get
+
+    port, mport = free_port(), free_port()
+    col = _collector_with(port, mport)
+    try:
+        body = _get(f"http://127.0.0.1:{mport}/metrics").decode()
+    finally:
+        col.stop(0)
+    lines = body.splitlines()
+    assert "# TYPE nvswitch_interface_ether_stats_octets gauge" in lines
+    # swp1: switchd's HwIfInOctets wins over the kernel's in-octets; swp2 has only the kernel's
+    assert 'nvswitch_interface_ether_stats_octets{interface="swp1",target="leaf01"} 7777' in lines
+    assert 'nvswitch_interface_ether_stats_octets{interface="swp2",target="leaf01"} 105' in lines
+    assert 'nvswitch_interface_if_out_ucast_pkts{interface="swp2",target="leaf01"} 108' in lines
+    assert 'nvswitch_interface_hw_in_l3_drops{interface="swp1",target="leaf01"} 5' in lines
+    # the path-named exposition is still there
+    assert 'interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"} 100' in lines
+    import shutil
+
+    if shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "metrics"], input=body.encode(), capture_output=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.skipif(not __import__("shutil").which("prometheus"), reason="Debian's prometheus is not installed")
+def test_real_prometheus_queries_the_cumulus_names(tmp_path):
+    import urllib.parse
+
+    from tests.test_prometheus import PROMETHEUS, _get
+
+    port, mport, pport = free_port(), free_port(), free_port()
+    col = _collector_with(port, mport)
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: swtel\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n")
+    prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{pport}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        query = urllib.parse.quote('sum by (interface) (nvswitch_interface_ether_stats_octets)')
+        deadline, got = time.monotonic() + 30, {}
+        while time.monotonic() < deadline and len(got) < 2:
+            try:
+                reply = json.loads(_get(f"http://127.0.0.1:{pport}/api/v1/query?query={query}"))
+                got = {r["metric"]["interface"]: float(r["value"][1]) for r in reply["data"]["result"]}
+            except OSError:
+                pass  # Prometheus still starting
+            time.sleep(0.5)
+        assert got == {"swp1": 7777.0, "swp2": 105.0}
+    finally:
+        prom.terminate()
+        prom.wait(10)
+        col.stop(0)

@@ -225,3 +225,26 @@ def for_path(path: str) -> Name:
             _cache.clear()
         _cache[path] = hit
     return hit
+
+
+def doc_rows() -> list[str]:
+    """docs/paths.md's section on these names (agent/pathdoc.py renders it)."""
+    out = ["## OTLP and Prometheus names", "",
+           "What `exporters.otlp` sends (both profiles; docs/otlp.md) and `swtel collect --prometheus` "
+           "exposes beside its path-named series. A counter is named by the shape of its path, "
+           "whatever its origin or source; `X` becomes the attribute (label) `interface`, `N` the "
+           "one the table names. Names from Cumulus Linux's own OTLP export where it has the counter, "
+           "others in its style. Where two sources give one name for one port (the kernel's "
+           "`in-octets` and switchd's `HwIfInOctets`), the one of higher rank is sent.", "",
+           "| path | name | attributes | rank |", "|---|---|---|---|"]
+    for shape in SHAPES:
+        attrs = ", ".join(f"`{a}`" for a in shape.attrs) or "none"
+        for leaf, name in shape.leaves.items():
+            out.append(f"| `{shape.doc_path}/{leaf}` | `{name}` | {attrs} | {shape.rank} |")
+        default = shape.default.replace("{leaf}", "<leaf>")
+        out.append(f"| `{shape.doc_path}/<leaf>` (any other) | `{default}` | {attrs} | {shape.rank} |")
+    out += ["", "`<leaf>` is the path's leaf with `-` as `_`. Any other path is "
+            "`swtel_<element>_<element>...` with its keys as attributes (`source` for "
+            "`source[name=S]`). OTLP resource attributes: `host.name`, `service.name` (`swtel`), "
+            "`service.version`, `swtel.target`."]
+    return out

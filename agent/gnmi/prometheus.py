@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agent.exporters import otlp_names
 from agent.gnmi import paths
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
@@ -50,9 +51,12 @@ def _pattern(path: str) -> str:
 
 
 def render(latest: Iterable[tuple[str, str, Any]]) -> str:
-    """Exposition text for (target, path, value) triples."""
+    """Exposition text for (target, path, value) triples; numbers also under the names of
+    Cumulus Linux's OTLP export (agent/exporters/otlp_names.py), as gauges with the label
+    ``interface`` (plus ``tc``, ``priority``, ``lane``) and ``target``."""
     by_name: dict[str, list[str]] = {}
     helps: dict[str, str] = {}
+    cumulus: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str]] = {}
     for target, path, value in latest:
         try:
             name, labels = metric(target, path)
@@ -71,7 +75,21 @@ def render(latest: Iterable[tuple[str, str, Any]]) -> str:
             continue
         text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
         by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
+        if not isinstance(value, str):
+            cname, attrs, rank = otlp_names.for_path(path)
+            if cname.startswith(otlp_names.PREFIX):
+                key = (cname, tuple(sorted((*attrs, ("target", target)))))
+                if key not in cumulus or rank > cumulus[key][0]:  # the hardware's counter wins
+                    cumulus[key] = (rank, number)
     out = []
+    grouped: dict[str, list[str]] = {}
+    for (cname, attrs), (_rank, number) in cumulus.items():
+        text = ",".join(f'{k}="{_label_value(v)}"' for k, v in attrs)
+        grouped.setdefault(cname, []).append(f"{cname}{{{text}}} {number}")
+    for cname in sorted(grouped):
+        out.append(f"# HELP {cname} Cumulus Linux OTLP export name (swtel)")
+        out.append(f"# TYPE {cname} gauge")
+        out.extend(sorted(grouped[cname]))
     for name in sorted(by_name):
         out.append(f"# HELP {name} gNMI path {helps[name]}")
         out.append(f"# TYPE {name} untyped")
