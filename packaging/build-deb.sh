@@ -7,7 +7,7 @@
 # uncommitted work is built, but never build/, *.so or other ignored output).
 # --install-deps runs "apt-get build-dep ./" on the copy first (needs root).
 # SWTEL_WHEELHOUSE=/dir builds offline from a directory holding the pinned
-# pygnmi wheel (see debian/vendor-requirements.txt).
+# pygnmi and opentelemetry-proto wheels (see debian/vendor-requirements.txt).
 set -eu
 
 # Debian's tools only: a pyenv/venv python3 first in PATH must not build it.

@@ -284,6 +284,55 @@ installed_demo() {
 }
 check "installed swtel demo (simulated fabric, Debian's python3, user swtel) shows both field cases" installed_demo
 
+# OTLP export (exporters.otlp) with the carried opentelemetry-proto 1.27.0 on Debian's
+# protobuf 3.21 and grpcio 1.51: the installed agent, as user swtel, on the simulated
+# switch, to a receiver built on opentelemetry-proto's service (tests/otlp_receiver.py,
+# also on Debian's python3), in both profiles.
+installed_otlp() {
+	local profile port
+	for profile in cumulus otel; do
+		port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		cat >"$tmp/otlp-$profile.yaml" <<-EOF
+		target: ci-otlp
+		interval: 100ms
+		sources:
+		  netdev: {enabled: false}
+		  ethtool: {enabled: false}
+		  system: {enabled: false}
+		  asic: {enabled: true, plugin: sim, config: "role=leaf seed=1"}
+		exporters:
+		  otlp: {endpoint: "127.0.0.1:$port", insecure: true, interval: 500ms, profile: $profile}
+		control: {enabled: false}
+		EOF
+		chmod 0644 "$tmp/otlp-$profile.yaml"
+		PYTHONPATH=/usr/lib/swtel/vendor /usr/bin/python3 "$here/tests/otlp_receiver.py" \
+			--listen "127.0.0.1:$port" --output "$tmp/otlp-$profile.jsonl" --duration 8 &
+		local rx=$!
+		sleep 1
+		setpriv --reuid=swtel --regid=swtel --init-groups --inh-caps=-all -- \
+			/usr/bin/swtel run -c "$tmp/otlp-$profile.yaml" --duration 5 >"$tmp/otlp-agent.log" 2>&1 ||
+			{ cat "$tmp/otlp-agent.log"; kill $rx; return 1; }
+		wait $rx || { echo "receiver failed"; return 1; }
+		/usr/bin/python3 - "$tmp/otlp-$profile.jsonl" "$profile" <<-'PY' || { cat "$tmp/otlp-agent.log"; return 1; }
+		import json, sys
+		points = [json.loads(line) for line in open(sys.argv[1])]
+		profile = sys.argv[2]
+		octets = [p for p in points if p["name"] == "nvswitch_interface_ether_stats_octets"
+		          and p["attrs"] == {"interface": "swp1"}]
+		print(f"{profile}: {len(points)} points, {len({p['name'] for p in points})} names, "
+		      f"{len(octets)} of swp1's ether_stats_octets, resource {points[0]['resource'] if points else None}")
+		assert len(octets) >= 3, "fewer than 3 exports of swp1's octets"
+		kind = ("gauge", "as_double") if profile == "cumulus" else ("sum", "as_int")
+		assert all((p["kind"], p["value_type"]) == kind for p in octets), octets[0]
+		assert [p["value"] for p in octets] == sorted(p["value"] for p in octets) and octets[-1]["value"] > 0
+		assert octets[0]["resource"]["swtel.target"] == "ci-otlp"
+		assert any(p["name"] == "nvswitch_interface_sp_rx_pause" and p["attrs"].get("priority") == "3" for p in points)
+		PY
+	done
+	/usr/bin/python3 -c 'import sys; sys.path[:0] = ["/usr/lib/swtel/vendor"]; import google.protobuf, opentelemetry.proto; assert google.protobuf.__file__.startswith("/usr/lib/python3/dist-packages"); assert opentelemetry.proto.__file__.startswith("/usr/lib/swtel/vendor/"); print("protobuf", google.protobuf.__version__, "opentelemetry-proto from", opentelemetry.proto.__file__)'
+}
+check "installed agent's OTLP export (carried opentelemetry-proto 1.27.0, Debian's protobuf), both profiles" installed_otlp
+
 # systemd is not PID 1 here, so the unit's seccomp filter cannot run for real:
 # trace the installed agent instead and evaluate its syscalls against the
 # unit's SystemCallFilter= lines (packaging/syscall-check.py).
