@@ -77,7 +77,7 @@ def render(latest: Iterable[tuple[str, str, Any]]) -> str:
         by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
         if not isinstance(value, str):
             cname, attrs, rank = otlp_names.for_path(path)
-            if cname.startswith(otlp_names.PREFIX):
+            if rank > 0:  # a known shape (nvswitch_interface_*, swtel_rdma_*, ...), not the generic name
                 key = (cname, tuple(sorted((*attrs, ("target", target)))))
                 if key not in cumulus or rank > cumulus[key][0]:  # the hardware's counter wins
                     cumulus[key] = (rank, number)

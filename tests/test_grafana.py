@@ -1,0 +1,119 @@
+"""packaging/prometheus/swtel-rules.yml and packaging/grafana/swtel-dashboard.json on a real
+Prometheus (Debian's) scraping `swtel collect --prometheus` during a simulated-fabric run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+
+import pytest
+
+from agent.gnmi.collector import Collector
+from agent.tools.fabric import LEAF_UPLINKS, Fabric
+from tests.gnmi_helpers import free_port
+from tests.netns import ROOT
+from tests.test_prometheus import _get
+
+RULES = ROOT / "packaging" / "prometheus" / "swtel-rules.yml"
+DASHBOARD = ROOT / "packaging" / "grafana" / "swtel-dashboard.json"
+PROMETHEUS = shutil.which("prometheus")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or not shutil.which("promtool"),
+                                      reason="Debian's prometheus is not installed (.ci/setup installs it)")
+
+
+@needs_prometheus
+def test_promtool_accepts_the_rules():
+    check = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _exprs() -> list[tuple[str, str]]:
+    dash = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            expr = (target["expr"].replace("$__rate_interval", "10s").replace('"$interface"', '".*"')
+                    .replace('"$uplinks"', '"' + "|".join(LEAF_UPLINKS) + '"'))
+            out.append((panel["title"], expr))
+    return out
+
+
+def test_dashboard_panels_have_expressions():
+    exprs = _exprs()
+    assert len(exprs) >= 12 and all(e and "$" not in e for _t, e in exprs)
+
+
+class _Run:
+    """A simulated fabric dialing out to `swtel collect --prometheus`, scraped every second by
+    a real Prometheus that evaluates the rules every second."""
+
+    def __init__(self, tmp_path, scenario: str):
+        tmp_path.mkdir(parents=True)
+        port, self.mport, self.pport = free_port(), free_port(), free_port()
+        self.col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{self.mport}",
+                             keep_messages=False).start()
+        self.fabric = Fabric(tmp_path / "fabric", f"127.0.0.1:{port}", scenario, start_ns=time.time_ns() + 1_500_000_000)
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            f"rule_files: ['{RULES}']\n"
+            f"scrape_configs:\n  - job_name: swtel\n    static_configs: [{{targets: ['127.0.0.1:{self.mport}']}}]\n")
+        self.prom = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.pport}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.fabric.start()
+
+    def query(self, expr: str) -> list[dict]:
+        url = f"http://127.0.0.1:{self.pport}/api/v1/query?query={urllib.parse.quote(expr)}"
+        reply = json.loads(_get(url))
+        assert reply["status"] == "success", reply
+        return reply["data"]["result"]
+
+    def close(self) -> None:
+        self.fabric.stop()
+        self.prom.terminate()
+        self.prom.wait(10)
+        self.col.stop(0)
+
+
+def _wait(run: _Run, expr: str, timeout: float) -> list[dict]:
+    deadline, result = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        try:
+            result = run.query(expr)
+        except OSError:
+            result = []  # Prometheus still starting
+        if result:
+            break
+        time.sleep(1)
+    return result
+
+
+@needs_prometheus
+@pytest.mark.slow
+def test_dashboard_and_symbol_error_alert_on_the_simulated_fabric(tmp_path):
+    run = _Run(tmp_path / "faulty", "symbol-errors")
+    try:
+        firing = _wait(run, 'ALERTS{alertname="SwtelSymbolErrors",alertstate="firing"}', 45)
+        assert {(a["metric"]["target"], a["metric"]["interface"]) for a in firing} >= {("spine-1", "swp11s1")}
+        empty = [title for title, expr in _exprs() if not _wait(run, expr, 5)]
+    finally:
+        run.close()
+    # every panel shows data (zeros are series too), but the agents' own CPU: the fabric's
+    # agents run without the system source
+    assert empty == ["Agent CPU (% of a core)"], empty
+
+
+@needs_prometheus
+@pytest.mark.slow
+def test_no_symbol_error_alert_in_a_clean_run(tmp_path):
+    run = _Run(tmp_path / "clean", "clean")
+    try:
+        assert _wait(run, "nvswitch_interface_phy_stats_phy_symbol_errors", 30)
+        time.sleep(20)  # the rule's 30 s window and 10 s "for" have passed
+        assert run.query('ALERTS{alertname="SwtelSymbolErrors"}') == []
+        assert run.query("interface:rx_bits:rate1m > 0")  # the recording rules run
+    finally:
+        run.close()
