@@ -193,6 +193,10 @@ def demo_main(args: Any) -> int:
           f"run it yourself: swtel run -c {workdir / 'spine-1.yaml'}  |  swtel fabric  |  swtel top")
     if failed:
         print(f"swtel demo: agents failed: {failed}; see their logs in {workdir}", file=sys.stderr)
+        for sw in fabric.switches:
+            if sw.name in failed and sw.log_path is not None and sw.log_path.exists():
+                tail = sw.log_path.read_text(errors="replace").splitlines()[-8:]
+                print(f"--- {sw.name} log (last lines)\n" + "\n".join(tail), file=sys.stderr)
         return 1
     return 0
 
