@@ -143,6 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.version:
         print(_version())
         return 0
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:
+        # Our reader went away (`swtel demo | head -2`): the verb has cleaned up on its way
+        # out; stop quietly, as other command-line tools do, without a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.verb == "run":
         from agent.runner import run_main
 

@@ -193,6 +193,21 @@ def test_demo_no_tui_shows_both_field_cases(tmp_path):
     assert str(tmp_path / "collector.jsonl") in out
 
 
+def test_demo_into_a_closed_pipe_stops_quietly(tmp_path):
+    """`swtel demo --no-tui | head -2`: no traceback, exit 0, every agent stopped."""
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--duration", "30", "--no-tui",
+                             "--dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    head = [proc.stdout.readline() for _ in range(2)]
+    proc.stdout.close()  # the reader goes away; the next event line hits a closed pipe
+    _, err = proc.communicate(timeout=60)
+    assert head[0].startswith(b"swtel demo:")
+    assert proc.returncode == 0 and b"Traceback" not in err, err
+    for name in ("spine-1", "leaf-3", "host-1"):
+        log = (tmp_path / f"{name}.log").read_text()
+        assert "event=stopping" in log, log[-2000:]
+
+
 def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
     buf = b""
     deadline = time.monotonic() + timeout

@@ -172,10 +172,10 @@ def demo_main(args: Any) -> int:
         timeline = Timeline(fabric.start_ns)
         fabric.start()
         plan = "; ".join(f"{sw.name} ({sw.role}): {', '.join(sw.scenarios) or 'clean'}" for sw in fabric.switches)
-        print(f"swtel demo: {len(fabric.switches)} simulated devices, each its own swtel agent, streaming "
-              f"gNMI dial-out to a collector on 127.0.0.1:{collector.port}\n  {plan}\n"
-              f"  times are seconds from the fabric's start; running {duration:.0f}s", flush=True)
-        try:
+        try:  # whatever happens from here (Ctrl-C, a closed stdout), the agents are stopped
+            print(f"swtel demo: {len(fabric.switches)} simulated devices, each its own swtel agent, streaming "
+                  f"gNMI dial-out to a collector on 127.0.0.1:{collector.port}\n  {plan}\n"
+                  f"  times are seconds from the fabric's start; running {duration:.0f}s", flush=True)
             if tui:
                 _run_tui(fabric, collector, timeline, duration, stop)
             else:
