@@ -187,6 +187,22 @@ def test_get_unknown_path_is_not_found(server, path):
     assert exc.value.orig_exc.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_get_repeated_paths_answered_once_and_huge_paths_not_echoed(server, feed):
+    stub = gnmi_pb2_grpc.gNMIStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+    leaf = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces"),
+                               gnmi_pb2.PathElem(name="interface", key={"name": "v0"}),
+                               gnmi_pb2.PathElem(name="state"), gnmi_pb2.PathElem(name="counters"),
+                               gnmi_pb2.PathElem(name="in-octets")])
+    reply = stub.Get(gnmi_pb2.GetRequest(path=[leaf] * 2000, encoding=gnmi_pb2.PROTO))
+    assert len(reply.notification) == 1
+    huge = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces"),
+                               gnmi_pb2.PathElem(name="interface", key={"name": "x" * 1_000_000})])
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.Get(gnmi_pb2.GetRequest(path=[huge], encoding=gnmi_pb2.PROTO))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(exc.value.details()) < 400 and "characters)" in exc.value.details()
+
+
 def test_get_unknown_origin_and_target(server):
     stub = gnmi_pb2_grpc.gNMIStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
     with pytest.raises(grpc.RpcError) as exc:

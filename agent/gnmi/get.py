@@ -86,10 +86,15 @@ def request_pattern(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path, target: s
     return origin, tuple(_elems(prefix) + _elems(path))
 
 
+#: longest request path echoed in an error status: a huge path must not make the reply huge
+DISPLAY_MAX = 200
+
+
 def display(pattern: Pattern) -> str:
     origin, elems = pattern
     text = "/" + "/".join(n + "".join(f"[{k}={escape_key(v)}]" for k, v in sorted(ks.items())) for n, ks in elems)
-    return text if origin == OPENCONFIG else f"{origin}:{text}"
+    text = text if origin == OPENCONFIG else f"{origin}:{text}"
+    return text if len(text) <= DISPLAY_MAX else f"{text[:DISPLAY_MAX]}... ({len(text)} characters)"
 
 
 def check_encoding(encoding: int) -> int:
@@ -355,8 +360,13 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetRe
         raise RequestError(grpc.StatusCode.NOT_FOUND, "this target serves state data only")
     requested = list(request.path) or [gnmi_pb2.Path()]
     response = gnmi_pb2.GetResponse()
+    seen: set[tuple] = set()
     for path in requested:
         pattern = request_pattern(request.prefix, path, target)
+        key = (pattern[0], tuple((n, tuple(sorted(ks.items()))) for n, ks in pattern[1]))
+        if key in seen:  # the same path asked again is answered once
+            continue
+        seen.add(key)
         counters, states = read(store, PathSet([pattern]))
         chunks = renderer.snapshot(counters, states)
         if not chunks:
