@@ -35,6 +35,11 @@ _KV_FIRST = ("timestamp", "level", "component", "event")
 def _kv_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list | tuple | set | frozenset):
+        # sources=asic,netdev rather than a Python repr
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+        text = ",".join(_kv_value(v).strip('"') for v in items)
+        return _kv_value(text) if text else '""'
     text = "null" if value is None else str(value)
     if text and not any(c in text for c in ' ="\\') and text.isprintable():
         return text

@@ -43,6 +43,15 @@ def test_kv_one_event_per_line_even_with_tracebacks(out):
     assert "ValueError: line one\\nline two" in second
 
 
+def test_kv_lists_are_comma_joined_not_python_reprs(out):
+    logs.configure("info", "kv", stream=out)
+    logs.get("agent").info("ready", sources=["ethtool", "netdev"], ports={"swp2", "swp1"}, none=[],
+                           spaced=["a b", "c"])
+    (line,) = lines(out)
+    assert 'sources=ethtool,netdev ports=swp1,swp2 none="" spaced="a b,c"' in line
+    assert "[" not in line and "'" not in line
+
+
 def test_json_format_and_levels(out):
     logs.configure("warning", "json", stream=out)
     log = logs.get("engine")

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
-import structlog
 
 from agent import logs
 from agent.counters import Container
@@ -54,7 +53,7 @@ LOG_RATE_LIMIT_S = 10.0
 # Queue item kinds: counter changes (superseded by a snapshot), states, deletes.
 _COUNTERS, _EVENTS, _DELETES = 0, 1, 2
 
-log = structlog.get_logger("swtel.dialout")
+log = logs.get("dialout")
 
 
 def _identity(b: bytes) -> bytes:
