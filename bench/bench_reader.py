@@ -93,6 +93,13 @@ def make_ports(ns: str, n: int) -> None:
 
 
 def node_exporter_scrape_us(ports: list[str], iterations: int) -> float | None:
+    r = node_exporter_scrape(iterations)
+    return None if r is None else r[0]
+
+
+def node_exporter_scrape(iterations: int) -> tuple[float, float] | None:
+    """(median wall time, mean CPU time of the exporter process) per scrape, in microseconds,
+    of Debian's node_exporter with only its netdev and ethtool collectors; None if absent."""
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if binary is None:
         return None
@@ -113,7 +120,14 @@ def node_exporter_scrape_us(ports: list[str], iterations: int) -> float | None:
                 break
             except OSError:
                 time.sleep(0.05)
-        return median_us(lambda: opener.open(url, timeout=30).read(), iterations)
+
+        def cpu_s() -> float:  # utime + stime of the exporter, from /proc
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        c0 = cpu_s()
+        wall = median_us(lambda: opener.open(url, timeout=30).read(), iterations)
+        return wall, (cpu_s() - c0) * 1e6 / iterations
     finally:
         proc.terminate()
         proc.wait()
