@@ -130,7 +130,7 @@ def test_capabilities(server):
         caps = gc.capabilities()
     models = {m["name"] for m in caps["supported_models"]}
     assert {"openconfig-interfaces", "openconfig-qos", "openconfig-if-ethernet", "swtel"} <= models
-    assert sorted(caps["supported_encodings"]) == ["json_ietf", "proto"]
+    assert sorted(caps["supported_encodings"]) == ["json", "json_ietf", "proto"]
     assert caps["gnmi_version"] == "0.8.0"
 
 

@@ -176,7 +176,7 @@ def check_gnmi(s: Setup) -> None:
     """Capabilities, Get of a counter and a STREAM subscription's snapshot and change, through the tunnel."""
     with s.client() as gc:
         caps = gc.capabilities()
-        assert caps["gnmi_version"] == "0.8.0" and sorted(caps["supported_encodings"]) == ["json_ietf", "proto"]
+        assert caps["gnmi_version"] == "0.8.0" and sorted(caps["supported_encodings"]) == ["json", "json_ietf", "proto"]
         got = gc.get(path=[IN_OCTETS], encoding="proto")
         (n,) = got["notification"]
         assert n["update"] == [{"path": "in-octets", "val": s.feed.value("v0", "in-octets")}]

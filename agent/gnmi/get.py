@@ -6,8 +6,9 @@ the :class:`PathSet` by table identity), so later reads and per-tick filtering
 cost per matched or changed counter, not per counter of the agent.
 
 Rendering yields serialized ``gnmi.SubscribeResponse`` bytes: PROTO encoding goes
-through the shared encoder (C fast path, ``uint_val`` counters); JSON_IETF (and
-JSON) is built here with ``json_ietf_val``/``json_val`` values.
+through the shared encoder (C fast path, ``uint_val`` counters); JSON_IETF and
+JSON are built here, as ``json_ietf_val`` (RFC 7951: counters as JSON strings) and
+``json_val`` (counters as JSON numbers).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from agent.gnmi import encode, paths
 Elems = tuple[tuple[str, dict[str, str]], ...]
 Pattern = tuple[str, Elems]  # (origin, elems)
 
-SUPPORTED_ENCODINGS = (gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF)
-#: Accepted though not advertised: gnmic's default. Rendered like JSON_IETF, as json_val.
-ACCEPTED_ENCODINGS = (*SUPPORTED_ENCODINGS, gnmi_pb2.JSON)
+#: Advertised in Capabilities and the only ones answered. JSON (0) is the proto3 default: what
+#: gnmic sends by default and what openconfig's gnmi_cli sends by leaving the field out.
+SUPPORTED_ENCODINGS = (gnmi_pb2.JSON, gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF)
+ACCEPTED_ENCODINGS = SUPPORTED_ENCODINGS  # kept for importers: nothing is accepted unadvertised
 
 
 class RequestError(Exception):
@@ -98,12 +100,22 @@ def display(pattern: Pattern) -> str:
 
 
 def check_encoding(encoding: int) -> int:
-    if encoding not in ACCEPTED_ENCODINGS:
-        name = gnmi_pb2.Encoding.Name(encoding) if encoding in gnmi_pb2.Encoding.values() else encoding
+    """The encoding, if this server produces it; never silently answered in another one.
+
+    A gNMI encoding it does not produce (ASCII, BYTES) is UNIMPLEMENTED; a value that is
+    no gNMI encoding at all is INVALID_ARGUMENT.
+    """
+    if encoding in SUPPORTED_ENCODINGS:
+        return encoding
+    supported = ", ".join(gnmi_pb2.Encoding.Name(e) for e in SUPPORTED_ENCODINGS)
+    if encoding in gnmi_pb2.Encoding.values():
         raise RequestError(
-            grpc.StatusCode.UNIMPLEMENTED, f"encoding {name} not supported: use PROTO or JSON_IETF"
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"encoding {gnmi_pb2.Encoding.Name(encoding)} not supported: use one of {supported}",
         )
-    return encoding
+    raise RequestError(
+        grpc.StatusCode.INVALID_ARGUMENT, f"unknown encoding {encoding}: use one of {supported}"
+    )
 
 
 # ---------------------------------------------------------------- matching
@@ -268,9 +280,9 @@ def read(store: Any, pathset: PathSet) -> tuple[list[Counters], list[StateUpdate
 # ---------------------------------------------------------------- rendering
 
 
-def _json_scalar(value: Any, counter: bool) -> bytes:
-    if counter:  # RFC 7951: 64-bit integers are JSON strings
-        return b'"%d"' % value
+def _json_scalar(value: Any, counter: bool, ietf: bool) -> bytes:
+    if counter:  # RFC 7951 (JSON_IETF): 64-bit integers are JSON strings; JSON: numbers
+        return b'"%d"' % value if ietf else b"%d" % value
     return json.dumps(value).encode()
 
 
@@ -280,7 +292,8 @@ class Renderer:
     def __init__(self, target: str, encoding: int):
         self.target = target
         self.encoding = encoding
-        self._json_field = "json_val" if encoding == gnmi_pb2.JSON else "json_ietf_val"
+        self._ietf = encoding != gnmi_pb2.JSON
+        self._json_field = "json_ietf_val" if self._ietf else "json_val"
 
     @property
     def proto(self) -> bool:
@@ -305,7 +318,7 @@ class Renderer:
             for start in range(0, len(members), step):
                 notif = self._notification(container, c.ts_ns)
                 for i in members[start : start + step]:
-                    self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True))
+                    self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True, self._ietf))
                 out.append(_response(notif))
         return out
 
@@ -323,7 +336,7 @@ class Renderer:
             if u.value is None:
                 notif.delete.add().MergeFromString(paths.encoded(u.leaf))
             else:
-                self._add(notif, u.leaf, _json_scalar(u.value, False))
+                self._add(notif, u.leaf, _json_scalar(u.value, False, self._ietf))
         return [_response(n) for n in groups.values()]
 
     def deletes(self, ts_ns: int, containers: list[Container]) -> list[bytes]:
