@@ -1,0 +1,169 @@
+"""Interop with openconfig's reference gNMI client ``gnmi_cli`` (Go), built once per session by
+``../shared/interop/gnmi/build.sh`` into a cache directory (skipped, saying why, where
+``../shared/interop`` is absent or the build fails).
+
+gnmi_cli sends no encoding at all (proto3 default JSON) and paths with both ``elem`` and the
+deprecated ``element``: against swtel's dial-in server (in-process, fed by the test), in plaintext
+and TLS, it gets Capabilities, a Get of a counter equal to the fed value as a JSON number, ONCE and
+STREAM subscriptions with exact values, and a clear status for an encoding swtel cannot produce.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.config import ServerTls
+from agent.store import Store
+from tests.gnmi_helpers import make_pki
+from tests.test_server import Feed, _start
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "interop" / "gnmi"
+CACHE = Path(os.environ.get("SWTEL_INTEROP_CACHE", "/var/tmp/swtel-interop")) / "gnmi"
+
+LEAF = "/interfaces/interface[name=v0]/state/counters/in-octets"
+GET_PROTO = ('path: { elem: { name: "interfaces" } elem: { name: "interface" key: { key: "name" value: "v0" } } '
+             'elem: { name: "state" } elem: { name: "counters" } elem: { name: "in-octets" } }')
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")]
+
+
+@pytest.fixture(scope="session")
+def gnmi_cli() -> Path:
+    """gnmi_cli, built once (rebuilt when build.sh, the tarball or the stand-ins change)."""
+    if not (SHARED / "build.sh").exists():
+        pytest.skip(f"{SHARED} is absent: openconfig's gnmi_cli cannot be built")
+    digest = hashlib.sha256()
+    for p in sorted(SHARED.rglob("*")):
+        if p.is_file():
+            digest.update(str(p.relative_to(SHARED)).encode() + b"\0" + p.read_bytes())
+    CACHE.mkdir(parents=True, exist_ok=True)
+    binary, stamp = CACHE / "bin" / "gnmi_cli", CACHE / "stamp"
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time, even across parallel runs
+        if not (stamp.exists() and stamp.read_text() == digest.hexdigest() and binary.exists()):
+            if os.geteuid() != 0:
+                pytest.skip("building gnmi_cli needs root (build.sh installs Debian's Go packages)")
+            try:
+                run = subprocess.run(["bash", str(SHARED / "build.sh"), str(CACHE)], capture_output=True,
+                                     text=True, timeout=900)
+            except subprocess.TimeoutExpired:
+                pytest.skip("build.sh took longer than 15 minutes")
+            if run.returncode != 0 or not binary.exists():
+                pytest.skip(f"build.sh failed ({run.returncode}): {(run.stderr or run.stdout)[-500:]}")
+            stamp.write_text(digest.hexdigest())
+    return binary
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(params=[False, True], ids=["plaintext", "tls"])
+def setup(request, pki):
+    """(feed, the gnmi_cli arguments that reach the server) for plaintext and TLS."""
+    feed = Feed(Store())
+    if request.param:
+        srv = _start(feed, tls=ServerTls(cert=str(pki.server_cert), key=str(pki.server_key)))
+        args = ["-address", f"127.0.0.1:{srv.port}", "-ca_crt", str(pki.ca)]
+    else:
+        srv = _start(feed, insecure=True)
+        args = ["-insecure", "-address", f"127.0.0.1:{srv.port}"]
+    yield feed, args
+    srv.stop(1)
+
+
+def run(cli: Path, args: list[str], *extra: str, ok: bool = True) -> str:
+    proc = subprocess.run([str(cli), *args, "-timeout", "10s", *extra], capture_output=True, text=True,
+                          timeout=30)
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) is ok, f"gnmi_cli {' '.join(extra)} exited {proc.returncode}: {out}"
+    return out
+
+
+def json_vals(text: str) -> list[int]:
+    """The counters of protobuf text output, which must be json_val JSON numbers (not strings)."""
+    assert "json_ietf_val" not in text and "uint_val" not in text, text
+    vals = re.findall(r'json_val:\s+"(.*?)"\n', text)
+    assert vals and all(re.fullmatch(r"\d+", v) for v in vals), text  # "123", never "\"123\""
+    return [int(v) for v in vals]
+
+
+def test_capabilities(gnmi_cli, setup):
+    _, args = setup
+    out = run(gnmi_cli, args, "-capabilities")
+    assert set(re.findall(r"supported_encodings:\s+(\w+)", out)) == {"JSON", "JSON_IETF", "PROTO"}
+    assert re.search(r'gNMI_version:\s+"0\.8\.0"', out)
+    assert re.search(r'name:\s+"openconfig-interfaces"', out)
+
+
+def test_get_counter(gnmi_cli, setup):
+    feed, args = setup
+    feed.bump({("v0", "in-octets"): 12345})
+    out = run(gnmi_cli, args, "-get", "-proto", GET_PROTO)  # no encoding field: JSON
+    assert json_vals(out) == [feed.value("v0", "in-octets")]
+    assert re.search(r'target:\s+"leaf01"', out)
+    ietf = run(gnmi_cli, args, "-get", "-proto", GET_PROTO + " encoding: JSON_IETF type: STATE")
+    assert re.findall(r'json_ietf_val:\s+"(.*?)"\n', ietf) == [f'\\"{feed.value("v0", "in-octets")}\\"']
+
+
+def test_unsupported_encoding(gnmi_cli, setup):
+    _, args = setup
+    out = run(gnmi_cli, args, "-get", "-proto", GET_PROTO + " encoding: ASCII", ok=False)
+    assert "code = Unimplemented" in out and "encoding ASCII not supported" in out
+    out = run(gnmi_cli, args, "-dt", "p", "-proto",
+              "subscribe: { prefix: {} subscription: { path: { elem: { name: \"interfaces\" } } } "
+              "mode: ONCE encoding: BYTES }", ok=False)
+    assert "code = Unimplemented" in out and "encoding BYTES not supported" in out
+
+
+def test_subscribe_once(gnmi_cli, setup):
+    feed, args = setup
+    out = run(gnmi_cli, args, "-query", "/interfaces/interface[name=*]/state/counters/out-octets", "-qt", "o",
+              "-dt", "p")
+    assert json_vals(out) == [feed.value(p, "out-octets") for p in ("v0", "v1", "v2")]
+    assert out.rstrip().endswith("sync_response: true")
+    grouped = run(gnmi_cli, args, "-query", LEAF, "-qt", "o")  # default display: the decoded tree
+    value = feed.value("v0", "in-octets")
+    assert re.search(rf'"in-octets": \{{Deprecated TypedValue_JsonVal {value}\}}', grouped), grouped
+
+
+def test_subscribe_stream(gnmi_cli, setup):
+    feed, args = setup
+    proc = subprocess.Popen([str(gnmi_cli), *args, "-timeout", "10s", "-query", LEAF, "-qt", "s",
+                             "-sd", "4s", "-dt", "p"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not any("sync_response: true" in line for line in lines):
+            assert proc.poll() is None or lines, "gnmi_cli exited early"
+            assert time.monotonic() < deadline, f"no sync_response: {''.join(lines)}"
+            time.sleep(0.05)
+        expected = [feed.value("v0", "in-octets")]
+        for _ in range(3):
+            feed.bump({("v0", "in-octets"): 1000})
+            expected.append(feed.value("v0", "in-octets"))
+            time.sleep(0.2)
+        proc.wait(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(5)
+    out = "".join(lines)
+    assert proc.returncode == 1 and "context deadline exceeded" in out  # how -sd ends a stream
+    assert json_vals(out) == expected
