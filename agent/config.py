@@ -272,6 +272,8 @@ class ServerExporter:
     enabled: bool = True  # the section's presence turns the server on
     listen: HostPort = HostPort("127.0.0.1:50051")
     insecure: bool = False
+    # plaintext (insecure: true) on an address other hosts can reach: refused unless true
+    insecure_remote: bool = False
     tls: ServerTls = field(default_factory=ServerTls)
     username: str | None = None
     password_file: str | None = None
@@ -675,6 +677,11 @@ def _check_exporters(exp: Exporters, problems: list[str]) -> None:
             problems.append(
                 "exporters.server.listen: port 9339 belongs to Cumulus' own gNMI server; pick another"
             )
+        if srv.insecure and not srv.insecure_remote and not _loopback(srv.listen.host):
+            problems.append(
+                f"exporters.server.listen: plaintext gNMI (insecure: true) on {srv.listen.host or '*'}, "
+                "which other hosts can reach: use TLS, listen on 127.0.0.1, or set insecure_remote: true"
+            )
         if not srv.insecure:
             if not (srv.tls.cert and srv.tls.key):
                 problems.append(
@@ -748,6 +755,24 @@ def _check_auth(problems: list[str], where: str, username: str | None, password_
         problem = _file_problem(password_file, None)
         if problem:
             problems.append(f"{where}.password_file: {problem}")
+        else:
+            try:
+                mode = os.stat(password_file).st_mode & 0o777
+            except OSError:
+                mode = 0
+            if mode & 0o007:  # a secret any local user can read is no secret
+                problems.append(f"{where}.password_file: readable by other users (mode {mode:04o}); "
+                                "chmod 0640 (group swtel) or 0600")
+
+
+def _loopback(host: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_control(ctl: Control, problems: list[str]) -> None:
