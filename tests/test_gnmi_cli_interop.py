@@ -165,5 +165,5 @@ def test_subscribe_stream(gnmi_cli, setup):
             proc.wait()
     reader.join(5)
     out = "".join(lines)
-    assert proc.returncode == 1 and "context deadline exceeded" in out  # how -sd ends a stream
+    assert proc.returncode == 1 and "deadline exceeded" in out.lower()  # how -sd ends a stream
     assert json_vals(out) == expected
