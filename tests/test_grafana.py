@@ -101,9 +101,8 @@ def test_dashboard_and_symbol_error_alert_on_the_simulated_fabric(tmp_path):
         empty = [title for title, expr in _exprs() if not _wait(run, expr, 5)]
     finally:
         run.close()
-    # every panel shows data (zeros are series too), but the agents' own CPU: the fabric's
-    # agents run without the system source
-    assert empty == ["Agent CPU (% of a core)"], empty
+    # every panel shows data (zeros are series too)
+    assert empty == [], empty
 
 
 @needs_prometheus

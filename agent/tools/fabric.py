@@ -96,7 +96,7 @@ class Fabric:
             "sources": {
                 "netdev": {"enabled": False},
                 "ethtool": {"enabled": False},
-                "system": {"enabled": False},
+                "system": {"interval": "1s"},  # each agent's own CPU and RSS, for dashboards
                 "asic": {"enabled": True, "plugin": "sim", "config": self.plugin_config(sw)},
             },
             "exporters": {"dialout": [{"name": "fabric", "address": self.collector, "insecure": True,
