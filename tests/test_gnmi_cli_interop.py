@@ -167,3 +167,51 @@ def test_subscribe_stream(gnmi_cli, setup):
     out = "".join(lines)
     assert proc.returncode == 1 and "deadline exceeded" in out.lower()  # how -sd ends a stream
     assert json_vals(out) == expected
+
+
+@pytest.mark.root
+def test_get_equals_the_kernels_count_on_a_veth(gnmi_cli, tmp_path):
+    """A real agent polling a veth in its namespace: gnmi_cli's Get of in-pkts moves by exactly
+    the N datagrams sent and equals the kernel's rx_packets."""
+    from tests.gnmi_helpers import free_port
+    from tests.netns import AgentProcess, veth_pair
+
+    port = free_port()
+    with veth_pair() as pair:
+        cfg = ("interval: 100ms\nsources:\n"
+               f"  netdev: {{interfaces: [{pair.b_if}]}}\n  ethtool: {{enabled: false}}\n  system: {{enabled: false}}\n"
+               f"exporters:\n  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n"
+               f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n")
+        agent = AgentProcess(pair.b, cfg, tmp_path)
+        path = ('path: { elem: { name: "interfaces" } elem: { name: "interface" key: { key: "name" value: '
+                f'"{pair.b_if}" }} }} elem: {{ name: "state" }} elem: {{ name: "counters" }} '
+                'elem: { name: "in-pkts" } }')
+
+        def get() -> int:
+            proc = subprocess.run(["ip", "netns", "exec", pair.b, str(gnmi_cli), "-insecure", "-address",
+                                   f"127.0.0.1:{port}", "-timeout", "10s", "-get", "-proto", path],
+                                  capture_output=True, text=True, timeout=30)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            (value,) = json_vals(proc.stdout + proc.stderr)
+            return value
+
+        def kernel() -> int:
+            out = subprocess.run(["ip", "netns", "exec", pair.b, "cat", f"/sys/class/net/{pair.b_if}/statistics/rx_packets"],
+                                 capture_output=True, text=True, check=True)
+            return int(out.stdout)
+
+        try:
+            agent.wait_ready()
+            time.sleep(0.3)
+            before = get()
+            assert before == kernel()
+            pair.send_udp(37, 200)
+            deadline = time.monotonic() + 5
+            after = get()
+            while after != kernel() and time.monotonic() < deadline:
+                time.sleep(0.2)
+                after = get()
+            assert after == kernel() and after - before == 37
+        finally:
+            assert agent.stop() == 0
+
