@@ -240,7 +240,7 @@ class Engine:
                 for runner in self._runners:
                     if runner.next_due <= now:
                         self._poll(runner, now)
-                        self._schedule(runner)
+                        self._schedule(runner, now)
                 self._flush_drops()
                 self._evaluate_insights()
                 self.ticks += 1
@@ -259,10 +259,12 @@ class Engine:
         t = self._thread
         return t is not None and not t.is_alive() and not self._stop.is_set()
 
-    def _schedule(self, runner: SourceRunner) -> None:
+    def _schedule(self, runner: SourceRunner, pass_start: float) -> None:
         now = time.monotonic()
         if runner.next_due == 0.0:
-            runner.next_due = now
+            # Anchor on the pass, not on this runner's end: sources polled in one pass stay
+            # in phase, so the loop wakes once per interval rather than once per source.
+            runner.next_due = pass_start
         runner.next_due += runner.interval_s
         if runner.next_due <= now:
             missed = int((now - runner.next_due) // runner.interval_s) + 1
