@@ -222,7 +222,9 @@ def rig(tmp_path: Path, names: tuple[str, ...] = ("col",)) -> Iterator[Rig]:
 
 
 def overrun_budget(ticks: int) -> int:
-    return max(2, ticks // 200)
+    # a few scheduling hiccups on the shared 2-core CI machine (interface churn holds the
+    # kernel's rtnl lock the netlink dump waits for); a fault that stalled polling misses many
+    return max(5, ticks // 100)
 
 
 def assert_no_missed_ticks(before: dict, after: dict) -> None:
