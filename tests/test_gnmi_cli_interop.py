@@ -10,9 +10,6 @@ STREAM subscriptions with exact values, and a clear status for an encoding swtel
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
 import re
 import subprocess
 import threading
@@ -24,11 +21,11 @@ import pytest
 from agent.config import ServerTls
 from agent.store import Store
 from tests.gnmi_helpers import make_pki
+from tests.interop_build import CACHE, build_reference
 from tests.test_server import Feed, _start
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "interop" / "gnmi"
-CACHE = Path(os.environ.get("SWTEL_INTEROP_CACHE", "/var/tmp/swtel-interop")) / "gnmi"
 
 LEAF = "/interfaces/interface[name=v0]/state/counters/in-octets"
 GET_PROTO = ('path: { elem: { name: "interfaces" } elem: { name: "interface" key: { key: "name" value: "v0" } } '
@@ -40,29 +37,9 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="session")
 def gnmi_cli() -> Path:
-    """gnmi_cli, built once (rebuilt when build.sh, the tarball or the stand-ins change)."""
-    if not (SHARED / "build.sh").exists():
-        pytest.skip(f"{SHARED} is absent: openconfig's gnmi_cli cannot be built")
-    digest = hashlib.sha256()
-    for p in sorted(SHARED.rglob("*")):
-        if p.is_file():
-            digest.update(str(p.relative_to(SHARED)).encode() + b"\0" + p.read_bytes())
-    CACHE.mkdir(parents=True, exist_ok=True)
-    binary, stamp = CACHE / "bin" / "gnmi_cli", CACHE / "stamp"
-    with open(CACHE / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time, even across parallel runs
-        if not (stamp.exists() and stamp.read_text() == digest.hexdigest() and binary.exists()):
-            if os.geteuid() != 0:
-                pytest.skip("building gnmi_cli needs root (build.sh installs Debian's Go packages)")
-            try:
-                run = subprocess.run(["bash", str(SHARED / "build.sh"), str(CACHE)], capture_output=True,
-                                     text=True, timeout=900)
-            except subprocess.TimeoutExpired:
-                pytest.skip("build.sh took longer than 15 minutes")
-            if run.returncode != 0 or not binary.exists():
-                pytest.skip(f"build.sh failed ({run.returncode}): {(run.stderr or run.stdout)[-500:]}")
-            stamp.write_text(digest.hexdigest())
-    return binary
+    """gnmi_cli, built once (rebuilt when ../shared/interop/gnmi changes). Its own cache
+    subdirectory: each build.sh empties its OUT/bin."""
+    return build_reference(SHARED, CACHE / "gnmi", ("gnmi_cli",), "openconfig's gnmi_cli") / "gnmi_cli"
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -26,6 +24,7 @@ from agent.config import HostPort, ServerExporter
 from agent.gnmi.server import GnmiServer
 from agent.store import Store
 from tests.gnmi_helpers import free_port, make_pki
+from tests.interop_build import CACHE, build_reference
 from tests.test_server import Feed
 from tests.test_tunnel_e2e import (
     RETRY_S,
@@ -41,7 +40,6 @@ from tests.test_tunnel_e2e import (
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "interop" / "grpctunnel"
-CACHE = Path(os.environ.get("SWTEL_INTEROP_CACHE", "/var/tmp/swtel-interop"))
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")]
@@ -49,29 +47,9 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="session")
 def go_bin() -> Path:
-    """The Go reference programs, built once (rebuilt when build.sh or the tarball change)."""
-    if not (SHARED / "build.sh").exists():
-        pytest.skip(f"{SHARED} is absent: the Go reference implementation cannot be built")
-    stamp_text = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(SHARED.iterdir())
-                                          if p.is_file())).hexdigest()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    bin_dir, stamp = CACHE / "bin", CACHE / "stamp"
-    with open(CACHE / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time, even across parallel runs
-        names = ("tunnel-server", "tunnel-client", "tunnel-target")
-        fresh = stamp.exists() and stamp.read_text() == stamp_text
-        if not (fresh and all((bin_dir / n).exists() for n in names)):
-            if os.geteuid() != 0:
-                pytest.skip("building the Go reference needs root (build.sh installs Debian's Go packages)")
-            try:
-                run = subprocess.run(["bash", str(SHARED / "build.sh"), str(CACHE)], capture_output=True,
-                                     text=True, timeout=900)
-            except subprocess.TimeoutExpired:
-                pytest.skip("build.sh took longer than 15 minutes")
-            if run.returncode != 0:
-                pytest.skip(f"build.sh failed ({run.returncode}): {(run.stderr or run.stdout)[-500:]}")
-            stamp.write_text(stamp_text)
-    return bin_dir
+    """The Go reference programs, built once (rebuilt when ../shared/interop/grpctunnel changes)."""
+    return build_reference(SHARED, CACHE, ("tunnel-server", "tunnel-client", "tunnel-target"),
+                           "the Go reference implementation")
 
 
 class Procs:
