@@ -225,6 +225,11 @@ def _gstats_take(buf, room: int, want: int, out, pos: int) -> int:
     return 0
 
 
+# ethtool_read's status for a port its plan left to a later tick (values kept)
+ETHTOOL_SKIPPED = -2
+_U32_MAX = 0xFFFFFFFF
+
+
 def _check_ethtool(n: int, counts, out, status) -> None:
     if len(counts) < n or len(status) < n:
         raise ValueError("counts/status shorter than ifnames")
@@ -250,9 +255,13 @@ def ethtool_parse(replies: list[bytes], counts, out, status) -> int:
     return ok
 
 
-def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status) -> int:
-    """See agent/_ext/ethtool.c."""
+def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status, quiet=None, sweep: int = 1,
+                 tick: int = 0) -> int:
+    """See agent/_ext/ethtool.c (``quiet``: the idle-port plan)."""
     _check_ethtool(len(ifnames), counts, out, status)
+    if quiet is not None and len(quiet) < len(ifnames):
+        raise ValueError("counts/status/quiet shorter than ifnames")
+    sweep = max(1, sweep)
     most = max(counts[: len(ifnames)], default=0)
     # The kernel writes as many stats as the driver has now: leave headroom.
     room = most * 2 + 4096
@@ -261,14 +270,24 @@ def ethtool_read(fd: int, ifnames: list[bytes], counts, out, status) -> int:
     pos = 0
     for i, name in enumerate(ifnames):
         n = counts[i]
+        if quiet is not None and quiet[i] >= sweep and (i + tick) % sweep:
+            quiet[i] = min(quiet[i] + 1, _U32_MAX)
+            status[i] = ETHTOOL_SKIPPED
+            ok += 1
+            pos += n
+            continue
         struct.pack_into("=II", buf, 0, _ETHTOOL_GSTATS, n)
         try:
             _ethtool(fd, name, buf)
         except OSError as exc:
             status[i] = exc.errno
         else:
+            before = out[pos : pos + n] if quiet is not None else None
             status[i] = _gstats_take(buf, room, n, out, pos)
             ok += status[i] == 0
+            if quiet is not None:
+                moved = status[i] == 0 and out[pos : pos + n] != before
+                quiet[i] = 0 if moved else min(quiet[i] + 1, _U32_MAX)
         pos += n
     return ok
 

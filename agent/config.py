@@ -38,6 +38,7 @@ MAX_STRING = 4096  # characters of any string (PATH_MAX)
 MAX_TARGET = 255  # characters of `target`
 MAX_DURATION_S = 86400.0  # any duration: at most 24h
 MAX_INTERVAL_S = 3600.0  # poll intervals: at most 1h
+MAX_IDLE_INTERVAL_S = 60.0  # sources.ethtool.idle_interval
 MAX_QUEUE = 1_000_000  # exporters.dialout[].queue
 MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
 MAX_WINDOWS = 1000  # consecutive windows of pfc_storm / imbalance
@@ -187,6 +188,9 @@ class EthtoolSource:
     exclude: list[str] = field(default_factory=lambda: ["lo"])
     counters: CounterFilter = field(default_factory=CounterFilter)
     per_queue: bool = False  # per-queue/per-channel driver counters (mlx5 has thousands)
+    # A port none of whose counters moved for this long is read once per idle_interval
+    # (turns spread over the polls) until one moves again; 0: every port every poll.
+    idle_interval: Duration = Duration(1.0)
 
 
 @dataclass
@@ -629,6 +633,9 @@ def _check(cfg: Config, problems: list[str]) -> None:
             problems.append(f"sources.{f.name}.interval: must be at least 10ms, got {src.interval}")
         elif src.interval is not None and src.interval > MAX_INTERVAL_S:
             problems.append(f"sources.{f.name}.interval: must be at most 1h, got {src.interval}")
+    if cfg.sources.ethtool.idle_interval > MAX_IDLE_INTERVAL_S:
+        problems.append(f"sources.ethtool.idle_interval: must be at most 1m (a quiet port is still read "
+                        f"that often), got {cfg.sources.ethtool.idle_interval}")
     if not cfg.target.strip():
         problems.append("target: must not be empty")
     elif len(cfg.target) > MAX_TARGET:

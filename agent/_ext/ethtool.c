@@ -12,6 +12,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+/* status of a port an ethtool_read plan left for a later tick (values kept) */
+#define ETHTOOL_SKIPPED (-2)
+
 static int eth_ioctl(int fd, const char *ifname, void *data)
 {
     struct ifreq ifr;
@@ -176,23 +179,39 @@ static PyObject *ethtool_strings_parse(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(read_doc,
-"ethtool_read(fd, ifnames: list[bytes], counts, out, status) -> int\n\n"
+"ethtool_read(fd, ifnames: list[bytes], counts, out, status, quiet=None, sweep=1, tick=0) -> int\n\n"
 "ETHTOOL_GSTATS for each port. counts: u32 buffer, the cached number of\n"
 "stats per port; port i's values land in out (u64) right after those of\n"
 "ports 0..i-1. status (int32, per port) is set to 0 when read, to the errno\n"
 "on failure (values kept), or to -1 when the driver's count changed (the\n"
-"string table must be re-read). Returns the number of ports read.");
+"string table must be re-read).\n\n"
+"With quiet (u32 per port: reads since the port's values last changed,\n"
+"kept by this call), a port quiet for sweep reads or more is read only when\n"
+"(i + tick) % sweep == 0 and otherwise gets status -2 (values kept): idle\n"
+"ports cost one ioctl per sweep, spread evenly over the ticks.\n"
+"Returns the number of ports not failed (status 0 or -2).");
 
 static const swtel_bufspec read_bufs[] = {{4, 0, "counts"}, {8, 1, "out"}, {4, 1, "status"}};
+static const swtel_bufspec quiet_buf[] = {{4, 1, "quiet"}};
 
 static PyObject *ethtool_read(PyObject *self, PyObject *args)
 {
     int fd;
-    PyObject *names, *o[3];
-    Py_buffer b[3];
-    if (!PyArg_ParseTuple(args, "iO!OOO", &fd, &PyList_Type, &names, &o[0], &o[1], &o[2]) ||
+    PyObject *names, *o[3], *quiet_obj = Py_None;
+    Py_buffer b[3], qb = {0};
+    unsigned int sweep = 1;
+    unsigned long long tick = 0;
+    if (!PyArg_ParseTuple(args, "iO!OOO|OIK", &fd, &PyList_Type, &names, &o[0], &o[1], &o[2], &quiet_obj,
+                          &sweep, &tick) ||
         swtel_get_buffers(o, b, read_bufs, 3) < 0)
         return NULL;
+    if (quiet_obj != Py_None && swtel_get_buffers(&quiet_obj, &qb, quiet_buf, 1) < 0) {
+        swtel_release_buffers(b, 3);
+        return NULL;
+    }
+    uint32_t *quiet = quiet_obj != Py_None ? qb.buf : NULL;
+    if (sweep == 0)
+        sweep = 1;
     Py_ssize_t nports = PyList_GET_SIZE(names);
     Py_buffer *counts = &b[0], *out = &b[1], *status = &b[2];
     const uint32_t *cnt = counts->buf;
@@ -200,8 +219,8 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
     char (*ifnames)[IFNAMSIZ] = NULL;
     uint64_t total = 0, most = 0;
     int ok = -1;
-    if (counts->len / 4 < nports || status->len / 4 < nports) {
-        PyErr_SetString(PyExc_ValueError, "counts/status shorter than ifnames");
+    if (counts->len / 4 < nports || status->len / 4 < nports || (quiet && qb.len / 4 < nports)) {
+        PyErr_SetString(PyExc_ValueError, "counts/status/quiet shorter than ifnames");
         goto done;
     }
     for (Py_ssize_t i = 0; i < nports; i++) {
@@ -238,14 +257,26 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     uint64_t *dst = out->buf;
     for (Py_ssize_t i = 0; i < nports; i++) {
+        if (quiet && quiet[i] >= sweep && ((uint64_t)i + tick) % sweep != 0) {
+            /* idle: its turn in the sweep comes later; the ioctl is most of a tick */
+            quiet[i] += quiet[i] < UINT32_MAX;
+            st[i] = ETHTOOL_SKIPPED;
+            ok++;
+            dst += cnt[i];
+            continue;
+        }
         es->cmd = ETHTOOL_GSTATS;
         es->n_stats = cnt[i];
         int rc = eth_ioctl(fd, ifnames[i], es);
         if (rc < 0) {
             st[i] = -rc;
         } else {
+            int moved = quiet && es->n_stats == cnt[i] && cnt[i] <= room &&
+                        memcmp(dst, es->data, (size_t)cnt[i] * sizeof(uint64_t)) != 0;
             st[i] = gstats_take(es, room, cnt[i], dst);
             ok += st[i] == 0;
+            if (quiet)
+                quiet[i] = moved ? 0 : quiet[i] + (quiet[i] < UINT32_MAX);
         }
         dst += cnt[i];
     }
@@ -254,6 +285,8 @@ static PyObject *ethtool_read(PyObject *self, PyObject *args)
 done:
     free(ifnames);
     swtel_release_buffers(b, 3);
+    if (quiet)
+        PyBuffer_Release(&qb);
     return ok < 0 ? NULL : PyLong_FromLong(ok);
 }
 

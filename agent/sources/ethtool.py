@@ -126,6 +126,7 @@ TABLES: dict[str, list[Rule]] = {
 }
 
 _VANISHING = (errno.ENODEV, errno.ENXIO)
+_SKIPPED = -2  # ethtool_read: an idle port whose turn in the sweep is a later poll (values kept)
 
 # Per-queue / per-channel counters (mlx5 has thousands): off unless per_queue: true.
 PER_QUEUE = re.compile(r"^(?:(?:rx|tx)\d+_|ch\d+_|(?:rx|tx)_queue_\d+_|queue_\d+_|.*_q\d+_)")
@@ -175,6 +176,8 @@ class EthtoolSource(Source):
         self._ifnames: list[bytes] = []
         self._counts = array("I")
         self._status = array("i")
+        self._quiet = array("I")  # per port: reads since its values last moved (the reader keeps it)
+        self._reads = 0
         self._refresh: set[int] = set()
 
     def setup(self, links: dict[int, Link]) -> None:
@@ -231,19 +234,33 @@ class EthtoolSource(Source):
         self._ifnames = [p.link.name.encode() for p in order]
         self._counts = array("I", [len(p.names) for p in order])
         self._status = array("i", bytes(4 * len(order)))
+        self._quiet = array("I", bytes(4 * len(order)))  # all "moved": the first reads see every port
         self.ports = [p.link.name for p in order]
+
+    @property
+    def sweep(self) -> int:
+        """Polls between two reads of an idle port (1: every port every poll)."""
+        idle = float(self.section.idle_interval)
+        interval = self.cfg.interval_of(self.name)
+        return max(1, round(idle / interval)) if idle > interval else 1
 
     def read(self) -> int:
         if not self._ifnames:
             return 0
-        ok = _backend.reader.ethtool_read(self._fd, self._ifnames, self._counts, self.values, self._status)
+        # GSTATS is one ioctl per port and most of a tick's CPU (kernel time); a port whose
+        # counters have not moved for idle_interval is read once per idle_interval, its turn
+        # spread over the ticks, and every poll again as soon as one of them moves.
+        sweep = self.sweep
+        self._reads += 1
+        ok = _backend.reader.ethtool_read(self._fd, self._ifnames, self._counts, self.values, self._status,
+                                          self._quiet if sweep > 1 else None, sweep, self._reads)
         if ok != len(self._ifnames):
             self._note_failures()
         return ok
 
     def _note_failures(self) -> None:
         for i, st in enumerate(self._status):
-            if st == 0 or st in _VANISHING:  # a port being removed: not an error
+            if st == 0 or st == _SKIPPED or st in _VANISHING:  # a port being removed: not an error
                 continue
             port = self._order[i]
             if st == -1:  # the driver's stat count changed: re-read its strings next setup
@@ -256,7 +273,9 @@ class EthtoolSource(Source):
         return bool(self._refresh)
 
     def info(self) -> dict:
-        return {"drivers": sorted({p.driver for p in self._order})}
+        sweep = self.sweep
+        idle = sum(1 for q in self._quiet if q >= sweep) if sweep > 1 else 0
+        return {"drivers": sorted({p.driver for p in self._order}), "idle_ports": idle, "sweep": sweep}
 
     def close(self) -> None:
         self._sock.close()
