@@ -101,6 +101,54 @@ class Window:
         return self.total
 
 
+class WindowCount(Detector):
+    """Events counted per port within a sliding ``window``: at least ``threshold`` raise the
+    event, judged when new ones arrive (so an event's last time is its last count). A port
+    keeps state only while its windows hold something.
+
+    A subclass says what one sample counts (:meth:`counts`, one number per window: drops
+    count ingress and egress apart) and words the event (:meth:`report`)."""
+
+    every_sample = False
+    #: a sample longer than the window counts pro rata (rates); False: whole (transitions)
+    pro_rata: ClassVar[bool] = True
+
+    def __init__(self, cfg: Any, ctx: InsightsRunner) -> None:
+        super().__init__(cfg, ctx)
+        self.span = int(cfg.window * NS)
+        self.ports: dict[str, tuple[Window, ...]] = {}
+
+    def counts(self, acc: Acc, owned: frozenset[str]) -> tuple[float, ...]:
+        """What this sample adds to each window (zeros: nothing)."""
+        raise NotImplementedError
+
+    def report(self, port: str, ts: int, totals: tuple[float, ...]) -> None:
+        """The rule holds: call ``ctx.hit`` with the event's words."""
+        raise NotImplementedError
+
+    def sample(self, port: str, ts: int, dt: int, acc: Acc, owned: frozenset[str]) -> None:
+        counts = self.counts(acc, owned)
+        wins = self.ports.get(port)
+        new = any(counts)
+        if not new and wins is None:
+            return
+        if wins is None:
+            wins = self.ports[port] = tuple(Window(self.span) for _ in counts)
+        scale = min(1.0, self.span / dt) if self.pro_rata else 1
+        for win, n in zip(wins, counts, strict=True):
+            if n:
+                win.add(ts, n * scale)
+        totals = tuple(win.trim(ts) for win in wins)
+        if not any(win.items for win in wins):
+            del self.ports[port]
+            return
+        if new and sum(totals) >= self.cfg.threshold:
+            self.report(port, ts, totals)
+
+    def forget(self, port: str) -> None:
+        self.ports.pop(port, None)
+
+
 @dataclass(eq=False)
 class Event:
     """One insight. ``end_ns`` is None while open; once cleared it is the last time the

@@ -13,49 +13,28 @@ than the window counts pro rata: polled every 10 s, a 200 ms burst is spread ove
 from __future__ import annotations
 
 from agent.insights import classify as c
-from agent.insights.base import NS, WARNING, Detector, Window, fmt_count, fmt_duration, register
+from agent.insights.base import WARNING, WindowCount, fmt_count, fmt_duration, register
 
 
 @register
-class DropBurst(Detector):
+class DropBurst(WindowCount):
     name = "drop_burst"
     types = ("drop-burst",)
-    every_sample = False
     sems = frozenset({c.DROP_IN, c.DROP_OUT})
 
-    def __init__(self, cfg, ctx) -> None:
-        super().__init__(cfg, ctx)
-        self.span = int(cfg.window * NS)
-        self.ports: dict[str, tuple[Window, Window]] = {}
-
-    def sample(self, port, ts, dt, acc, owned) -> None:
+    def counts(self, acc, owned) -> tuple[float, ...]:
         din = dout = 0
         for (sem, _sub), v in acc.items():
             if sem == c.DROP_IN and v > din and sem in owned:
                 din = v
             elif sem == c.DROP_OUT and v > dout and sem in owned:
                 dout = v
-        wins = self.ports.get(port)
-        if not din and not dout and wins is None:
-            return
-        if wins is None:
-            wins = self.ports[port] = (Window(self.span), Window(self.span))
-        scale = min(1.0, self.span / dt)
-        if din:
-            wins[0].add(ts, din * scale)
-        if dout:
-            wins[1].add(ts, dout * scale)
-        tin, tout = wins[0].trim(ts), wins[1].trim(ts)
-        total = tin + tout
-        if not wins[0].items and not wins[1].items:
-            del self.ports[port]
-            return
-        if (din or dout) and total >= self.cfg.threshold:  # judged when drops arrive
-            win = fmt_duration(self.cfg.window)
-            text = (f"{port}: {fmt_count(total)} drops within {win} (threshold {self.cfg.threshold}; "
-                    f"ingress {fmt_count(tin)}, egress {fmt_count(tout)}); a microburst: check the "
-                    "queue's buffer and ECN/PFC profile and the senders' incast")
-            self.ctx.hit(self, "drop-burst", port, ts, WARNING, total, f"drops/{win}", text, [port])
+        return (din, dout)
 
-    def forget(self, port: str) -> None:
-        self.ports.pop(port, None)
+    def report(self, port, ts, totals) -> None:
+        tin, tout = totals
+        total, win = tin + tout, fmt_duration(self.cfg.window)
+        text = (f"{port}: {fmt_count(total)} drops within {win} (threshold {self.cfg.threshold}; "
+                f"ingress {fmt_count(tin)}, egress {fmt_count(tout)}); a microburst: check the "
+                "queue's buffer and ECN/PFC profile and the senders' incast")
+        self.ctx.hit(self, "drop-burst", port, ts, WARNING, total, f"drops/{win}", text, [port])
