@@ -56,22 +56,29 @@ def setup(ports: int) -> tuple[str, str, str]:
     return a, b, tag
 
 
-def outer(args: argparse.Namespace) -> int:
-    if os.geteuid() != 0:
-        sys.exit("bench_e2e needs root (network namespaces)")
-    a, b, tag = setup(args.ports)
+def run_in_namespaces(script: str, ports: int, extra: list[str]) -> int:
+    """Build namespaces A and B with ``ports`` veth pairs, run ``script --inner`` in B (it
+    gets ``--ns-a``, ``--tag`` and ``--ports``, then ``extra``), remove both namespaces."""
+    a, b, tag = setup(ports)
     try:
-        cmd = ["ip", "netns", "exec", b, sys.executable, __file__, "--inner", "--ns-a", a, "--tag", tag,
-               "--ports", str(args.ports), "--seconds", str(args.seconds), "--interval", str(args.interval),
-               "--protocol", args.protocol, "--load", str(args.load), "--notifications", args.notifications]
-        if args.tls:
-            cmd.append("--tls")
-        if args.idle_interval is not None:
-            cmd += ["--idle-interval", args.idle_interval]
+        cmd = ["ip", "netns", "exec", b, sys.executable, script, "--inner", "--ns-a", a, "--tag", tag,
+               "--ports", str(ports), *extra]
         return subprocess.call(cmd, cwd=ROOT)
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def outer(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        sys.exit("bench_e2e needs root (network namespaces)")
+    extra = ["--seconds", str(args.seconds), "--interval", str(args.interval), "--protocol", args.protocol,
+             "--load", str(args.load), "--notifications", args.notifications]
+    if args.tls:
+        extra.append("--tls")
+    if args.idle_interval is not None:
+        extra += ["--idle-interval", args.idle_interval]
+    return run_in_namespaces(__file__, args.ports, extra)
 
 
 # ------------------------------------------------------------------ inner: in namespace B

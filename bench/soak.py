@@ -45,17 +45,11 @@ def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
 def outer(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         sys.exit("soak needs root (network namespaces)")
-    a, b, tag = bench_e2e.setup(args.ports)
-    try:
-        cmd = ["ip", "netns", "exec", b, sys.executable, __file__, "--inner", "--ns-a", a, "--tag", tag,
-               "--ports", str(args.ports), "--minutes", str(args.minutes), "--interval", str(args.interval),
-               "--notifications", args.notifications, "--sample", str(args.sample)]
-        if args.out:
-            cmd += ["--out", args.out]
-        return subprocess.call(cmd, cwd=ROOT)
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    extra = ["--minutes", str(args.minutes), "--interval", str(args.interval),
+             "--notifications", args.notifications, "--sample", str(args.sample)]
+    if args.out:
+        extra += ["--out", args.out]
+    return bench_e2e.run_in_namespaces(__file__, args.ports, extra)
 
 
 def inner(args: argparse.Namespace) -> int:
@@ -83,7 +77,7 @@ def inner(args: argparse.Namespace) -> int:
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     sock = bench_e2e.packet_socket_in(args.ns_a)
-    frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x88\xb5" + b"\x00" * 46
+    frame = bench_e2e.traffic_frame()
     status_of = lambda: request(str(tmp / "swtel.sock"), "status")  # noqa: E731
     try:
         path = f"/interfaces/interface[name={ports_b[-1]}]/state/counters/in-pkts"
