@@ -362,14 +362,14 @@ MEM_LIMIT = 512 * 1024 * 1024  # address space for a `swtel validate` fed a host
 
 def run_validate_limited(*args, timeout=30):
     """`swtel validate` under a memory limit (RLIMIT_AS) and a time limit."""
-    import resource
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (MEM_LIMIT, MEM_LIMIT))
-
+    # The limit is set by the child itself: a preexec_fn runs between fork and exec, where
+    # grpc's fork handlers (grpc is loaded in this pytest process) can abort the child.
+    limited = ("import resource, runpy, sys; "
+               f"resource.setrlimit(resource.RLIMIT_AS, ({MEM_LIMIT}, {MEM_LIMIT})); "
+               "sys.argv = ['swtel', *sys.argv[1:]]; runpy.run_module('agent', run_name='__main__')")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "agent", "validate", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=REPO, preexec_fn=limit)
+    return subprocess.run([sys.executable, "-c", limited, "validate", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=REPO)
 
 
 BILLION_LAUGHS = "".join(

@@ -490,7 +490,11 @@ def test_50_sighups_in_10s_alternating_valid_and_invalid(tmp_path):
         ex = after["exporters"]["dialout:col"]
         assert ex["reconnects"] == 0 and ex["state"] == "connected"
         log = agent.log.read_text()
-        assert log.count("reloaded") >= 5 and "interval" in log
+        # "reloaded" is an info line, logged only by reloads to the info level (every other
+        # valid one sets warning); rejections are errors, always logged. A HUP that arrives
+        # while the previous one is applied is coalesced with it, so counts are lower bounds.
+        assert log.count("reload rejected") >= 5 and "interval" in log
+        assert log.count("reloaded") >= 1
         # nothing the agent sent is lost (once, under CI load, the collector counted more
         # messages than the agent's "sent": noted in issue 11, not understood yet)
         deadline = time.monotonic() + 10
