@@ -22,6 +22,7 @@ from agent._pyasic import (  # noqa: F401 - the reader API: ASIC plugins, via ct
     asic_open,
     asic_read,
 )
+from agent._pylinks import link_parse  # noqa: F401
 
 NETDEV_FIELDS = 25
 F_CHANGED, F_WRAP, F_RESET, F_NEW = 0x01, 0x02, 0x04, 0x08

@@ -7,18 +7,21 @@ benchmarking range) and exist only inside namespaces the tests create.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CLONE_NEWNET = 0x40000000
 UDP_OVERHEAD = 14 + 20 + 8  # Ethernet + IPv4 + UDP headers: on-wire bytes beyond the payload
 
 
@@ -73,6 +76,32 @@ def new_namespace(tag: str = "t") -> str:
 
 def delete_namespace(name: str) -> None:
     sh("ip", "netns", "del", name, check=False)
+
+
+def in_namespace(ns: str, fn: Callable[[], object]):
+    """``fn()`` on a short-lived thread that entered ``ns`` (setns changes only that thread).
+    Sockets it creates, and threads it starts, stay in ``ns``."""
+    out: list = []
+
+    def enter() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns {ns}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            out.append(exc)
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 @contextmanager

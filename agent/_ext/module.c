@@ -1,5 +1,6 @@
 /* agent._swtel: module definition. Each hot-path concern lives in its own file
- * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c, asic.c) and exports a method table. */
+ * (netdev.c, ethtool.c, sysfs.c, change.c, encode.c, asic.c, links.c) and exports a
+ * method table. */
 #include "swtel.h"
 
 #include "../asic/swtel_asic.h"
@@ -41,7 +42,7 @@ void swtel_release_buffers(Py_buffer *views, int n)
 static struct PyModuleDef swtel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "agent._swtel",
-    .m_doc = "swtel hot path: counter readers, change kernel and gNMI encoder.",
+    .m_doc = "swtel hot path: counter readers, change kernel, gNMI encoder and link parser.",
     .m_size = -1,
 };
 
@@ -51,7 +52,8 @@ PyMODINIT_FUNC PyInit__swtel(void)
     if (m == NULL)
         return NULL;
     PyMethodDef *tables[] = {swtel_netdev_methods, swtel_ethtool_methods, swtel_sysfs_methods,
-                             swtel_change_methods, swtel_encode_methods, swtel_asic_methods};
+                             swtel_change_methods, swtel_encode_methods, swtel_asic_methods,
+                             swtel_links_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;

@@ -31,6 +31,7 @@ extern PyMethodDef swtel_sysfs_methods[];
 extern PyMethodDef swtel_change_methods[];
 extern PyMethodDef swtel_encode_methods[];
 extern PyMethodDef swtel_asic_methods[];
+extern PyMethodDef swtel_links_methods[];
 
 /* One buffer argument: its item size, whether C writes into it, its name for errors. */
 typedef struct {
