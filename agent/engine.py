@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from agent.exporters.base import Listener
 
 log = logs.get("engine")
+
+# sources due within this of a pass are polled in it (at most 5 % of their interval)
+_COALESCE_S = 0.002
 HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change only)
 
 
@@ -238,7 +241,10 @@ class Engine:
                         if runner.source.uses_links:
                             runner.next_due = min(runner.next_due, now)
                 for runner in self._runners:
-                    if runner.next_due <= now:
+                    # A source due a hair after this pass is polled in it: two sources whose
+                    # phases differ by microseconds would otherwise take two wake-ups (and
+                    # two insight passes) per interval. Each keeps its own schedule.
+                    if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
                         self._poll(runner, now)
                         self._schedule(runner, now)
                 self._flush_drops()
