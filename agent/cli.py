@@ -154,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.verb == "run":
+        # The daemon renders no terminal: keep structlog.dev from importing rich's traceback
+        # and pretty-printer machinery (about 4 MiB of RSS, measured) for a console renderer
+        # swtel never uses (agent/logs.py has its own). `swtel top`/`demo` are other processes.
+        sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
         from agent.runner import run_main
 
         return run_main(args)

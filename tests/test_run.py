@@ -102,3 +102,30 @@ def test_every_argument_has_help_text():
     missing = [f"{verb} {a.option_strings or a.dest}" for verb, p in sub.choices.items()
                for a in p._actions if not isinstance(a, argparse._HelpAction) and not a.help]
     assert not missing, missing
+
+
+def test_the_daemon_loads_neither_rich_nor_pyroute2():
+    """`swtel run` keeps rich (structlog.dev would import its traceback machinery) and, with
+    the C backend, pyroute2 out of the daemon: together about 14 MiB of RSS."""
+    import subprocess
+    import sys
+
+    from agent import _backend
+
+    code = (
+        "import sys, types\n"
+        "def run_main(args):\n"
+        "    import agent.engine, agent.logs, agent.exporters.jsonl  # what the real run_main loads\n"
+        "    heavy = [m for m in ('rich', 'pyroute2') if sys.modules.get(m) is not None]\n"
+        "    print('loaded:', *heavy)\n"
+        "    return 0\n"
+        "sys.modules['agent.runner'] = types.SimpleNamespace(run_main=run_main)\n"
+        "from agent.cli import main\n"
+        "sys.exit(main(['run']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    loaded = out.stdout.split()[1:]
+    assert "rich" not in loaded, out.stdout
+    if _backend.NAME == "C":
+        assert loaded == [], out.stdout
