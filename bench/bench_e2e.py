@@ -19,6 +19,7 @@ import ctypes
 import os
 import random
 import secrets
+import shutil
 import socket
 import struct
 import subprocess
@@ -244,6 +245,7 @@ def inner(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             agent.kill()
         col.stop(0)
+        shutil.rmtree(tmp, ignore_errors=True)  # config, control socket, PKI
 
 
 def main() -> int:

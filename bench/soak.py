@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -160,6 +161,7 @@ def inner(args: argparse.Namespace) -> int:
         col.stop(0)
         if out:
             out.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # config, control socket, PKI
 
 
 def main() -> int:
