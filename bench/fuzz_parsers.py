@@ -1,13 +1,13 @@
 """Coverage-guided fuzzing of the C netlink and ethtool parsers (agent/_ext/netdev.c's
-parse_dump, ethtool.c's gstats_take and gstrings_list, reached through netdev_parse,
-ethtool_parse and ethtool_strings_parse: the code the reader runs on what the kernel
-returns), with the pure-Python fallback as a differential oracle: every input must give
+parse_dump, ethtool.c's gstats_take and gstrings_list, links.c's link messages, reached
+through netdev_parse, ethtool_parse, ethtool_strings_parse and link_parse: the code the
+reader runs on what the kernel returns), with the pure-Python fallback as a differential oracle: every input must give
 the same result, outputs and errors in both backends (tests/fuzz_inputs.py).
 
     python bench/fuzz_parsers.py [--seconds 300] [--corpus DIR] [--plain]
 
 With atheris and gcc (the default): builds a copy of the extension with AddressSanitizer
-and UndefinedBehaviorSanitizer, its two parser files instrumented with gcc's
+and UndefinedBehaviorSanitizer, its parser files instrumented with gcc's
 -fsanitize-coverage=trace-pc,trace-cmp (bench/fuzz_cov.c turns those callbacks into
 libFuzzer's inline 8-bit counters and compare hooks), then re-runs itself with libasan
 preloaded and lets atheris' libFuzzer drive it. ``--plain`` fuzzes the ordinary build
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_inputs  # noqa: E402
 
-INSTRUMENTED = ("netdev.c", "ethtool.c")  # the parsers; the rest only gets the sanitizers
+INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c")  # the parsers; the rest only gets the sanitizers
 BUILD_ENV = "SWTEL_FUZZ_BUILD"
 
 

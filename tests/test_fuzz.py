@@ -7,8 +7,8 @@
   encodings and modes, thousands of subscriptions in one request, more streams than the
   limit): every RPC ends with a clear status (never UNKNOWN or INTERNAL, the codes of an
   unhandled exception), the agent stays up and its RSS bounded.
-* The parsers (netdev_parse, ethtool_parse, ethtool_strings_parse: the code the reader
-  runs on the kernel's replies): hypothesis, both backends agreeing; and the atheris
+* The parsers (netdev_parse, ethtool_parse, ethtool_strings_parse, link_parse: the code
+  the reader runs on the kernel's replies): hypothesis, both backends agreeing; and the atheris
   harness (bench/fuzz_parsers.py, coverage-guided, ASan/UBSan build) for 25 s.
 """
 
@@ -351,4 +351,7 @@ def test_fuzz_inputs_seeds_parse():
     (seed, *_rest) = fuzz_inputs.seeds()
     result = fuzz_inputs.run(_backend.reader, seed)
     assert result[0] == "netdev" and result[1] == 2  # 3 and 5; 9 is in another dump
+    links = [fuzz_inputs.run(_backend.reader, s) for s in fuzz_inputs.seeds() if s[0] == 3]
+    assert links[0] == ("links", ([(16, 3, 0x1043, "swp1", 6, "veth", 4), (17, 4, 0x1043, "swp2s1", 6, "", 4)], True))
+    assert links[1] == ("links", "OSError", 1)  # NLMSG_ERROR -EPERM
     assert Path(ROOT / "bench/fuzz_cov.c").exists()
