@@ -78,7 +78,7 @@ def inner(args: argparse.Namespace) -> int:
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     sock = bench_e2e.packet_socket_in(args.ns_a)
-    frame = bench_e2e.traffic_frame()
+    frames = bench_e2e.port_frames(ports_b)
     status_of = lambda: request(str(tmp / "swtel.sock"), "status")  # noqa: E731
     try:
         path = f"/interfaces/interface[name={ports_b[-1]}]/state/counters/in-pkts"
@@ -111,7 +111,7 @@ def inner(args: argparse.Namespace) -> int:
                 if now - t0 >= args.minutes * 60:
                     break
                 next_sample += args.sample
-            for ifname in ports_a:
+            for ifname, frame in zip(ports_a, frames, strict=True):
                 sock.sendto(frame, (ifname, 0))
             next_round += 0.1
             time.sleep(max(0.0, min(next_round, next_sample) - time.monotonic()))
