@@ -108,6 +108,7 @@ class Agent:
                 {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd, "ports": self.ports},
             )
         self.last_reload: dict[str, Any] = {"ok": None, "ts_ns": None, "error": None}
+        self.reloads = {"applied": 0, "rejected": 0}  # since start (the log line is rate-limited)
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
@@ -198,12 +199,14 @@ class Agent:
             self.engine.reload(new)
             self.cfg = new
             self.last_reload = {"ok": True, "ts_ns": time.time_ns(), "error": None}
+            self.reloads["applied"] += 1
             log.info("reloaded", config=new.path)
             self.notifier.ready()
             return True
 
     def _reject(self, problems: list[str]) -> bool:
         self.last_reload = {"ok": False, "ts_ns": time.time_ns(), "error": "\n".join(problems)}
+        self.reloads["rejected"] += 1
         log.error("reload rejected; keeping the running config", problems=problems)
         self.notifier.ready()
         return False
@@ -275,6 +278,7 @@ class Agent:
             "config": {
                 "path": self.cfg.path,
                 "last_reload": self.last_reload,
+                "reloads": dict(self.reloads),
                 "health_grace_s": float(self.cfg.control.health_grace),
             },
             "sources": eng["sources"],

@@ -489,12 +489,12 @@ def test_50_sighups_in_10s_alternating_valid_and_invalid(tmp_path):
         after = r.status()
         ex = after["exporters"]["dialout:col"]
         assert ex["reconnects"] == 0 and ex["state"] == "connected"
-        log = agent.log.read_text()
-        # "reloaded" is an info line, logged only by reloads to the info level (every other
-        # valid one sets warning); rejections are errors, always logged. A HUP that arrives
-        # while the previous one is applied is coalesced with it, so counts are lower bounds.
-        assert log.count("reload rejected") >= 5 and "interval" in log
-        assert log.count("reloaded") >= 1
+        # Counted in status, not from the log: "reloaded" is an info line (every other valid
+        # file sets warning) and "reload rejected" is rate-limited (log.rate_limit). A HUP
+        # that arrives while the previous one is applied is coalesced with it: lower bounds.
+        reloads = after["config"]["reloads"]
+        assert reloads["rejected"] >= 10 and reloads["applied"] >= 10, reloads
+        assert "interval" in agent.log.read_text()
         # nothing the agent sent is lost (once, under CI load, the collector counted more
         # messages than the agent's "sent": noted in issue 11, not understood yet)
         deadline = time.monotonic() + 10

@@ -206,6 +206,8 @@ def test_sighup_with_invalid_file_keeps_the_running_config(agent):
     last = after["config"]["last_reload"]
     assert last["ok"] is False
     assert "exporters_typo: unknown key" in last["error"]
+    assert before["config"]["reloads"] == {"applied": 0, "rejected": 0}
+    assert after["config"]["reloads"] == {"applied": 0, "rejected": 1}
     assert after["sources"]["netdev"]["interval_s"] == 0.1, "old config still in force"
     assert after["config"]["path"] == str(agent.cfg)
     reads = after["sources"]["netdev"]["reads"]
@@ -230,6 +232,7 @@ def test_sighup_with_valid_file_changes_interval_without_resets(agent):
     after = agent.reloaded(sent_ns)
     assert after["config"]["last_reload"] == {"ok": True, "ts_ns": after["config"]["last_reload"]["ts_ns"],
                                                "error": None}
+    assert after["config"]["reloads"] == {"applied": 1, "rejected": 0}
     wait_for(lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.25, what="new interval")
     assert agent.status()["sources"]["netdev"]["reads"] >= reads_before, "source state kept"
 
