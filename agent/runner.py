@@ -112,6 +112,7 @@ class Agent:
         self._reload_lock = threading.Lock()
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
+        self._wake = threading.Event()  # set with either: the main loop acts at once
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the next call measures from here
 
@@ -148,14 +149,20 @@ class Agent:
                 self.reload()
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            self._stop.wait(0.05 if not ready_sent else 0.5)
+            # A stop or reload request wakes the loop at once (a SIGHUP used to wait for the
+            # next half-second turn, and HUPs within it were merged); the timeout only paces
+            # the checks for readiness and a dead tick loop.
+            self._wake.wait(0.05 if not ready_sent else 0.5)
+            self._wake.clear()
         return 0
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
 
     def request_reload(self) -> None:
         self._reload_requested.set()  # the main loop applies it: signal handlers stay tiny
+        self._wake.set()
 
     def shutdown(self) -> None:
         """Stop everything; a step that fails is logged and the next one still runs (the
