@@ -15,7 +15,6 @@ p99 <= interval + 10 ms). Asserts nothing. Needs root. Run:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import random
 import secrets
@@ -31,7 +30,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-CLONE_NEWNET = 0x40000000
 
 
 def sh(*args: str, ns: str | None = None, input: str | None = None) -> None:
@@ -85,24 +83,10 @@ def outer(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ inner: in namespace B
 
 def packet_socket_in(ns: str) -> socket.socket:
-    """An AF_PACKET socket created in namespace ``ns`` (setns in a throwaway thread)."""
-    out: list = []
+    """An AF_PACKET socket created in namespace ``ns``."""
+    from tests.netns import in_namespace
 
-    def enter() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            out.append(OSError(ctypes.get_errno(), "setns"))
-            return
-        os.close(fd)
-        out.append(socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
-
-    t = threading.Thread(target=enter)
-    t.start()
-    t.join()
-    if isinstance(out[0], Exception):
-        raise out[0]
-    return out[0]
+    return in_namespace(ns, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
 
 
 def pct(values: list[float], q: float) -> float:

@@ -25,11 +25,9 @@ as ``ip`` goes (about 10 s), not spread over minutes; the slow collector lasts 1
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,42 +40,15 @@ import pytest
 from agent.control.client import request
 from agent.gnmi.collector import Collector
 from tests.gnmi_helpers import free_port
-from tests.netns import AgentProcess, Pair, sh, veth_pair
+from tests.netns import AgentProcess, Pair, in_namespace, sh, veth_pair
 
 pytestmark = pytest.mark.root
 
-CLONE_NEWNET = 0x40000000
 COL_IP, AGENT_IP = "198.19.0.1", "198.19.0.2"
 RDMA_LEAF = "np_cnp_sent"  # a 64-bit counter (resets are resets, not wraps)
 KERNEL = {"in-pkts": "rx_packets", "out-pkts": "tx_packets", "in-octets": "rx_bytes",
           "out-octets": "tx_bytes"}
 FD_SLACK, RSS_SLACK = 3, 16 * 2**20
-
-
-def in_namespace(ns: str, fn):
-    """``fn()`` on a thread that entered ``ns``: sockets it creates (a gRPC server's
-    listening socket) live there."""
-    out: list = []
-
-    def enter() -> None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns")
-            finally:
-                os.close(fd)
-            out.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            out.append(exc)
-
-    t = threading.Thread(target=enter)
-    t.start()
-    t.join()
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return out[0]
 
 
 class SlowCollector(Collector):
