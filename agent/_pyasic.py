@@ -14,6 +14,11 @@ from typing import Any
 ASIC_ABI_VERSION = 1
 ASIC_OK, ASIC_ERROR, ASIC_ECHANGED = 0, -1, -2
 _NAME_MAX = 64
+# What one layout may hold (agent/asic/swtel_asic.h, SWTEL_ASIC_MAX_*; the C loader's limits)
+ASIC_MAX_PORTS = 4096
+ASIC_MAX_COUNTERS = 4096  # per port
+ASIC_MAX_VALUES = 262144  # in all
+ASIC_MAX_BINS = 64
 _SYMBOL = "swtel_asic_plugin"
 
 
@@ -74,6 +79,12 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _err_text(err: ctypes.Array) -> str:
+    """A plugin's error buffer as the C loader reads it: up to its NUL, and never its last
+    byte (the loader terminates the buffer itself; a plugin may fill it to the end)."""
+    return _text(err.raw[: len(err) - 1].split(b"\0", 1)[0])
+
+
 def asic_open(path: str, config: str) -> _Plugin:
     """See agent/_ext/asic.c."""
     if not isinstance(path, str) or not isinstance(config, str):
@@ -100,7 +111,7 @@ def asic_open(path: str, config: str) -> _Plugin:
     err = ctypes.create_string_buffer(384)
     handle = ops.open(config.encode(), err, len(err))
     if not handle:
-        reason = _text(err.value) or "no reason given"
+        reason = _err_text(err) or "no reason given"
         raise OSError(f"asic plugin {path}: open failed: {reason}")
     return _Plugin(lib, ops, handle, path)
 
@@ -113,30 +124,89 @@ def _live(p: Any) -> _Plugin:
     return p
 
 
+def _refuse(p: _Plugin, why: str) -> OSError:
+    return OSError(f"asic plugin {p.label}: layout refused: {why}")
+
+
+def _name(p: _Plugin, raw: bytes, what: str, label: str, empty_ok: bool = False) -> str:
+    """A fixed-size name field's bytes as str, checked as agent/_ext/asic.c does: NUL-terminated
+    within the field, UTF-8, no control character (C0, DEL, C1), not empty unless empty_ok."""
+    end = raw.find(b"\0")
+    if end < 0:
+        raise _refuse(p, f"{what}: {label} is not NUL-terminated within {len(raw)} bytes")
+    if end == 0 and not empty_ok:
+        raise _refuse(p, f"{what}: empty {label}")
+    try:
+        text = raw[:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse(p, f"{what}: {label} is not UTF-8") from None
+    for c in text:
+        if c < " " or "\x7f" <= c <= "\x9f":
+            raise _refuse(p, f"{what}: {label} contains control character U+{ord(c):04X}")
+    return text
+
+
 def asic_layout(handle: _Plugin) -> tuple[int, list[tuple], list[list[tuple]]]:
-    """See agent/_ext/asic.c."""
+    """See agent/_ext/asic.c: the same checks, limits and messages."""
     p = _live(handle)
     o, h = p.ops, p.h
     gen = o.generation(h)
     nports = o.port_count(h)
     if nports < 0:
-        raise OSError(f"asic plugin {p.label}: port_count returned {nports}")
-    ports, counters = [], []
+        raise _refuse(p, f"port_count returned {nports}")
+    if nports > ASIC_MAX_PORTS:
+        raise _refuse(p, f"port_count returned {nports}, more than the {ASIC_MAX_PORTS} ports swtel accepts")
+    ports: list[tuple] = []
+    counts: list[int] = []
+    seen: dict[str, int] = {}
     port, counter = _Port(), _Counter()
+    total = 0
+    # First the ports and their counts, so that a layout too large is refused before a
+    # single descriptor is listed.
     for i in range(nports):
         ctypes.memset(ctypes.byref(port), 0, ctypes.sizeof(port))
         if o.port_info(h, i, ctypes.byref(port)) != 0:
-            raise OSError(f"asic plugin {p.label}: port_info({i}) failed")
-        ports.append((_text(port.name), _text(port.parent), port.speed_mbps, port.flags))
+            raise _refuse(p, f"port_info({i}) failed")
+        # the raw fields: ctypes' .name would stop at the end of the array without a NUL
+        name = _name(p, ctypes.string_at(ctypes.addressof(port), _NAME_MAX), f"port {i}", "name")
+        parent = _name(p, ctypes.string_at(ctypes.addressof(port) + _NAME_MAX, _NAME_MAX), f"port {i}",
+                       "parent name", empty_ok=True)
+        if name in seen:
+            raise _refuse(p, f"port {name!r} listed twice (ports {seen[name]} and {i}): every port needs "
+                          "its own name")
+        seen[name] = i
+        ports.append((name, parent, port.speed_mbps, port.flags))
         nc = o.counter_count(h, i)
         if nc < 0:
-            raise OSError(f"asic plugin {p.label}: counter_count({i}) returned {nc}")
-        row = []
+            raise _refuse(p, f"port {name!r}: counter_count returned {nc}")
+        if nc > ASIC_MAX_COUNTERS:
+            raise _refuse(p, f"port {name!r}: counter_count returned {nc}, more than the {ASIC_MAX_COUNTERS} "
+                          "counters per port swtel accepts")
+        total += nc
+        if total > ASIC_MAX_VALUES:
+            raise _refuse(p, f"more than the {ASIC_MAX_VALUES} values swtel accepts in one layout ({total} by "
+                          f"port {name!r}, {i + 1} of {nports})")
+        counts.append(nc)
+    counters: list[list[tuple]] = []
+    for i, nc in enumerate(counts):
+        pname = ports[i][0]
+        row: list[tuple] = []
+        names: set[str] = set()
         for j in range(nc):
             ctypes.memset(ctypes.byref(counter), 0, ctypes.sizeof(counter))
             if o.counter_info(h, i, j, ctypes.byref(counter)) != 0:
-                raise OSError(f"asic plugin {p.label}: counter_info({i}, {j}) failed")
-            row.append((_text(counter.name), counter.width, counter.kind, counter.nbins))
+                raise _refuse(p, f"port {pname!r}: counter_info({i}, {j}) failed")
+            cname = _name(p, ctypes.string_at(ctypes.addressof(counter), _NAME_MAX), f"port {pname!r} counter {j}",
+                          "name")
+            if cname in names:
+                raise _refuse(p, f"port {pname!r}: counter {cname!r} listed twice: every counter of a port needs "
+                              "its own name")
+            names.add(cname)
+            # (width and kind are judged by the asic source, which knows what it can unwrap)
+            if counter.nbins > ASIC_MAX_BINS:
+                raise _refuse(p, f"port {pname!r} counter {cname!r}: nbins {counter.nbins}, more than the "
+                              f"{ASIC_MAX_BINS} bins swtel accepts")
+            row.append((cname, counter.width, counter.kind, counter.nbins))
         counters.append(row)
     return gen, ports, counters
 
@@ -154,7 +224,7 @@ def asic_read(handle: _Plugin, generation: int, out) -> tuple[int, int]:
     rc = p.ops.read(p.h, generation, buf, n, ctypes.byref(ts), err, len(err))
     if rc in (ASIC_OK, ASIC_ECHANGED):
         return rc, ts.value
-    raise OSError(f"asic plugin {p.label}: read failed: {_text(err.value) or 'no reason given'}")
+    raise OSError(f"asic plugin {p.label}: read failed: {_err_text(err) or 'no reason given'}")
 
 
 def asic_close(handle: _Plugin) -> None:

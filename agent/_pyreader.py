@@ -17,6 +17,10 @@ from bisect import bisect_left
 from agent._pyasic import (  # noqa: F401 - the reader API: ASIC plugins, via ctypes
     ASIC_ABI_VERSION,
     ASIC_ECHANGED,
+    ASIC_MAX_BINS,
+    ASIC_MAX_COUNTERS,
+    ASIC_MAX_PORTS,
+    ASIC_MAX_VALUES,
     asic_close,
     asic_layout,
     asic_open,
@@ -25,7 +29,7 @@ from agent._pyasic import (  # noqa: F401 - the reader API: ASIC plugins, via ct
 from agent._pylinks import link_parse  # noqa: F401
 
 NETDEV_FIELDS = 25
-F_CHANGED, F_WRAP, F_RESET, F_NEW = 0x01, 0x02, 0x04, 0x08
+F_CHANGED, F_WRAP, F_RESET, F_NEW, F_JUMP = 0x01, 0x02, 0x04, 0x08, 0x10
 version = "0.1.0"  # mirrors agent._swtel.version
 
 # ------------------------------------------------------------------ netdev
@@ -325,16 +329,31 @@ def sysfs_read(fds, out, status) -> int:
 
 # ------------------------------------------------------------------ change kernel
 
-_JUMP_32 = 0x7FFFFFFF
 _JUMP_64 = 10_000_000_000_000
+_DEFAULT_RATE = 3.2e12
 _MASK64 = (1 << 64) - 1
 
 
-def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) -> int:
+def _limit_for(rate: float, elapsed: float) -> int:
+    lim = rate * elapsed * 2.0  # never above INT64_MAX: a delta is reported as int64
+    if lim >= 9.2e18:
+        return (1 << 63) - 1
+    return 1 if lim < 1.0 else int(lim)
+
+
+def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags, rates=None,
+         elapsed: float = 0.0) -> int:
     """See agent/_ext/change.c; same rules, same results."""
     n = len(cur)
-    for name, buf in (("prev", prev), ("acc", acc), ("known", known), ("widths", widths), ("kinds", kinds),
-                      ("out_idx", out_idx), ("out_delta", out_delta), ("out_flags", out_flags)):
+    bufs = [("prev", prev), ("acc", acc), ("known", known), ("widths", widths), ("kinds", kinds),
+            ("out_idx", out_idx), ("out_delta", out_delta), ("out_flags", out_flags)]
+    if rates is not None:
+        bufs.append(("rates", rates))
+    elapsed = float(elapsed)
+    if not 0.0 <= elapsed < 1e9:
+        raise ValueError("elapsed must be a number of seconds >= 0")
+    default_limit = max(_limit_for(_DEFAULT_RATE, elapsed), _JUMP_64)
+    for name, buf in bufs:
         if len(buf) < n:
             raise ValueError(f"{name} is shorter than cur")
     nchanged = 0
@@ -343,7 +362,13 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
             continue
         c = cur[i]
         p = prev[i]
-        w32 = widths[i] == 32 and c <= 0xFFFFFFFF and p <= 0xFFFFFFFF  # wider: really 64-bit
+        w = widths[i]
+        narrow = 8 <= w < 64 and c >> w == 0 and p >> w == 0  # wider: really 64-bit
+        half = 1 << (w - 1) if narrow else 0
+        rate = rates[i] if rates is not None else 0
+        limit = _limit_for(float(rate), elapsed) if rate else default_limit
+        if narrow and limit > half - 1:
+            limit = half - 1
         flags = F_CHANGED
         if not known[i]:
             known[i] = 1
@@ -357,20 +382,29 @@ def diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) ->
             acc[i] = c
         elif c > p:
             d = c - p
-            if d > (_JUMP_32 if w32 else _JUMP_64):
+            if d > limit:
                 delta = 0
-                flags |= F_RESET
+                flags |= F_RESET | F_JUMP
             else:
                 delta = d
                 acc[i] = (acc[i] + d) & _MASK64
-        elif w32 and p - c > 0x80000000:
-            delta = c + 0x100000000 - p
-            acc[i] = (acc[i] + delta) & _MASK64
-            flags |= F_WRAP
+        elif narrow and p - c > half:
+            d = c + (half << 1) - p
+            if d > limit:
+                delta = 0
+                flags |= F_RESET | F_JUMP
+            else:
+                delta = d
+                acc[i] = (acc[i] + d) & _MASK64
+                flags |= F_WRAP
         else:
-            delta = 0 if c > (_JUMP_32 if w32 else _JUMP_64) else c
-            acc[i] = (acc[i] + delta) & _MASK64
             flags |= F_RESET
+            if c > limit:
+                delta = 0
+                flags |= F_JUMP
+            else:
+                delta = c
+            acc[i] = (acc[i] + delta) & _MASK64
         prev[i] = c
         out_idx[nchanged] = i
         out_delta[nchanged] = _to_i64(delta)

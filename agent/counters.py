@@ -31,6 +31,7 @@ F_CHANGED = 0x01
 F_WRAP = 0x02
 F_RESET = 0x04
 F_NEW = 0x08
+F_JUMP = 0x10  # with F_RESET: a move larger than the counter's limit (see jump_limits)
 
 
 def escape_key(value: str) -> str:

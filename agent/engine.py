@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent import _backend, logs
 from agent.counters import (
+    F_JUMP,
     F_NEW,
     OPENCONFIG,
     SWTEL_ORIGIN,
@@ -27,7 +28,7 @@ from agent.counters import (
 )
 from agent.links import Link, LinkTracker
 from agent.sources import REGISTRY, Source
-from agent.sources.base import interface_path
+from agent.sources.base import NO_DATA, interface_path
 from agent.store import Store
 
 if TYPE_CHECKING:
@@ -41,6 +42,10 @@ log = logs.get("engine")
 # sources due within this of a pass are polled in it (at most 5 % of their interval)
 _COALESCE_S = 0.002
 HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change only)
+# a counter may move at most 2 x its port's speed x max(time since its last read, this)
+JUMP_WINDOW_MIN_S = 10.0
+# a source's own sample time further than this from the agent's clock is refused
+MAX_CLOCK_SKEW_NS = 5_000_000_000
 
 
 def _containers(table: CounterTable) -> set[Container]:
@@ -68,8 +73,15 @@ class SourceRunner:
         self.out_idx = array("I")
         self.out_delta = array("q")
         self.out_flags = bytearray()
+        #: per counter, the most it can count per second (its port's speed in bits/s; 0:
+        #: unknown): with the time since the last read, the change kernel's jump limit
+        self.rates = array("Q")
+        self.last_read_mono: float | None = None
+        self.jumps = 0  # moves larger than the limit: flagged, not credited
         # statistics for status
         self.reads = 0
+        self.attempts = 0  # polls tried, with data or not (first one done: the store is primed)
+        self.republish = False  # a new table awaits its first good read to reach the store
         self.overruns = 0
         self.last_ok_ns = 0
         self.last_duration_us = 0.0
@@ -100,6 +112,8 @@ class SourceRunner:
             gone = sorted(gone, key=lambda c: (c.origin, c.path))
             ports = _ports(old) - _ports(new)
         self.table, self.prev, self.acc, self.known = new, prev, acc, known
+        speeds = getattr(self.source, "port_speeds", None) or {}
+        self.rates = array("Q", [speeds.get(s.port, 0) if s.port else 0 for s in new.specs])
         self.out_idx = array("I", bytes(4 * n))
         self.out_delta = array("q", bytes(8 * n))
         self.out_flags = bytearray(n)
@@ -111,12 +125,20 @@ class SourceRunner:
         self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
         self.source.inherit(old.source)
         self.reads, self.changes, self._change_times = old.reads, old.changes, old._change_times
+        self.attempts, self.republish = old.attempts, old.republish
+        self.last_read_mono, self.jumps = old.last_read_mono, old.jumps
         self.next_due = old.next_due
 
-    def diff(self) -> int:
+    def diff(self, mono: float | None = None) -> int:
+        mono = time.monotonic() if mono is None else mono
+        # Counters refreshed in bursts (switchd every 2 s, mlxsw's 1 s cache) can show seconds
+        # of traffic between two close reads: the limit never assumes less than this window.
+        since = 0.0 if self.last_read_mono is None else mono - self.last_read_mono
+        elapsed = max(since, JUMP_WINDOW_MIN_S)
+        self.last_read_mono = mono
         return _backend.reader.diff(
             self.source.values, self.prev, self.acc, self.known, self.table.widths,
-            self.table.kinds, self.out_idx, self.out_delta, self.out_flags,
+            self.table.kinds, self.out_idx, self.out_delta, self.out_flags, self.rates, elapsed,
         )
 
     def note_changes(self, n: int, mono: float) -> None:
@@ -144,7 +166,10 @@ class SourceRunner:
             "changes": self.changes,
             "errors": self.source.errors,
             "last_error": self.source.last_error,
+            "fault": self.source.fault,
+            "clock_refused": self.source.clock_refused,
             "overruns": self.overruns,
+            "jumps": self.jumps,
             "ports": len(self.source.ports),
             **self.source.info(),
         }
@@ -160,6 +185,7 @@ class Engine:
         self.insights = insights
         self._speeds: dict[str, dict[str, int]] = {}  # source -> port -> link speed (bits/s)
         self.store = store or Store()
+        self.store.primed.clear()  # until every source has tried its first read
         self.links = LinkTracker()
         self.ready = threading.Event()  # set after the first successful poll
         self.tick_hooks: list[Callable[[], None]] = []  # run once per loop pass (watchdog)
@@ -191,6 +217,8 @@ class Engine:
 
     def stop(self) -> None:
         self._stop.set()
+        for r in list(self._runners):
+            r.source.interrupt()  # a plugin call in flight returns now, not at its timeout
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         self.links.stop()
@@ -248,6 +276,7 @@ class Engine:
                         self._poll(runner, now)
                         self._schedule(runner, now)
                 self._flush_drops()
+                self._first_attempt_done()
                 self._evaluate_insights()
                 self.ticks += 1
                 if now >= self._next_health:
@@ -318,31 +347,36 @@ class Engine:
             if source.uses_links and not source.ports and self._rate.allow(("no-ports", source.name)):
                 log.warning("source selects no interface", source=source.name,
                             interfaces=list(getattr(source.section, "interfaces", [])))
-        gone: list[Container] = []
-        gone_ports: set[str] = set()
-        rebuilt = source.table is not runner.table
-        if rebuilt:
+        if source.table is not runner.table:
             gone, gone_ports = runner.adopt_table()
+            runner.republish = True  # the store gets the new table with the next good read
             self._hold_ports(source.name, runner.table)
             self._note_speeds(source)
+            if gone or gone_ports:
+                # The layout lost them whatever this read brings: their deletes go out now.
+                self._drops.append((source.name, ts_ns, set(gone), gone_ports))
+        runner.attempts += 1
         try:
-            source.read()
+            got = source.read()
         except OSError as exc:
             source.note_error(str(exc))
             self._rate.log(log, "warning", ("read", source.name), "read failed", source=source.name, error=str(exc))
             return
-        ts_ns = source.sample_ts_ns or ts_ns
-        n = runner.diff()
+        if got == NO_DATA:
+            # Nothing was read (a plugin whose layout changed again): the buffer may be freshly
+            # zeroed, so diffing it would credit resets and fake values. Skip this sample.
+            return
+        ts_ns = self._sample_time(source, ts_ns)
+        n = runner.diff(time.monotonic())
         runner.reads += 1
         runner.last_ok_ns = ts_ns
+        rebuilt, runner.republish = runner.republish, False
         if n or rebuilt:
             # Listeners may hold the batch past this tick: give them a copy.
             values = array("Q", runner.acc)
             self.store.set_source(source.name, runner.table, values, ts_ns)
         else:
             self.store.touch_source(source.name, ts_ns)
-        if gone or gone_ports:
-            self._drops.append((source.name, ts_ns, set(gone), gone_ports))
         states = source.states(ts_ns)
         if states:
             self.store.set_states(states)
@@ -352,14 +386,53 @@ class Engine:
             flags = bytes(runner.out_flags[:n])
             batch = Batch(source.name, ts_ns, runner.table, idx, values, runner.out_delta[:n].tolist(), flags)
             # The first read of a counter is its baseline, not a change seen on the wire.
-            fresh = sum(1 for f in flags if f & F_NEW)
+            fresh = jumps = 0
+            for f in flags:
+                if f & (F_NEW | F_JUMP):
+                    fresh += f & F_NEW != 0
+                    jumps += f & F_JUMP != 0
             runner.note_changes(n - fresh, mono)
+            if jumps:
+                self._note_jumps(runner, batch, jumps)
             self._tell("on_batch", batch)
             if self.insights is not None:
                 self._guard("insights", self.insights.on_batch, batch)
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
+
+    def _note_jumps(self, runner: SourceRunner, batch: Batch, jumps: int) -> None:
+        """Moves larger than a counter can make (port speed x time since the last read): not
+        credited (the change kernel flags them RESET and JUMP); counted and logged."""
+        runner.jumps += jumps
+        example = next(path for (_s, path, _v, _d, f) in batch.items() if f & F_JUMP)
+        self._rate.log(log, "warning", ("jump", runner.name), "counter moved more than its limit",
+                       source=runner.name, counters=jumps, example=example,
+                       hint="not credited; the counter's total restarts from its new value")
+
+    def _first_attempt_done(self) -> None:
+        """Once every source has tried its first read (with data or a reported failure), the
+        store holds the initial state: snapshots and ``sync_response`` may go out."""
+        if not self.store.primed.is_set() and all(r.attempts and not r.source.starting for r in self._runners):
+            self.store.primed.set()
+
+    def _sample_time(self, source: Source, agent_ns: int) -> int:
+        """The source's own collection time when it has one and it is plausible; otherwise the
+        agent's. A plugin stamping another clock (CLOCK_MONOTONIC, a wrong unit) would stream
+        1970 or the far future, so such a stamp is refused, counted and logged."""
+        ts = source.sample_ts_ns
+        if not ts:
+            return agent_ns
+        if abs(ts - agent_ns) <= MAX_CLOCK_SKEW_NS:
+            return ts
+        source.clock_refused += 1
+        message = (f"timestamp {ts} is {(ts - agent_ns) / 1e9:+.3g} s from the agent's clock "
+                   f"(limit {MAX_CLOCK_SKEW_NS / 1e9:g} s): not CLOCK_REALTIME nanoseconds? "
+                   "the agent's own time is used")
+        source.note_error(message)
+        self._rate.log(log, "error", ("clock", source.name), "sample timestamp refused",
+                       source=source.name, error=message)
+        return agent_ns
 
     def _guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run insights code; its bug must not stop polling (counted like a listener's)."""

@@ -59,7 +59,9 @@ def render() -> str:
             "The asic source maps a plugin's names through this table, then the mlxsw and "
             "switchd tables above (so `HwIfInOctets` from a plugin lands where ethtool puts it). "
             "Names no table knows go to `swtel:/interfaces/interface[name=X]/asic/<name>`. "
-            "A host view's RDMA device (`SWTEL_ASIC_PORT_HOST`) uses the RDMA paths below.", "",
+            "A host view's RDMA device (`SWTEL_ASIC_PORT_HOST`) uses the RDMA paths below. "
+            "State, sent on change: the plugin's `UP` flag as `/interfaces/interface[name=X]/state/oper-status` "
+            "(UP, DOWN) and a breakout port's parent as `.../state/hardware-port`.", "",
             "| source | name pattern | path | kind |", "|---|---|---|---|"]
     for rule in asic.PHY:
         out.append(_rule_row("asic", rule))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from array import array
+from collections.abc import Callable
 
 from agent.counters import Batch, Container, CounterTable, StateUpdate
 
@@ -18,6 +19,10 @@ class Store:
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[CounterTable, array, int]] = {}
         self._states: dict[tuple[Container, str], StateUpdate] = {}
+        #: set once the store holds the initial state (the engine clears it until every source
+        #: has tried its first read): snapshots followed by sync_response wait for it
+        self.primed = threading.Event()
+        self.primed.set()
 
     # -- writes (engine thread)
     def set_source(self, source: str, table: CounterTable, values: array, ts_ns: int) -> None:
@@ -55,6 +60,13 @@ class Store:
                 del self._states[key]
 
     # -- reads (any thread)
+    def wait_primed(self, give_up: Callable[[], bool], step_s: float = 0.05) -> bool:
+        """Block until the initial state is in (True), or ``give_up()`` says stop (False)."""
+        while not self.primed.wait(step_s):
+            if give_up():
+                return False
+        return True
+
     def snapshot_batches(self) -> list[Batch]:
         """One snapshot Batch per source: every counter, values copied."""
         with self._lock:

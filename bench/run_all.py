@@ -99,7 +99,8 @@ def agent_idle(seconds: float, interval: str = "100ms", pure: bool = False,
                sources: str | None = None, exporters: str = "  jsonl: {path: /dev/null}\n",
                idle_interval: str | None = None) -> dict:
     """Run ``swtel run`` (jsonl exporter to /dev/null) and measure its CPU per tick, % of a
-    core and RSS over ``seconds`` after a settle second; ticks and overruns from its status."""
+    core and RSS over ``seconds`` after a settle second (its plugin helper process included);
+    ticks and overruns from its status."""
     import psutil
 
     from agent.control.client import request
@@ -136,10 +137,11 @@ def agent_idle(seconds: float, interval: str = "100ms", pure: bool = False,
         else:
             raise RuntimeError("agent did not start ticking")
         time.sleep(1.0)  # settle after the first snapshot
-        proc = psutil.Process(agent.pid)
-        s0, c0, w0 = request(str(sock), "status")["tick"], cpu_ns(agent.pid), time.monotonic()
+        # the agent and its ASIC plugin's helper process (agent/asic/host.py), when it has one
+        procs = [psutil.Process(agent.pid), *psutil.Process(agent.pid).children(recursive=True)]
+        s0, c0, w0 = request(str(sock), "status")["tick"], sum(cpu_ns(p.pid) for p in procs), time.monotonic()
         time.sleep(seconds)
-        s1, c1, w1 = request(str(sock), "status")["tick"], cpu_ns(agent.pid), time.monotonic()
+        s1, c1, w1 = request(str(sock), "status")["tick"], sum(cpu_ns(p.pid) for p in procs), time.monotonic()
         cpu = (c1 - c0) / 1e9
         ticks = s1["ticks"] - s0["ticks"]
         return {"backend": status.get("backend"), "ticks": ticks,
@@ -147,7 +149,7 @@ def agent_idle(seconds: float, interval: str = "100ms", pure: bool = False,
                 # a tick is one interval (the loop may wake more than once in it: "passes")
                 "cpu_ms_per_tick": cpu * 1e3 / ((w1 - w0) / interval_s), "cpu_pct": 100 * cpu / (w1 - w0),
                 "passes_per_tick": ticks / ((w1 - w0) / interval_s),
-                "rss_mib": proc.memory_info().rss / 2**20}
+                "rss_mib": sum(p.memory_info().rss for p in procs) / 2**20}
     finally:
         agent.terminate()
         try:

@@ -1,5 +1,5 @@
 """The ASIC plugin ABI: the loader (both backends) against a minimal plugin built
-here from tests/plugins/mini_plugin.c, and the asic source in a running agent."""
+here from examples/asic-plugin/mini_plugin.c (the plugin author's example), and the asic source in a running agent."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agent.sources.asic import map_name
 from tests.netns import AgentProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "tests" / "plugins" / "mini_plugin.c"
+SOURCE = ROOT / "examples" / "asic-plugin" / "mini_plugin.c"
 reader = _backend.reader
 
 
@@ -184,3 +184,21 @@ def test_broken_plugin_leaves_other_sources_running(tmp_path):
         assert "asic plugin unavailable" in agent.log.read_text()
     finally:
         assert agent.stop() == 0
+
+
+def test_the_example_kit_builds_and_loads_with_its_makefile(tmp_path):
+    """examples/asic-plugin: `make` builds the plugin against the header, `make check` opens it
+    with swtel's own loader (this backend) and prints its layout and one read."""
+    import shutil
+
+    kit = tmp_path / "kit"
+    kit.mkdir(mode=0o755)
+    for name in ("Makefile", "mini_plugin.c"):
+        shutil.copy(ROOT / "examples" / "asic-plugin" / name, kit / name)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(["make", "-C", str(kit), "check", f"PYTHON={sys.executable}"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "generation 2" in out.stdout and "('p0', '', 100000, 1)" in out.stdout
+    assert "read 0 " in out.stdout and "[1000, 0, 10, 2000, 1, 10]" in out.stdout
+    assert (kit / "mini_plugin.so").stat().st_mode & 0o022 == 0  # not group/other-writable

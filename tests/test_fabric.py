@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from pygnmi.client import gNMIclient
 
 from agent.sources.asic import map_name
@@ -63,8 +64,12 @@ def test_every_value_equals_the_model(tmp_path):
         assert agent.stop() == 0
     model = Model(sim)
     # counters only: agent health and insight events are states, not ASIC values
-    records = [r for r in agent.records() if "value" in r and not r["path"].startswith(("swtel:/agent/", "swtel:/insights/"))]
+    records = [r for r in agent.records() if "delta" in r and not r["path"].startswith(("swtel:/agent/", "swtel:/insights/"))]
     assert records
+    # the ports' states: every port of the layout up, each breakout naming its parent
+    states = {r["path"]: r["value"] for r in agent.records() if "delta" not in r and "value" in r}
+    assert states["/interfaces/interface[name=swp1]/state/oper-status"] == "UP"
+    assert states["/interfaces/interface[name=swp11s1]/state/hardware-port"] == "swp11"
     by_ts: dict[int, list[dict]] = {}
     for r in records:
         by_ts.setdefault(r["ts"], []).append(r)
@@ -315,3 +320,127 @@ def test_top_plain_lines_when_not_a_terminal(tmp_path):
     # the symbol errors show on swp11s1's row
     row = next(line for line in reversed(lines) if line.startswith("swp11s1 "))
     assert float(row.split()[5].rstrip("kM")) > 0
+
+
+# ---------------------------------------------------------------- SIGHUP: a closed terminal (issue 24, item 7)
+
+
+def _agents_running(parent_pid: int, tmp: Path, prefix: str, timeout: float = 40) -> tuple[list, Path]:
+    """The parent's three ``swtel run`` children (psutil processes) once each answers on its
+    control socket, and the temporary directory they run in."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dirs = sorted(tmp.glob(f"{prefix}*"))
+        kids = [k for k in psutil.Process(parent_pid).children() if "run" in k.cmdline()]
+        if dirs and len(kids) == 3 and len(list(dirs[0].glob("*.sock"))) == 3:
+            return kids, dirs[0]
+        time.sleep(0.2)
+    raise AssertionError(f"agents not running: {list(tmp.iterdir())}")
+
+
+def _assert_nothing_left(kids: list, workdir: Path) -> None:
+    import psutil
+
+    gone, alive = psutil.wait_procs(kids, timeout=10)
+    assert alive == [], [(k.pid, k.cmdline()) for k in alive]
+    assert not workdir.exists(), list(workdir.iterdir())
+
+
+def _hup_env(tmp_path: Path) -> dict:
+    # tempfile.mkdtemp honours TMPDIR: the run's temporary directory lands where the test looks
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+
+
+def test_fabric_leaves_nothing_behind_on_sighup(tmp_path):
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "fabric", "--duration", "120"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_hup_env(tmp_path))
+    try:
+        kids, workdir = _agents_running(proc.pid, tmp_path, "swtel-fabric-")
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP and b"Traceback" not in err, err
+    _assert_nothing_left(kids, workdir)
+
+
+def test_demo_leaves_nothing_behind_on_sighup(tmp_path):
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--duration", "120", "--no-tui"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_hup_env(tmp_path))
+    try:
+        kids, workdir = _agents_running(proc.pid, tmp_path, "swtel-demo-")
+        proc.send_signal(signal.SIGHUP)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGHUP and b"Traceback" not in err, err
+    assert b"event timeline" not in out  # nobody reads it any more
+    _assert_nothing_left(kids, workdir)
+
+
+def test_demo_live_view_leaves_nothing_behind_when_its_terminal_closes(tmp_path):
+    """The real case: the terminal (here a pseudo-terminal's master) goes away under the live
+    view; the kernel hangs the session up."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        os.environ.update({"TERM": "xterm", "COLUMNS": "80", "LINES": "24", **_hup_env(tmp_path)})
+        os.execv(sys.executable, [sys.executable, "-m", "agent", "demo", "--duration", "120"])
+    try:
+        _read_until(fd, b"swtel demo", 20)
+        kids, workdir = _agents_running(pid, tmp_path, "swtel-demo-")
+        _read_until(fd, b"events at the collector", 15)
+    finally:
+        os.close(fd)  # the terminal closes
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("swtel demo kept running after its terminal closed")
+    assert os.waitstatus_to_exitcode(status) == 129  # stopped by the hangup, after cleaning up
+    _assert_nothing_left(kids, workdir)
+
+
+# ---------------------------------------------------------------- arguments that can never work (issue 24, item 12)
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["demo", "--duration", "inf"], "argument --duration: expected a duration like 100ms or 2s, got 'inf'"),
+    (["demo", "--duration", "nan"], "argument --duration: expected a duration like 100ms or 2s, got 'nan'"),
+    (["demo", "--duration", "-5"], "argument --duration: must not be negative"),
+    (["demo", "--duration", "0"], "argument --duration: must be more than 0"),
+    (["demo", "--duration", "25h"], "argument --duration: must be at most 24h"),
+    (["fabric", "--duration", "inf"], "argument --duration: expected a duration"),
+    (["top", "--interval", "0"], "argument --interval: must be from 200ms to 1h, got '0'"),
+    (["top", "--interval", "-1"], "argument --interval: must not be negative"),
+    (["top", "--interval", "nan"], "argument --interval: expected a duration like 100ms or 2s, got 'nan'"),
+    (["top", "--interval", "inf"], "argument --interval: expected a duration"),
+    (["top", "-n", "0"], "argument --iterations/-n: must be from 1 to 1000000"),
+    (["top", "--limit", "-3"], "argument --limit: must be from 1 to 1000000"),
+])
+def test_arguments_that_can_never_work_are_refused(argv, fragment):
+    proc = subprocess.run([sys.executable, "-m", "agent", *argv, "--socket", "/nonexistent/x.sock"]
+                          if argv[0] == "top" else [sys.executable, "-m", "agent", *argv],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and fragment in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_top_interval_takes_durations():
+    from agent.cli import _parser
+
+    args = _parser().parse_args(["top", "--interval", "500ms"])
+    assert args.interval == 0.5
+    assert _parser().parse_args(["demo", "--duration", "2m"]).duration == 120.0

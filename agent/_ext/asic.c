@@ -94,6 +94,7 @@ static PyObject *asic_open(PyObject *self, PyObject *args)
                 char perr[384] = "";
                 p->ops = ops;
                 p->h = ops->open(config, perr, sizeof(perr));
+                perr[sizeof(perr) - 1] = '\0'; /* the plugin's text may lack its NUL */
                 if (p->h == NULL)
                     snprintf(err, sizeof(err), "open failed: %s", perr[0] ? perr : "no reason given");
             }
@@ -111,16 +112,62 @@ static PyObject *asic_open(PyObject *self, PyObject *args)
     return cap;
 }
 
-/* A fixed-size name field as str, up to its NUL (never past the field). */
-static PyObject *name_str(const char *field, size_t size)
+/* A refused layout: OSError "asic plugin PATH: layout refused: WHAT: WHY". */
+static PyObject *refuse(const asic_plugin *p, PyObject *what, const char *fmt, ...)
 {
-    return PyUnicode_DecodeUTF8(field, strnlen(field, size), "replace");
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *why = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (why != NULL) {
+        if (what != NULL)
+            PyErr_Format(PyExc_OSError, "asic plugin %s: layout refused: %U: %U", p->label, what, why);
+        else
+            PyErr_Format(PyExc_OSError, "asic plugin %s: layout refused: %U", p->label, why);
+        Py_DECREF(why);
+    }
+    return NULL;
+}
+
+/* A fixed-size name field as str, checked: NUL-terminated within the field, UTF-8, no
+ * control character (C0, DEL, C1), and not empty unless empty_ok. NULL with OSError
+ * naming `what` otherwise. */
+static PyObject *checked_name(const asic_plugin *p, PyObject *what, const char *label, const char *field,
+                              size_t size, int empty_ok)
+{
+    size_t len = strnlen(field, size);
+    if (len == size)
+        return refuse(p, what, "%s is not NUL-terminated within %d bytes", label, (int)size);
+    if (len == 0 && !empty_ok)
+        return refuse(p, what, "empty %s", label);
+    PyObject *s = PyUnicode_DecodeUTF8(field, (Py_ssize_t)len, "strict");
+    if (s == NULL) {
+        PyErr_Clear();
+        return refuse(p, what, "%s is not UTF-8", label);
+    }
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    for (Py_ssize_t k = 0, n = PyUnicode_GET_LENGTH(s); k < n; k++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, k);
+        if (c < 0x20 || (c >= 0x7f && c <= 0x9f)) {
+            char code[16]; /* PyUnicode_FromFormat has no %04X */
+            snprintf(code, sizeof(code), "U+%04X", (unsigned)c);
+            Py_DECREF(s);
+            return refuse(p, what, "%s contains control character %s", label, code);
+        }
+    }
+    return s;
 }
 
 PyDoc_STRVAR(asic_layout_doc,
 "asic_layout(handle) -> (generation, ports, counters)\n\n"
 "ports: [(name, parent, speed_mbps, flags)]; counters: one list per port of\n"
-"(name, width, kind, nbins). Read it again after asic_read returns ECHANGED.");
+"(name, width, kind, nbins). Read it again after asic_read returns ECHANGED.\n"
+"A layout beyond the limits (ASIC_MAX_PORTS, ASIC_MAX_COUNTERS per port,\n"
+"ASIC_MAX_VALUES in all, ASIC_MAX_BINS), with a negative count or a bad or\n"
+"duplicate name raises OSError naming the port and counter; the counts are\n"
+"checked before the descriptors are listed, so nothing is allocated for a\n"
+"layout that is refused.");
 
 static PyObject *asic_layout(PyObject *self, PyObject *cap)
 {
@@ -131,56 +178,130 @@ static PyObject *asic_layout(PyObject *self, PyObject *cap)
     uint64_t gen = o->generation(p->h);
     int nports = o->port_count(p->h);
     if (nports < 0)
-        return PyErr_Format(PyExc_OSError, "asic plugin %s: port_count returned %d", p->label, nports);
-    PyObject *ports = PyList_New(nports), *counters = PyList_New(nports);
-    if (ports == NULL || counters == NULL)
+        return refuse(p, NULL, "port_count returned %d", nports);
+    if (nports > SWTEL_ASIC_MAX_PORTS)
+        return refuse(p, NULL, "port_count returned %d, more than the %d ports swtel accepts", nports,
+                      SWTEL_ASIC_MAX_PORTS);
+    PyObject *ports = PyList_New(nports), *counters = PyList_New(nports), *seen = PyDict_New();
+    PyObject *what = NULL, *names = NULL;
+    int *ncs = PyMem_Calloc(nports ? (size_t)nports : 1, sizeof(int));
+    if (ports == NULL || counters == NULL || seen == NULL || ncs == NULL) {
+        if (ncs == NULL)
+            PyErr_NoMemory();
         goto fail;
+    }
+    /* First the ports and their counts (at most MAX_PORTS calls each), so that a layout
+     * too large is refused before a single descriptor is listed. */
+    long long total = 0;
     for (int i = 0; i < nports; i++) {
         struct swtel_asic_port port;
         memset(&port, 0, sizeof(port));
         if (o->port_info(p->h, i, &port) != 0) {
-            PyErr_Format(PyExc_OSError, "asic plugin %s: port_info(%d) failed", p->label, i);
+            refuse(p, NULL, "port_info(%d) failed", i);
             goto fail;
         }
-        PyObject *name = name_str(port.name, sizeof(port.name));
-        PyObject *parent = name_str(port.parent, sizeof(port.parent));
-        PyObject *t = (name && parent) ? Py_BuildValue("(OOKI)", name, parent, (unsigned long long)port.speed_mbps,
-                                                        port.flags)
-                                       : NULL;
-        Py_XDECREF(name);
-        Py_XDECREF(parent);
+        what = PyUnicode_FromFormat("port %d", i);
+        if (what == NULL)
+            goto fail;
+        PyObject *name = checked_name(p, what, "name", port.name, sizeof(port.name), 0);
+        PyObject *parent = name ? checked_name(p, what, "parent name", port.parent, sizeof(port.parent), 1) : NULL;
+        Py_CLEAR(what);
+        if (parent == NULL) {
+            Py_XDECREF(name);
+            goto fail;
+        }
+        PyObject *first = PyDict_GetItemWithError(seen, name);
+        PyObject *index = first == NULL && !PyErr_Occurred() ? PyLong_FromLong(i) : NULL;
+        if (index == NULL || PyDict_SetItem(seen, name, index) < 0) {
+            if (first != NULL)
+                refuse(p, NULL, "port %R listed twice (ports %S and %d): every port needs its own name", name,
+                       first, i);
+            Py_XDECREF(index);
+            Py_DECREF(name);
+            Py_DECREF(parent);
+            goto fail;
+        }
+        Py_DECREF(index);
+        PyObject *t = Py_BuildValue("(NNKI)", name, parent, (unsigned long long)port.speed_mbps, port.flags);
         if (t == NULL)
             goto fail;
         PyList_SET_ITEM(ports, i, t);
         int nc = o->counter_count(p->h, i);
         if (nc < 0) {
-            PyErr_Format(PyExc_OSError, "asic plugin %s: counter_count(%d) returned %d", p->label, i, nc);
+            refuse(p, NULL, "port %R: counter_count returned %d", PyTuple_GET_ITEM(t, 0), nc);
             goto fail;
         }
-        PyObject *list = PyList_New(nc);
-        if (list == NULL)
+        if (nc > SWTEL_ASIC_MAX_COUNTERS) {
+            refuse(p, NULL, "port %R: counter_count returned %d, more than the %d counters per port swtel accepts",
+                   PyTuple_GET_ITEM(t, 0), nc, SWTEL_ASIC_MAX_COUNTERS);
             goto fail;
+        }
+        total += nc;
+        if (total > SWTEL_ASIC_MAX_VALUES) {
+            refuse(p, NULL, "more than the %d values swtel accepts in one layout (%lld by port %R, %d of %d)",
+                   SWTEL_ASIC_MAX_VALUES, total, PyTuple_GET_ITEM(t, 0), i + 1, nports);
+            goto fail;
+        }
+        ncs[i] = nc;
+    }
+    names = PySet_New(NULL);
+    if (names == NULL)
+        goto fail;
+    for (int i = 0; i < nports; i++) {
+        PyObject *pname = PyTuple_GET_ITEM(PyList_GET_ITEM(ports, i), 0);
+        int nc = ncs[i];
+        PyObject *list = PyList_New(nc);
+        if (list == NULL || PySet_Clear(names) < 0) {
+            Py_XDECREF(list);
+            goto fail;
+        }
         PyList_SET_ITEM(counters, i, list);
         for (int j = 0; j < nc; j++) {
             struct swtel_asic_counter c;
             memset(&c, 0, sizeof(c));
             if (o->counter_info(p->h, i, j, &c) != 0) {
-                PyErr_Format(PyExc_OSError, "asic plugin %s: counter_info(%d, %d) failed", p->label, i, j);
+                refuse(p, NULL, "port %R: counter_info(%d, %d) failed", pname, i, j);
                 goto fail;
             }
-            PyObject *cname = name_str(c.name, sizeof(c.name));
-            PyObject *ct = cname ? Py_BuildValue("(OiiI)", cname, (int)c.width, (int)c.kind, c.nbins) : NULL;
-            Py_XDECREF(cname);
+            what = PyUnicode_FromFormat("port %R counter %d", pname, j);
+            if (what == NULL)
+                goto fail;
+            PyObject *cname = checked_name(p, what, "name", c.name, sizeof(c.name), 0);
+            if (cname == NULL)
+                goto fail;
+            Py_CLEAR(what);
+            int dup = PySet_Contains(names, cname);
+            if (dup != 0 || PySet_Add(names, cname) < 0) {
+                if (dup > 0)
+                    refuse(p, NULL, "port %R: counter %R listed twice: every counter of a port needs its own name",
+                           pname, cname);
+                Py_DECREF(cname);
+                goto fail;
+            }
+            /* (width and kind are judged by the asic source, which knows what it can unwrap) */
+            if (c.nbins > SWTEL_ASIC_MAX_BINS) {
+                refuse(p, NULL, "port %R counter %R: nbins %u, more than the %d bins swtel accepts", pname, cname,
+                       c.nbins, SWTEL_ASIC_MAX_BINS);
+                Py_DECREF(cname);
+                goto fail;
+            }
+            PyObject *ct = Py_BuildValue("(NiiI)", cname, (int)c.width, (int)c.kind, c.nbins);
             if (ct == NULL)
                 goto fail;
             PyList_SET_ITEM(list, j, ct);
         }
     }
-    PyObject *out = Py_BuildValue("(KNN)", (unsigned long long)gen, ports, counters);
-    return out;
+    Py_DECREF(seen);
+    Py_DECREF(names);
+    PyMem_Free(ncs);
+    return Py_BuildValue("(KNN)", (unsigned long long)gen, ports, counters);
 fail:
+    Py_XDECREF(what);
     Py_XDECREF(ports);
     Py_XDECREF(counters);
+    Py_XDECREF(seen);
+    Py_XDECREF(names);
+    PyMem_Free(ncs);
     return NULL;
 }
 
@@ -209,6 +330,7 @@ static PyObject *asic_read(PyObject *self, PyObject *args)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = p->ops->read(p->h, (uint64_t)gen, b[0].buf, (size_t)(b[0].len / 8), &ts, err, sizeof(err));
+    err[sizeof(err) - 1] = '\0'; /* the plugin's text may lack its NUL */
     Py_END_ALLOW_THREADS
     swtel_release_buffers(b, 1);
     if (rc == SWTEL_ASIC_OK || rc == SWTEL_ASIC_ECHANGED)

@@ -5,38 +5,61 @@
 
 #include <string.h>
 
-/* hsflowd's rule: a jump this large in one poll is a discontinuity, not traffic. */
-#define JUMP_32 0x7FFFFFFFULL
+/* Without a per-counter limit, hsflowd's rule: a jump this large in one poll is a
+ * discontinuity, not traffic (a w-bit counter: half its range). */
 #define JUMP_64 10000000000000ULL /* 1e13 */
+/* Without a port speed: a 64-bit counter may move this much per second (bits of four
+ * 800G links), so a long poll interval does not turn real traffic into a jump. */
+#define DEFAULT_RATE 3.2e12
+
+/* The largest move `rate` per second allows in `elapsed` seconds, with a 2x margin. */
+static uint64_t limit_for(double rate, double elapsed)
+{
+    /* never above INT64_MAX: a delta is reported as int64 */
+    double l = rate * elapsed * 2.0;
+    if (l >= 9.2e18)
+        return (uint64_t)INT64_MAX;
+    return l < 1.0 ? 1 : (uint64_t)l;
+}
 
 PyDoc_STRVAR(diff_doc,
-"diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags) -> int\n\n"
+"diff(cur, prev, acc, known, widths, kinds, out_idx, out_delta, out_flags[, rates, elapsed]) -> int\n\n"
 "cur: u64 raw values just read. prev (u64), acc (u64, cumulative exported\n"
 "values) and known (u8, 1 once a counter has a baseline) are state, updated\n"
-"in place. widths (u8: 32 or 64) and kinds (u8: 0 counter, 1 gauge, 2 hidden)\n"
-"describe each counter; hidden ones are skipped.\n"
+"in place. widths (u8: 32, 40, 48 or 64) and kinds (u8: 0 counter, 1 gauge,\n"
+"2 hidden) describe each counter; hidden ones are skipped. rates (u64, optional):\n"
+"the most a counter can count per second (its port's speed in bits/s; 0: unknown),\n"
+"and elapsed (seconds since the previous read) give the largest move one read can\n"
+"make: 2 x rate x elapsed; unknown: 1e13, or 2 x 3.2e12 x elapsed if larger. A\n"
+"w-bit counter never moves more than half its range.\n"
 "For every changed counter, its index (u32), delta (i64) and\n"
-"flags (u8: CHANGED, WRAP, RESET, NEW) are appended to the out buffers.\n"
-"A 32-bit counter that drops by more than half its range wrapped; any other\n"
-"drop of a counter is a reset (delta = new value); a jump, or a value after\n"
-"a reset, above 2^31-1 (32-bit) or 1e13 (64-bit) is a discontinuity\n"
-"(delta 0, flagged RESET).\n"
+"flags (u8: CHANGED, WRAP, RESET, NEW, JUMP) are appended to the out buffers.\n"
+"A w-bit counter (w < 64) that drops by more than half its range wrapped; any\n"
+"other drop of a counter is a reset (delta = new value); a move, or a value after\n"
+"a reset, above the limit is a discontinuity (delta 0, flagged RESET and JUMP).\n"
 "acc never decreases for a counter. Returns the number of changes.");
 
 static PyObject *diff(PyObject *self, PyObject *args)
 {
-    static const swtel_bufspec specs[9] = {
-        {8, 0, "cur"},   {8, 1, "prev"},    {8, 1, "acc"},       {1, 1, "known"},    {1, 0, "widths"},
-        {1, 0, "kinds"}, {4, 1, "out_idx"}, {8, 1, "out_delta"}, {1, 1, "out_flags"},
+    static const swtel_bufspec specs[10] = {
+        {8, 0, "cur"},   {8, 1, "prev"},    {8, 1, "acc"},       {1, 1, "known"},     {1, 0, "widths"},
+        {1, 0, "kinds"}, {4, 1, "out_idx"}, {8, 1, "out_delta"}, {1, 1, "out_flags"}, {8, 0, "rates"},
     };
-    PyObject *o[9];
-    Py_buffer b[9];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8]) ||
-        swtel_get_buffers(o, b, specs, 9) < 0)
+    PyObject *o[10] = {NULL};
+    Py_buffer b[10];
+    double elapsed = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO|Od", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &elapsed))
+        return NULL;
+    if (!(elapsed >= 0.0 && elapsed < 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "elapsed must be a number of seconds >= 0");
+        return NULL;
+    }
+    int nbuf = (o[9] != NULL && o[9] != Py_None) ? 10 : 9;
+    if (swtel_get_buffers(o, b, specs, nbuf) < 0)
         return NULL;
     Py_ssize_t n = b[0].len / 8, nchanged = -1;
-    for (int k = 1; k < 9; k++) {
+    for (int k = 1; k < nbuf; k++) {
         if (b[k].len / specs[k].itemsize < n) {
             PyErr_Format(PyExc_ValueError, "%s is shorter than cur", specs[k].what);
             goto done;
@@ -49,12 +72,21 @@ static PyObject *diff(PyObject *self, PyObject *args)
     uint32_t *oidx = b[6].buf;
     int64_t *odelta = b[7].buf;
     uint8_t *oflags = b[8].buf;
+    const uint64_t *rates = nbuf == 10 ? b[9].buf : NULL;
+    uint64_t default_limit = limit_for(DEFAULT_RATE, elapsed);
+    if (default_limit < JUMP_64)
+        default_limit = JUMP_64;
     nchanged = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t c = cur[i], p = prev[i];
-        /* A "32-bit" counter holding a wider value is really 64-bit: never wrap it. */
-        int w32 = width[i] == 32 && c <= 0xFFFFFFFFULL && p <= 0xFFFFFFFFULL;
+        unsigned w = width[i];
+        /* A narrow counter holding a wider value is really 64-bit: never wrap it. */
+        int narrow = w < 64 && w >= 8 && (c >> w) == 0 && (p >> w) == 0;
+        uint64_t half = narrow ? (1ULL << (w - 1)) : 0;
+        uint64_t limit = rates != NULL && rates[i] ? limit_for((double)rates[i], elapsed) : default_limit;
+        if (narrow && limit > half - 1)
+            limit = half - 1;
         int64_t delta;
         uint8_t flags = SWTEL_F_CHANGED;
         if (kind[i] == 2) /* HIDDEN: read but never reported */
@@ -71,24 +103,34 @@ static PyObject *diff(PyObject *self, PyObject *args)
             acc[i] = c;
         } else if (c > p) {
             uint64_t d = c - p;
-            if (d > (w32 ? JUMP_32 : JUMP_64)) {
+            if (d > limit) {
                 delta = 0;
-                flags |= SWTEL_F_RESET;
+                flags |= SWTEL_F_RESET | SWTEL_F_JUMP;
             } else {
                 delta = (int64_t)d;
                 acc[i] += d;
             }
-        } else if (w32 && p - c > 0x80000000ULL) {
-            uint64_t d = c + 0x100000000ULL - p;
-            delta = (int64_t)d;
-            acc[i] += d;
-            flags |= SWTEL_F_WRAP;
+        } else if (narrow && p - c > half) {
+            uint64_t d = c + (half << 1) - p;
+            if (d > limit) {
+                delta = 0;
+                flags |= SWTEL_F_RESET | SWTEL_F_JUMP;
+            } else {
+                delta = (int64_t)d;
+                acc[i] += d;
+                flags |= SWTEL_F_WRAP;
+            }
         } else {
             /* A reset: the new value is what was counted since. A value too
              * large to be that is a discontinuity like a jump. */
-            delta = c > (w32 ? JUMP_32 : JUMP_64) ? 0 : (int64_t)c;
-            acc[i] += (uint64_t)delta;
             flags |= SWTEL_F_RESET;
+            if (c > limit) {
+                delta = 0;
+                flags |= SWTEL_F_JUMP;
+            } else {
+                delta = (int64_t)c;
+            }
+            acc[i] += (uint64_t)delta;
         }
         prev[i] = c;
         oidx[nchanged] = (uint32_t)i;
@@ -98,7 +140,7 @@ static PyObject *diff(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
 done:
-    swtel_release_buffers(b, 9);
+    swtel_release_buffers(b, nbuf);
     return nchanged < 0 ? NULL : PyLong_FromSsize_t(nchanged);
 }
 

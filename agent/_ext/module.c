@@ -64,8 +64,13 @@ PyMODINIT_FUNC PyInit__swtel(void)
         PyModule_AddIntConstant(m, "F_WRAP", SWTEL_F_WRAP) < 0 ||
         PyModule_AddIntConstant(m, "F_RESET", SWTEL_F_RESET) < 0 ||
         PyModule_AddIntConstant(m, "F_NEW", SWTEL_F_NEW) < 0 ||
+        PyModule_AddIntConstant(m, "F_JUMP", SWTEL_F_JUMP) < 0 ||
         PyModule_AddIntConstant(m, "ASIC_ABI_VERSION", SWTEL_ASIC_ABI_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "ASIC_ECHANGED", SWTEL_ASIC_ECHANGED) < 0)
+        PyModule_AddIntConstant(m, "ASIC_ECHANGED", SWTEL_ASIC_ECHANGED) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_MAX_PORTS", SWTEL_ASIC_MAX_PORTS) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_MAX_COUNTERS", SWTEL_ASIC_MAX_COUNTERS) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_MAX_VALUES", SWTEL_ASIC_MAX_VALUES) < 0 ||
+        PyModule_AddIntConstant(m, "ASIC_MAX_BINS", SWTEL_ASIC_MAX_BINS) < 0)
         goto fail;
     return m;
 fail:

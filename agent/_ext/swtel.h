@@ -23,6 +23,7 @@
 #define SWTEL_F_WRAP 0x02
 #define SWTEL_F_RESET 0x04
 #define SWTEL_F_NEW 0x08
+#define SWTEL_F_JUMP 0x10 /* with RESET: a move larger than the counter's limit */
 
 /* Per-file method tables; module.c adds each of them to the module. */
 extern PyMethodDef swtel_netdev_methods[];

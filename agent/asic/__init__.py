@@ -2,7 +2,9 @@
 builds itself (the simulated Spectrum switch, ``sim``).
 
 ``resolve(name_or_path)`` turns ``sources.asic.plugin`` into a file to ``dlopen``:
-a built-in name (``sim``) or a path to a vendor's shared library.
+a built-in name (``sim``) or a path to a vendor's shared library, which must pass
+``trust.check_plugin`` (the checks made before anything of it is loaded). The built-in
+plugins are installed with the package and exempt.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 import glob
 import importlib.machinery
 import os
+
+from agent.asic.trust import PluginRefused, check_plugin
+
+__all__ = ["BUILTIN", "HEADER", "PluginRefused", "builtin_path", "check_plugin", "resolve"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "swtel_asic.h")
@@ -30,7 +36,9 @@ def builtin_path(name: str) -> str | None:
 
 
 def resolve(plugin: str) -> str:
-    """The file for ``sources.asic.plugin``; raises OSError with the reason when there is none."""
+    """The file to dlopen for ``sources.asic.plugin`` (a path: resolved and checked); raises
+    OSError with the reason when there is none (:class:`PluginRefused` when the file may not
+    be loaded)."""
     if plugin in BUILTIN:
         path = builtin_path(plugin)
         if path is None:
@@ -38,6 +46,6 @@ def resolve(plugin: str) -> str:
         return path
     if not os.path.isabs(plugin):
         raise OSError(f"asic plugin {plugin!r}: expected a built-in name ({', '.join(BUILTIN)}) or an absolute path")
-    if not os.path.exists(plugin):
-        raise OSError(f"asic plugin {plugin}: no such file")
-    return plugin
+    # Everything that can be decided without running the plugin's code is, before dlopen
+    # (ownership, modes, the directories above it, ELF type, the entry symbol).
+    return check_plugin(plugin)

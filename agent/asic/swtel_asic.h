@@ -11,7 +11,8 @@
  *    GIL, from one thread at a time per handle; `open`/`close` and the layout
  *    calls happen on that same thread.
  *  - Errors are returned as text in the caller's `err` buffer (NUL-terminated,
- *    truncated to `errlen`), never printed.
+ *    truncated to `errlen`), never printed. (swtel terminates the buffer itself all
+ *    the same: a missing NUL costs the message's last byte, never a read past it.)
  *  - The layout (ports, and per port its counter descriptors) is stable for a
  *    given `generation`. When the port set changes (a breakout, a port added
  *    or removed), the plugin bumps the generation; the next `read` for the old
@@ -36,6 +37,15 @@ extern "C" {
 #define SWTEL_ASIC_SYMBOL "swtel_asic_plugin"
 
 #define SWTEL_ASIC_NAME_MAX 64 /* port and counter names, including the NUL */
+
+/* What swtel accepts in one layout (docs/asic-plugin.md, "Limits and checks"). A layout
+ * beyond them, or with a negative count or an empty, duplicate, unterminated, non-UTF-8
+ * or control-character name, is refused with a message when it is listed, before
+ * anything is allocated for it. */
+#define SWTEL_ASIC_MAX_PORTS 4096    /* port_count */
+#define SWTEL_ASIC_MAX_COUNTERS 4096 /* counter_count of one port */
+#define SWTEL_ASIC_MAX_VALUES 262144 /* the sum of counter_count over all ports (2 MiB of values) */
+#define SWTEL_ASIC_MAX_BINS 64       /* nbins of one descriptor */
 
 /* read() results */
 #define SWTEL_ASIC_OK 0
@@ -63,7 +73,7 @@ struct swtel_asic_port {
 
 struct swtel_asic_counter {
     char name[SWTEL_ASIC_NAME_MAX]; /* the driver's name: "HwIfInOctets", "phy_symbol_errors" */
-    uint8_t width;                  /* 32 or 64: a 32-bit counter wraps */
+    uint8_t width;                  /* 32, 40, 48 or 64: a narrower counter wraps at 2^width */
     uint8_t kind;                   /* enum swtel_asic_kind */
     uint16_t reserved;
     uint32_t nbins; /* HISTOGRAM only; 0 otherwise */

@@ -28,7 +28,7 @@ import time
 from typing import Any, TextIO
 
 from agent import logs
-from agent.counters import F_NEW, F_RESET, F_WRAP, Batch, Container, StateUpdate
+from agent.counters import F_JUMP, F_NEW, F_RESET, F_WRAP, Batch, Container, StateUpdate
 
 log = logs.get("jsonl")
 _STOP = object()
@@ -101,6 +101,8 @@ class JsonlExporter:
                     rec["wrap"] = True
                 if flags & F_RESET:
                     rec["reset"] = True
+                if flags & F_JUMP:
+                    rec["jump"] = True
                 out.append(json.dumps(rec))
             return out
         if isinstance(item, list):

@@ -1,8 +1,10 @@
 """asic source: counters read straight from the switch ASIC through a plugin.
 
 A plugin is a shared library implementing agent/asic/swtel_asic.h (a vendor SDK
-shim, or the built-in simulated Spectrum switch, ``sim``). The reader opens it
-with dlopen; each poll is one bulk read of every counter, the GIL released.
+shim, or the built-in simulated Spectrum switch, ``sim``). It runs in a helper process
+(agent/asic/proxy.py), where the reader opens it with dlopen, so its crash or hang is
+this source's fault, never the agent's; each poll is one bulk read of every counter
+into memory shared with the agent.
 The plugin names its counters as the switch does (Cumulus ``HwIf*``, the PHY
 set ``phy_*``, mlx5 RDMA ``hw_counters`` for a host view), and this file maps
 them through the same driver tables as the ethtool source, so a vendor shim
@@ -22,6 +24,17 @@ from typing import Any
 
 from agent import _backend, logs
 from agent.asic import resolve
+from agent.asic.proxy import (
+    OPEN_WAIT_S,
+    READ_PENDING,
+    Backoff,
+    PluginAborted,
+    PluginFault,
+    PluginProxy,
+    read_timeout,
+    read_wait,
+)
+from agent.asic.trust import refusal_signature, signature
 from agent.counters import (
     COUNTER,
     GAUGE,
@@ -31,15 +44,35 @@ from agent.counters import (
     Container,
     CounterSpec,
     CounterTable,
+    StateUpdate,
     escape_key,
 )
 from agent.sources import ethtool
-from agent.sources.base import Source, counter_wanted, leaf_name, register
+from agent.sources.base import NO_DATA, Source, counter_wanted, interface, leaf_name, register
 from agent.sources.ethtool import _QUEUE, _SWQUEUE, MLXSW, SWITCHD, Rule, _rules
 
 log = logs.get("asic")
 RETRY_OPEN_S = 30.0  # a plugin that failed to open is tried again this often
+STUCK_CHANGES = 3  # ECHANGED this many reads in a row (each after a fresh listing): a fault
+log_rate = logs.RateLimiter(60.0)
+PORT_UP = 0x1  # SWTEL_ASIC_PORT_UP: operationally up
 PORT_HOST = 0x2  # SWTEL_ASIC_PORT_HOST: a host-side RDMA device, not a switch port
+WIDTHS = (32, 40, 48, 64)  # counter widths the change kernel unwraps
+KINDS = {0: "COUNTER", 1: "GAUGE"}  # kinds this ABI version implements (HISTOGRAM: not yet)
+
+
+def layout_problem(counters: list[list[tuple]]) -> str | None:
+    """Why a layout cannot be streamed as declared (a width or kind swtel does not implement),
+    or None. Refused whole, with the first offending counter named."""
+    for port_no, descs in enumerate(counters):
+        for name, width, kind, _nbins in descs:
+            if width not in WIDTHS:
+                return (f"port {port_no} counter {name!r}: width {width} (supported: "
+                        f"{', '.join(map(str, WIDTHS))})")
+            if kind not in KINDS:
+                what = "HISTOGRAM is not implemented by this swtel" if kind == 2 else "unknown kind"
+                return f"port {port_no} counter {name!r}: kind {kind} ({what})"
+    return None
 
 _STATE = (OPENCONFIG, "/interfaces/interface[name={port}]/state/counters")
 _PHY = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/state")
@@ -88,6 +121,7 @@ def map_name(port: str, name: str, host: bool = False) -> tuple[Container, str, 
 class AsicSource(Source):
     name = "asic"
     uses_links = False
+    _refused: tuple | None = None  # the plugin file's signature when it was refused for what it is
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -96,6 +130,13 @@ class AsicSource(Source):
         self._generation = 0
         self._stale = True  # the layout must be listed (first setup, or the plugin said ECHANGED)
         self._retry_at = 0.0
+        self._backoff = Backoff()  # restart delays after a plugin crash or hang
+        self._opening: PluginProxy | None = None  # a helper whose open is in flight
+        self._interrupted = False  # the agent is stopping: start no helper
+        self._oper: dict[str, tuple[str, str]] = {}  # port -> (oper-status, breakout parent)
+        self._oper_sent: dict[str, tuple[str, str]] = {}
+        self.layout_changes = 0  # reads answered ECHANGED
+        self._changed_in_a_row = 0
         #: port -> link speed in bits/s, for utilization-based insights
         self.port_speeds: dict[str, int] = {}
 
@@ -107,16 +148,31 @@ class AsicSource(Source):
 
     def _open(self) -> bool:
         sec = self.section
-        try:
-            self._path = resolve(sec.plugin)
-            self._handle = _backend.reader.asic_open(self._path, sec.config)
-        except (OSError, ValueError) as exc:
+        if self._refused is not None and signature(sec.plugin) == self._refused:
+            # refused for what the file is (agent/asic/trust.py): unchanged, so not tried (nor
+            # logged) again; a change to it or a config reload tries again
             self._retry_at = time.monotonic() + RETRY_OPEN_S
-            self.note_error(str(exc))
-            log.error("asic plugin unavailable; other sources keep running", plugin=sec.plugin,
-                      error=str(exc), retry_s=RETRY_OPEN_S)
             return False
+        try:
+            if self._opening is None:  # (checked once per start, not at each pass while it opens)
+                self._path = resolve(sec.plugin)
+            self._handle = self._start_plugin(self._path, sec.config)
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, PluginAborted):
+                return False
+            self._refused = refusal_signature(sec.plugin, exc)
+            retry_s = self._faulted(exc) if isinstance(exc, PluginFault) else RETRY_OPEN_S
+            self._retry_at = time.monotonic() + retry_s
+            self.note_error(str(exc))
+            self.fault = f"plugin not open: {exc}"
+            log.error("asic plugin unavailable; other sources keep running", plugin=sec.plugin,
+                      error=str(exc), retry_s=retry_s)
+            return False
+        if self._handle is None:
+            return False  # its helper is still starting or opening it: asked again next tick
         log.info("asic plugin opened", plugin=sec.plugin, path=self._path)
+        self.fault = None
+        self._refused = None
         self._stale = True
         return True
 
@@ -124,9 +180,19 @@ class AsicSource(Source):
         if self._handle is None and not self._open():
             return
         try:
-            gen, ports, counters = _backend.reader.asic_layout(self._handle)
+            gen, ports, counters = self._plugin("layout")
         except OSError as exc:
             self.note_error(str(exc))
+            self.fault = f"layout refused: {exc}"
+            log_rate.log(log, "error", ("layout", self.section.plugin), "asic layout refused",
+                         plugin=self.section.plugin, error=str(exc))
+            return
+        problem = layout_problem(counters)
+        if problem:
+            self.note_error(problem)
+            self.fault = f"layout refused: {problem}"
+            log_rate.log(log, "error", ("layout", self.section.plugin), "asic layout refused",
+                         plugin=self.section.plugin, error=problem)
             return
         self._generation = gen
         self._stale = False
@@ -138,7 +204,8 @@ class AsicSource(Source):
         chosen: list[str] = []
         speeds: dict[str, int] = {}
         hidden = Container(SWTEL_ORIGIN, "/agent/asic/unselected")
-        for (port, _parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
+        oper: dict[str, tuple[str, str]] = {}
+        for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
             selected = any(fnmatch.fnmatchcase(port, p) for p in sec.interfaces) and not any(
                 fnmatch.fnmatchcase(port, p) for p in sec.exclude)
             if not selected:
@@ -147,6 +214,8 @@ class AsicSource(Source):
                 continue
             chosen.append(port)
             host = bool(flags & PORT_HOST)
+            if not host:
+                oper[port] = ("UP" if flags & PORT_UP else "DOWN", parent)
             if speed_mbps and not host:
                 speeds[port] = int(speed_mbps) * 1_000_000
             for name, width, kind, _nbins in descs:
@@ -157,21 +226,54 @@ class AsicSource(Source):
                     out_kind = GAUGE
                 else:
                     out_kind = rule_kind
-                specs.append(CounterSpec(container, leaf, 32 if width == 32 else 64, out_kind, port))
+                specs.append(CounterSpec(container, leaf, width, out_kind, port))
         self.table = CounterTable(self.name, specs)
         self.values = array("Q", bytes(8 * len(specs)))
         self.ports = chosen
         self.port_speeds = speeds
+        self._oper = oper
 
     def read(self) -> int:
         if self._handle is None or self._stale:
-            return 0
-        status, ts_ns = _backend.reader.asic_read(self._handle, self._generation, self.values)
+            return NO_DATA
+        status, ts_ns = self._plugin("read", self._generation, self.values, self._read_wait)
+        if status == READ_PENDING:
+            return NO_DATA  # the plugin's read is still running in its helper: collected next tick
         if status == _backend.reader.ASIC_ECHANGED:
             self._stale = True  # list the layout again before the next read
-            return 0
+            self.layout_changes += 1
+            self._changed_in_a_row += 1
+            if self._changed_in_a_row >= STUCK_CHANGES:
+                message = (f"layout keeps changing: {self._changed_in_a_row} reads in a row returned "
+                           "ECHANGED right after listing it (the plugin's generation or value count "
+                           "does not settle); no data is read meanwhile")
+                self.note_error(message)
+                self.fault = message
+                log_rate.log(log, "error", ("stuck", self.section.plugin), "asic layout does not settle",
+                             plugin=self.section.plugin, in_a_row=self._changed_in_a_row)
+            return NO_DATA
+        if self._changed_in_a_row >= STUCK_CHANGES:
+            log.info("asic layout settled", plugin=self.section.plugin, after=self._changed_in_a_row)
+        self._changed_in_a_row = 0
+        self.fault = None
         self.sample_ts_ns = ts_ns
         return len(self.ports)
+
+    def states(self, ts_ns: int) -> list[StateUpdate]:
+        """A port's oper-status (the plugin's UP flag) and, for a breakout port, its parent as
+        OpenConfig's hardware-port, on change; the same leaves the netdev source sends."""
+        out = []
+        for port, (status, parent) in self._oper.items():
+            if self._oper_sent.get(port) == (status, parent):
+                continue
+            container = interface(port, OPENCONFIG, "state")
+            out.append(StateUpdate(ts_ns, container, "oper-status", status, self.name))
+            if parent:
+                out.append(StateUpdate(ts_ns, container, "hardware-port", parent, self.name))
+            self._oper_sent[port] = (status, parent)
+        for port in [p for p in self._oper_sent if p not in self._oper]:
+            del self._oper_sent[port]  # gone: its subtree is deleted with the port
+        return out
 
     def inherit(self, old: Source) -> None:
         # Same plugin and config (only intervals or globs changed): keep the open ASIC, so
@@ -181,12 +283,89 @@ class AsicSource(Source):
             self._handle, old._handle = old._handle, None
             self._path = old._path
             self._stale = True
+            self._handle.read_timeout_s = read_timeout(self.cfg.interval_of(self.name))
+        if isinstance(old, AsicSource) and old._refused is None:  # a refused file: checked again at once
+            self._backoff, self._retry_at = old._backoff, old._retry_at
 
     def info(self) -> dict[str, Any]:
         return {"plugin": self.section.plugin, "path": self._path or None,
-                "generation": self._generation, "open": self._handle is not None}
+                "generation": self._generation, "open": self._handle is not None,
+                "layout_changes": self.layout_changes,
+                # the plugin's helper process (agent/asic/proxy.py), and its crashes and hangs
+                "helper_pid": self._handle.pid if self._handle is not None else None,
+                "plugin_faults": self._backoff.faults}
 
     def close(self) -> None:
+        if self._opening is not None:
+            self._opening.close()
+            self._opening = None
         if self._handle is not None:
-            _backend.reader.asic_close(self._handle)
+            self._handle.close()  # the helper is killed when it does not answer within 0.5 s
             self._handle = None
+
+    def interrupt(self) -> None:
+        self._interrupted = True
+        for proxy in (self._opening, self._handle):
+            if proxy is not None:
+                proxy.abort()
+
+    # ------------------------------------------------------------ the plugin's helper process
+    def _start_plugin(self, path: str, config: str) -> PluginProxy | None:
+        """Open the plugin in a helper process of its own (agent/asic/proxy.py): its crash or
+        hang is a fault of this source, never of the agent. None while the helper is still
+        starting or opening the plugin: the tick thread waits at most OPEN_WAIT_S per pass."""
+        if self._interrupted:
+            raise PluginAborted(f"asic plugin {path}: not started (the agent is stopping)")
+        proxy = self._opening
+        if proxy is None or proxy.path != path:
+            if proxy is not None:
+                proxy.close()
+            self._opening = proxy = PluginProxy(read_timeout(self.cfg.interval_of(self.name)))
+            try:
+                proxy.start(path, config)
+            except BaseException:
+                self._opening = None
+                proxy.close()
+                raise
+        try:
+            if not proxy.poll_open(OPEN_WAIT_S):
+                return None
+        except BaseException:
+            self._opening = None
+            proxy.close()
+            raise
+        self._opening = None
+        return proxy
+
+    @property
+    def starting(self) -> bool:
+        return self._opening is not None
+
+    @property
+    def _read_wait(self) -> float:
+        """How long a read may hold the tick thread before it is collected on a later pass."""
+        return read_wait(self.cfg.interval_of(self.name))
+
+    def _plugin(self, call: str, *args: Any) -> Any:
+        """One call into the plugin's helper; a crash or hang drops the helper (a new one is
+        started after the backoff) and is raised on as an OSError naming plugin, call, signal."""
+        try:
+            return getattr(self._handle, call)(*args)
+        except PluginAborted:
+            self._handle = None
+            raise
+        except PluginFault as exc:
+            self._handle = None
+            self._stale = True
+            self._retry_at = time.monotonic() + self._faulted(exc)
+            raise
+
+    def _faulted(self, exc: PluginFault) -> float:
+        """Report a crash or hang (status shows it until a read succeeds); the delay before
+        the helper is started again."""
+        delay = self._backoff.fault()
+        self.fault = str(exc)
+        log_rate.log(log, "error", ("fault", self.section.plugin, exc.call, exc.reason),
+                     "asic plugin fault; the other sources keep running", plugin=self.section.plugin,
+                     call=exc.call, reason=exc.reason, error=str(exc), restart_in_s=delay)
+        return delay

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 REGISTRY: dict[str, type[Source]] = {}
 
+#: what ``Source.read`` returns when it produced no data this time (the engine must not diff
+#: the buffer: it may be freshly zeroed for a new layout)
+NO_DATA = -1
+
 
 def register(cls: type[Source]) -> type[Source]:
     """Class decorator: make a source available under ``cls.name``."""
@@ -45,11 +49,21 @@ class Source:
         #: the source's own collection time of the last read, when it has one (an ASIC
         #: plugin's timestamp); 0: the engine stamps the sample with the time it asked
         self.sample_ts_ns = 0
+        #: a condition that makes the source unhealthy while it lasts (a plugin that cannot be
+        #: opened, a layout that keeps changing, a crashed plugin); None when all is well
+        self.fault: str | None = None
+        self.clock_refused = 0  # samples whose own timestamp was refused (agent's clock used)
 
     @property
     def needs_setup(self) -> bool:
         """True when the source wants ``setup`` again before the next read (e.g. a driver's
         stat count changed)."""
+        return False
+
+    @property
+    def starting(self) -> bool:
+        """True while the source cannot yet have read anything (an ASIC plugin still being
+        opened in its helper process): its attempts do not count toward the first snapshot."""
         return False
 
     @property
@@ -60,7 +74,8 @@ class Source:
         raise NotImplementedError
 
     def read(self) -> int:
-        """Fill ``self.values``; return how many units (ports, files) were read."""
+        """Fill ``self.values``; return how many units (ports, files) were read, or
+        ``NO_DATA`` when nothing was read this time (the values must not be diffed)."""
         raise NotImplementedError
 
     def inherit(self, old: Source) -> None:
@@ -73,6 +88,10 @@ class Source:
 
     def close(self) -> None:
         pass
+
+    def interrupt(self) -> None:
+        """From another thread, when the agent stops: a ``setup`` or ``read`` blocked in
+        outside code (an ASIC plugin's helper) returns at once. Default: nothing to cut short."""
 
     def info(self) -> dict[str, Any]:
         """Extra per-source fields for ``swtel status``."""
