@@ -3,9 +3,13 @@
 Modules take a logger with :func:`get` at import time; :func:`configure` may run
 later (and again on reload): loggers are resolved lazily, so they follow it.
 
-Repeated identical errors, such as a destination that stays down, go through a
+Repeated errors, such as a destination that stays down, go through a
 :class:`RateLimiter` so they are logged once per period with a count of what was
-suppressed, not once per tick.
+suppressed, not once per tick. Limiters are keyed by the *kind* of event (see
+:func:`kind`), never by text a peer controls, so varying messages share one limit.
+
+Values are escaped in both formats: the ``kv`` renderer quotes and escapes every
+control character (C0, C1, ESC, DEL), ``json`` escapes them as ``\\uNNNN``.
 """
 
 from __future__ import annotations
@@ -43,8 +47,32 @@ def _kv_value(value: Any) -> str:
     text = "null" if value is None else str(value)
     if text and not any(c in text for c in ' ="\\') and text.isprintable():
         return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + escaped.replace("\r", "\\r").replace("\t", "\\t") + '"'
+    return '"' + text.translate(_KV_ESCAPES) + '"'
+
+
+class _KvEscapes(dict):
+    """``str.translate`` table for quoted kv values: backslash and quote escaped, and every
+    character that is not printable (C0 and C1 controls, ESC, DEL, line and paragraph
+    separators, ...) written as ``\\n``, ``\\xNN`` or ``\\uNNNN``: a port name or a
+    peer's text can never move the cursor, clear the screen or forge a second line."""
+
+    def __missing__(self, code: int) -> str:
+        ch = chr(code)
+        if ch.isprintable():
+            out = ch
+        elif code < 0x100:
+            out = f"\\x{code:02x}"
+        elif code < 0x10000:
+            out = f"\\u{code:04x}"
+        else:
+            out = f"\\U{code:08x}"
+        if len(self) < 4096:  # bounded: a peer's text cannot grow the table without end
+            self[code] = out
+        return out
+
+
+_KV_ESCAPES = _KvEscapes({ord("\\"): "\\\\", ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r",
+                          ord("\t"): "\\t"})
 
 
 def _render_kv(_logger: Any, _method: str, event: dict[str, Any]) -> str:
@@ -83,6 +111,21 @@ def configure(level: str = "info", fmt: str = "kv", stream: TextIO | None = None
 def get(name: str) -> Any:
     """A logger whose events carry ``component=<name>``."""
     return structlog.get_logger(component=name)
+
+
+def kind(text: str) -> str:
+    """What kind of error ``text`` is, for a rate-limit key.
+
+    Its head, the text before the first ``:``, when that is one word: a gRPC status code name
+    (``UNAVAILABLE``) or an exception type (``ConnectionRefusedError``), whatever details a
+    peer put after it. A head of several words (``password_file /etc/x``, ``TLS setup``) is
+    not specific enough: the text up to the second ``:`` is used. Digits are blanked and at
+    most 160 characters kept. Errors that differ only in their details (a peer's random
+    bytes, a port, a tag) share one key, so they share one rate limit."""
+    head, sep, rest = text.partition(":")
+    if sep and (" " in head.strip() or "/" in head):
+        head = f"{head}:{rest.partition(':')[0]}"
+    return "".join("#" if c.isdigit() else c for c in head[:160])
 
 
 class RateLimiter:

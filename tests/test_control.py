@@ -525,3 +525,97 @@ def test_status_names_what_is_wrong_with_the_socket(tmp_path):
         srv.close()
     r = status("")
     assert r.returncode == 2 and "--socket: must not be empty" in r.stderr
+
+
+# ---------------------------------------------------------------- busy is not absent
+
+
+def test_40_simultaneous_requests_answered_or_busy(make_server):
+    """40 clients at once against a real control server (8 slots, each status taking 20 ms):
+    every one is answered, or told clearly that the agent is busy; none hears "no agent
+    answered" (the listen backlog used to overflow into EAGAIN)."""
+
+    def slow_status(_req):
+        time.sleep(0.02)
+        return {"now_ns": time.time_ns(), "sources": {}}
+
+    srv = make_server({"status": slow_status})
+    start = threading.Barrier(40)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def ask():
+        start.wait(10)
+        try:
+            result = client.request(srv.path, "status", timeout_s=10)
+            outcome = "ok" if "now_ns" in result else f"odd {result!r}"
+        except client.AgentBusy as exc:
+            outcome = f"busy {exc}"
+        except client.ControlError as exc:
+            outcome = f"error {exc}"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=ask) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(outcomes) == 40
+    assert not [o for o in outcomes if "no agent answered" in o], outcomes
+    assert all(o == "ok" or (o.startswith("busy") and "is busy" in o) for o in outcomes), outcomes
+    assert outcomes.count("ok") == 40, outcomes  # 40 x 20 ms over 8 slots: all within the retries
+
+
+def test_full_backlog_is_busy_not_absent(tmp_path):
+    """A socket whose backlog is full (EAGAIN on connect) is a running but busy agent:
+    request() raises AgentBusy after its retries and `swtel status` exits 3, saying busy."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "full.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(0)
+    held = []
+    try:
+        while True:  # fill the backlog: nobody accepts
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            try:
+                s.connect(path)
+            except BlockingIOError:
+                s.close()
+                break
+            held.append(s)
+            assert len(held) < 100
+        t0 = time.monotonic()
+        with pytest.raises(client.AgentBusy, match="busy: its listen backlog is full"):
+            client.request(path, "status", timeout_s=5)
+        assert 1.0 < time.monotonic() - t0 < 4.0, "retried briefly, then gave up"
+        r = subprocess.run([sys.executable, "-m", "agent", "status", "--socket", path], capture_output=True,
+                           text=True, timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == client.EXIT_BUSY == 3, (r.returncode, r.stderr)
+        assert "is busy" in r.stderr and "no agent answered" not in r.stderr, r.stderr
+    finally:
+        for s in held:
+            s.close()
+        listener.close()
+
+
+def test_all_slots_running_is_exit_3(make_server, tmp_path):
+    import subprocess
+    import sys
+
+    release = threading.Event()
+    srv = make_server({"status": lambda _r: release.wait(10) and {}}, max_clients=1)
+    holder = connect(srv.path)
+    try:
+        holder.sendall(pack({"cmd": "status"}))
+        time.sleep(0.3)
+        r = subprocess.run([sys.executable, "-m", "agent", "status", "--socket", srv.path], capture_output=True,
+                           text=True, timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 3 and "is busy" in r.stderr, (r.returncode, r.stderr)
+    finally:
+        release.set()
+        holder.close()

@@ -600,3 +600,31 @@ def test_real_prometheus_queries_the_cumulus_names(tmp_path):
         prom.terminate()
         prom.wait(10)
         col.stop(0)
+
+
+def test_a_receiver_rejecting_every_point_is_down_for_health():
+    from agent.control.client import health_problems
+
+    def reject_all(request):
+        n = sum(len(m.gauge.data_points) + len(m.sum.data_points) for rm in request.resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics)
+        reply = metrics_service_pb2.ExportMetricsServiceResponse()
+        reply.partial_success.rejected_data_points = n
+        reply.partial_success.error_message = "schema mismatch"
+        return reply
+
+    rx = Receiver(reply=reject_all).start()
+    store = Store()
+    store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
+    exp = _exporter(rx)
+    try:
+        exp.start(store)
+        assert rx.wait_for(lambda r: r.requests >= 3, 5)
+        status = exp.status()
+    finally:
+        exp.stop(0.5)
+        rx.stop()
+    assert status["state"] == "rejecting" and status["down_since_ns"] and "schema mismatch" in status["last_error"]
+    later = status["down_since_ns"] + 3_000_000_000
+    problems = health_problems({"now_ns": later, "uptime_s": 10, "exporters": {"otlp:x": status}}, 2.0)
+    assert problems and problems[0].startswith("exporter otlp:x failing for 3s")

@@ -28,7 +28,7 @@ from agent.counters import (
     StateUpdate,
 )
 from agent.gnmi import paths
-from agent.gnmi.get import PathSet, request_pattern
+from agent.gnmi.get import MAX_PATHS, PathSet, request_pattern
 from agent.gnmi.server import GnmiServer
 from agent.gnmi.subscribe import Subscriber
 from agent.store import Store
@@ -193,8 +193,12 @@ def test_get_repeated_paths_answered_once_and_huge_paths_not_echoed(server, feed
                                gnmi_pb2.PathElem(name="interface", key={"name": "v0"}),
                                gnmi_pb2.PathElem(name="state"), gnmi_pb2.PathElem(name="counters"),
                                gnmi_pb2.PathElem(name="in-octets")])
-    reply = stub.Get(gnmi_pb2.GetRequest(path=[leaf] * 2000, encoding=gnmi_pb2.PROTO))
+    reply = stub.Get(gnmi_pb2.GetRequest(path=[leaf] * MAX_PATHS, encoding=gnmi_pb2.PROTO))
     assert len(reply.notification) == 1
+    with pytest.raises(grpc.RpcError) as exc:  # past the cap: refused before any matching
+        stub.Get(gnmi_pb2.GetRequest(path=[leaf] * (MAX_PATHS + 1), encoding=gnmi_pb2.PROTO))
+    assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert exc.value.details() == f"{MAX_PATHS + 1} paths in one GetRequest (limit {MAX_PATHS})"
     huge = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces"),
                                gnmi_pb2.PathElem(name="interface", key={"name": "x" * 1_000_000})])
     with pytest.raises(grpc.RpcError) as exc:

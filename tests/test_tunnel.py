@@ -294,6 +294,11 @@ def test_a_server_that_never_answers_the_registration_is_dropped_and_retried(mon
     try:
         status = wait(lambda: (st := exporter.status())["last_error"] and st, what="the timeout")
         assert status["last_error"] == "no answer to the registration of 'leaf01' in 0.5s"
+        # a tunnel down longer than the grace makes the agent unhealthy (it used to be skipped)
+        from agent.control.client import health_problems
+        later = {"now_ns": status["down_since_ns"] + 8_000_000_000, "uptime_s": 20,
+                 "exporters": {"tunnel:t": status}}
+        assert any(p.startswith("exporter tunnel:t failing for 8s") for p in health_problems(later, 2.0))
         wait(lambda: len(calls) >= 2, what="a retry")
         assert calls[0].target.target == TARGET and calls[0].target.op == pb.TARGET_ADD
     finally:

@@ -1,13 +1,16 @@
 """Talk to a running agent over its control socket; ``swtel status``.
 
 Exit codes of ``swtel status``: 0 healthy, 1 unhealthy (see :func:`health_problems`),
-2 no agent answered.
+2 no agent answered (absent: no socket, a stale one, not a swtel agent, no answer in time),
+3 the agent is there but busy (every control connection running a command, after retrying
+for :data:`BUSY_RETRY_S`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import stat
 import sys
@@ -15,9 +18,10 @@ import time
 from typing import Any
 
 from agent import config as config_mod
+from agent.control.printable import printable
 from agent.control.protocol import MAX_REPLY, ProtocolError, pack, read_frame
 
-EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT = 0, 1, 2
+EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT, EXIT_BUSY = 0, 1, 2, 3
 STALE_INTERVALS = 3  # a source is unhealthy after this many intervals without a good poll
 
 
@@ -50,17 +54,42 @@ def _why_not(path: str, exc: BaseException) -> str:
     return f"no agent answered on {path}: {getattr(exc, 'strerror', None) or exc}"
 
 
+#: How long :func:`request` keeps retrying while the agent is busy (a full listen backlog,
+#: EAGAIN on connect, or a ``busy`` answer: every connection slot running a command)
+#: before it gives up with :class:`AgentBusy`. Bounded by the request's own timeout.
+BUSY_RETRY_S = 2.0
+
+
 def request(path: str, cmd: str, timeout_s: float = 5.0, **args: Any) -> Any:
     """Send one command and return its result; raise :class:`ControlError` otherwise
-    (:class:`AgentBusy` when the agent has no connection to spare)."""
+    (:class:`AgentBusy` when the agent is there but has no connection to spare).
+
+    A busy agent is retried for up to :data:`BUSY_RETRY_S` (short, jittered pauses) before
+    :class:`AgentBusy` is raised, so a burst of clients is answered, not turned away."""
     if not path:
         raise ControlError("no agent answered: empty socket path")
+    start = time.monotonic()
+    give_up = start + min(BUSY_RETRY_S, timeout_s)
+    pause = 0.01
+    while True:
+        try:
+            return _request_once(path, cmd, max(0.1, timeout_s - (time.monotonic() - start)), args)
+        except AgentBusy:
+            if time.monotonic() + pause >= give_up:
+                raise
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 0.2)
+
+
+def _request_once(path: str, cmd: str, timeout_s: float, args: dict[str, Any]) -> Any:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout_s)
     reply: Any = None
     try:
         try:
             sock.connect(path)
+        except BlockingIOError:  # EAGAIN: the agent's listen backlog is full
+            raise AgentBusy(f"agent on {path} is busy: its listen backlog is full") from None
         except OSError as exc:
             raise ControlError(_why_not(path, exc)) from None
         try:
@@ -93,8 +122,11 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
       (counting from start-up if it never had one).
     * Dial-out is down when every dial-out destination has been down (``down_since_ns``
       set) for longer than ``grace_s`` (default: ``status["config"]["health_grace_s"]``, else 60 s).
-    * Any other exporter (jsonl, the gNMI server) that has failed (state ``failed`` or
-      ``stopped``), or whose writes have been failing for longer than ``grace_s``.
+    * A source reports a fault (a plugin that cannot be opened, a refused layout, a layout
+      that keeps changing, a crashed or hung plugin).
+    * Any other exporter (jsonl, the gNMI server, a tunnel, OTLP) that has failed (state
+      ``failed`` or ``stopped``), or that has been down (a tunnel not registered, an OTLP
+      receiver unreachable or rejecting every point) for longer than ``grace_s``.
     * The tick loop has stopped (``tick.loop_error``): nothing is polled any more.
     """
     now_ns = int(status.get("now_ns") or time.time_ns())
@@ -116,13 +148,15 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
             problems.append(
                 f"source {name}: no successful poll for {age:.1f}s (interval {_fmt_s(interval_s)})"
             )
+        if src.get("fault"):
+            problems.append(f"source {name}: {_tail(str(src['fault']), 200)}")
     if grace_s is None:
         grace_s = float((status.get("config") or {}).get("health_grace_s") or 60.0)
     loop_error = (status.get("tick") or {}).get("loop_error")
     if loop_error:
         problems.append(f"tick loop stopped: {_tail(str(loop_error))}")
     for name, e in sorted((status.get("exporters") or {}).items()):
-        if not isinstance(e, dict) or e.get("kind") in ("dialout", "tunnel"):
+        if not isinstance(e, dict) or e.get("kind") == "dialout":
             continue
         error = f": {_tail(str(e['last_error']))}" if e.get("last_error") else ""
         if e.get("state") in ("failed", "stopped"):
@@ -157,7 +191,7 @@ def socket_path(args: Any) -> str:
             return config_mod.load(cfg_path or config_mod.DEFAULT_PATH).control.socket
         except config_mod.ConfigError as exc:
             if cfg_path:  # asked for explicitly: say why it was not used
-                print(f"swtel status: ignoring {cfg_path}: {exc.problems[0]}", file=sys.stderr)
+                print(printable(f"swtel status: ignoring {cfg_path}: {exc.problems[0]}"), file=sys.stderr)
     return config_mod.DEFAULT_SOCKET
 
 
@@ -175,11 +209,14 @@ def status_main(args: Any) -> int:
     path = socket_path(args)
     try:
         status = request(path, "status")
+    except AgentBusy as exc:
+        print(f"swtel status: {exc}; it is running, try again", file=sys.stderr)
+        return EXIT_BUSY
     except ControlError as exc:
-        print(f"swtel status: {exc}", file=sys.stderr)
+        print(f"swtel status: {printable(exc)}", file=sys.stderr)
         return EXIT_NO_AGENT
     if not isinstance(status, dict):
-        print(f"swtel status: unexpected reply from {path}: {status!r}", file=sys.stderr)
+        print(printable(f"swtel status: unexpected reply from {path}: {status!r}"[:500]), file=sys.stderr)
         return EXIT_NO_AGENT
     grace = (status.get("config") or {}).get("health_grace_s") or _grace_from_config(args)
     problems = health_problems(status, grace)
@@ -312,4 +349,5 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
         lines += [_event_line(now, ev) for ev in recent[:5]]
     lines.append("health: OK" if not problems else "health: UNHEALTHY")
     lines += [f"  - {p}" for p in problems]
-    return "\n".join(lines) + "\n"
+    # Names and messages come from drivers, plugins and peers: never terminal control.
+    return "\n".join(printable(line) for line in lines) + "\n"

@@ -43,6 +43,12 @@ if TYPE_CHECKING:
     from agent.config import Control
 
 Handler = Callable[[dict[str, Any]], Any]
+#: Connections the kernel queues before the acceptor takes them: a burst of clients waits
+#: here instead of failing with EAGAIN (the kernel caps it at net.core.somaxconn).
+LISTEN_BACKLOG = 128
+#: A connection is idle, and may be closed to make room, once it has waited this long for
+#: its request; younger ones are still sending theirs.
+EVICT_AFTER_S = 0.5
 log = logs.get("control")
 
 
@@ -77,6 +83,7 @@ class ControlServer:
         self._workers: set[threading.Thread] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._log = logs.RateLimiter(10.0)  # e.g. EMFILE on every accept: once per 10 s
         self.stats = {"connections": 0, "requests": 0, "errors": 0, "rejected": 0, "evicted": 0}
 
     # ---------------------------------------------------------------- lifecycle
@@ -98,7 +105,7 @@ class ControlServer:
             sock.close()
             raise ControlServerError(f"cannot set up control socket {self.path}: {exc.strerror}") from None
         self._set_group()
-        sock.listen(16)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
         self._listener = sock
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -173,7 +180,8 @@ class ControlServer:
             return
         except OSError as exc:  # EMFILE and friends: back off by returning to select
             if exc.errno not in (errno.ECONNABORTED,):
-                log.warning("control accept failed", error=exc.strerror)
+                self._log.log(log, "warning", ("accept", exc.errno), "control accept failed",
+                              error=exc.strerror)
             return
         conn.settimeout(self.timeout_s)
         self._count("connections")
@@ -193,11 +201,16 @@ class ControlServer:
 
     def _evict_idle(self) -> bool:
         """Close the connection that has waited longest for a request and take its slot
-        (waiting up to 1 s for its worker to let go); False if none is waiting."""
+        (waiting up to 1 s for its worker to let go); False if none has waited for
+        :data:`EVICT_AFTER_S`. A client that connected a moment ago is sending its request:
+        closing it would lose that request, so in a burst new clients get ``busy`` (and
+        retry) instead of closing each other's fresh connections."""
         with self._lock:
             if not self._waiting:
                 return False
             victim = min(self._waiting, key=self._waiting.__getitem__)
+            if time.monotonic() - self._waiting[victim] < EVICT_AFTER_S:
+                return False
             del self._waiting[victim]
         with contextlib.suppress(OSError):
             victim.shutdown(socket.SHUT_RDWR)  # its worker's read fails; the worker ends

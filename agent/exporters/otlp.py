@@ -382,10 +382,19 @@ class OtlpExporter:
         self._pop(data)
         self.sent += 1
         self.last_sent_ns = time.time_ns()
-        if reply.HasField("partial_success") and reply.partial_success.rejected_data_points:
-            self.rejected_points += reply.partial_success.rejected_data_points
-            self.last_error = f"receiver rejected {reply.partial_success.rejected_data_points} of " \
+        rejected = reply.partial_success.rejected_data_points if reply.HasField("partial_success") else 0
+        if rejected:
+            self.rejected_points += rejected
+            self.last_error = f"receiver rejected {rejected} of " \
                               f"{npoints} points: {reply.partial_success.error_message}"
+            if rejected >= npoints:
+                # Reached, but nothing it was sent is kept: as good as down for health.
+                self.state = "rejecting"
+                if self.down_since_ns is None:
+                    self.down_since_ns = time.time_ns()
+                self.log_limiter.log(log, "warning", "rejecting", "OTLP receiver rejects every point",
+                                     endpoint=str(self.cfg.endpoint), error=self.last_error)
+                return True
         if self.state != "connected":
             down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
             log.info("OTLP receiver reached", endpoint=str(self.cfg.endpoint), profile=self.profile,

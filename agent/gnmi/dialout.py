@@ -309,11 +309,15 @@ class DialoutExporter:
         self.state = "down"
 
     def _log_down(self, error: str, reached: bool, delay: float, unexpected: Exception | None) -> None:
-        """One warning per distinct error per rate-limit period (the next after a connection)."""
+        """One warning per kind of error per rate-limit period (the next after a connection).
+
+        Keyed by the error's kind (its status code or exception type, :func:`logs.kind`), not
+        its text: a peer whose every failure is worded differently still logs once a period."""
+        key = logs.kind(error)
         if len(self._log_keys) < 256:  # errors seen since the last connection, to forget then
-            self._log_keys.add(error)
+            self._log_keys.add(key)
         self.log_limiter.log(
-            log, "error" if unexpected else "warning", error, "destination down",
+            log, "error" if unexpected else "warning", key, "destination down",
             destination=self.name, address=str(self.cfg.address), error=error,
             hint=self._hint(error, reached), retry_in_s=round(delay, 2),
             **({"exc_info": unexpected} if unexpected else {}))
@@ -408,6 +412,10 @@ class DialoutExporter:
         while not s.ready.wait(0.1):
             if failed.is_set() or self._stopping.is_set():
                 return
+        # sync_response promises the full state: not before every source's first read is in.
+        if self._store is not None and not self._store.wait_primed(
+                lambda: failed.is_set() or self._stopping.is_set()):
+            return
         for m in self._snapshot(sync=True):
             if failed.is_set():
                 return

@@ -44,6 +44,23 @@ SUPPORTED_ENCODINGS = (gnmi_pb2.JSON, gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF)
 ACCEPTED_ENCODINGS = SUPPORTED_ENCODINGS  # kept for importers: nothing is accepted unadvertised
 
 
+#: Paths in one request: Subscriptions in a SubscriptionList, paths in a GetRequest. Real
+#: collectors send a handful to a few dozen (gnmic and Telegraf one per configured path); past
+#: this a request is refused with RESOURCE_EXHAUSTED before any matching is done.
+MAX_PATHS = 1000
+
+#: longest request text (a path, an origin, a target) echoed in an error status: a huge
+#: one must not make the reply huge
+DISPLAY_MAX = 200
+
+
+def shown(text: str) -> str:
+    """Request text as echoed in a status message: quoted, escaped, at most DISPLAY_MAX characters."""
+    if len(text) > DISPLAY_MAX:
+        return f"{text[:DISPLAY_MAX]!r}... ({len(text)} characters)"
+    return repr(text)
+
+
 class RequestError(Exception):
     """A request the server refuses: carries the gRPC status to abort with."""
 
@@ -64,13 +81,19 @@ def resolve_origin(origin: str) -> str:
         return SWTEL_ORIGIN
     raise RequestError(
         grpc.StatusCode.INVALID_ARGUMENT,
-        f"unknown origin {origin!r}: this target serves {OPENCONFIG!r} and {SWTEL_ORIGIN!r}",
+        f"unknown origin {shown(origin)}: this target serves {OPENCONFIG!r} and {SWTEL_ORIGIN!r}",
     )
 
 
 def _elems(path: gnmi_pb2.Path) -> list[tuple[str, dict[str, str]]]:
     if not path.elem and path.element:  # gNMI 0.3 string elements
-        return list(paths.split("/" + "/".join(path.element)))
+        text = "/" + "/".join(path.element)
+        try:
+            return list(paths.split(text))
+        except ValueError as exc:  # e.g. "a[" or "]": the client's mistake, not ours
+            why = str(exc).partition(" in ")[0]
+            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"malformed path element: {why} in {shown(text)}") from None
     out = []
     for e in path.elem:
         name = e.name.split(":", 1)[1] if ":" in e.name else e.name  # "module:name" qualifier
@@ -83,20 +106,25 @@ def request_pattern(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path, target: s
     prefix = prefix if prefix is not None else gnmi_pb2.Path()
     named = path.target or prefix.target
     if named and named != target:
-        raise RequestError(grpc.StatusCode.NOT_FOUND, f"unknown target {named!r} (this is {target!r})")
+        raise RequestError(grpc.StatusCode.NOT_FOUND, f"unknown target {shown(named)} (this is {target!r})")
     origin = resolve_origin(path.origin or prefix.origin)
     return origin, tuple(_elems(prefix) + _elems(path))
-
-
-#: longest request path echoed in an error status: a huge path must not make the reply huge
-DISPLAY_MAX = 200
 
 
 def display(pattern: Pattern) -> str:
     origin, elems = pattern
     text = "/" + "/".join(n + "".join(f"[{k}={escape_key(v)}]" for k, v in sorted(ks.items())) for n, ks in elems)
     text = text if origin == OPENCONFIG else f"{origin}:{text}"
-    return text if len(text) <= DISPLAY_MAX else f"{text[:DISPLAY_MAX]}... ({len(text)} characters)"
+    if len(text) > DISPLAY_MAX:
+        return f"{_printable(text[:DISPLAY_MAX])}... ({len(text)} characters)"
+    return _printable(text)
+
+
+def _printable(text: str) -> str:
+    """Control characters written as escapes (``\\x1b``): a status message is read by people."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def check_encoding(encoding: int) -> int:
@@ -126,10 +154,6 @@ def _split(path: str) -> Elems:
     return tuple(paths.split(path))
 
 
-def _has_dots(elems: Elems) -> bool:
-    return any(name == "..." for name, _ in elems)
-
-
 @dataclass
 class TableMatch:
     table: CounterTable
@@ -137,110 +161,224 @@ class TableMatch:
     mask: bytearray | None  # membership by index; None: every counter matches
 
 
-#: What a container's leaves must still match: (pattern number, elements already consumed);
-#: a consumed count of -1 means "match the whole path" (patterns with ``...``).
-Tails = tuple[tuple[int, int], ...]
+class _Node:
+    """One node of a compiled pattern trie: what is left of the patterns after the elements
+    that lead here. Edges are keyed by element name (``*`` for any) and then by the set of
+    literal ``(key, value)`` pairs the element requires (``*`` values dropped: they match any
+    value, present or not); ``...`` is a separate edge to a node that may consume any number
+    of elements."""
+
+    __slots__ = ("edges", "dots", "spread", "ends", "through")
+
+    def __init__(self, spread: bool = False) -> None:
+        self.edges: dict[str, dict[frozenset, _Node]] = {}
+        self.dots: _Node | None = None
+        self.spread = spread  # reached through "...": stays active on every further element
+        self.ends: frozenset[int] = frozenset()  # patterns that end here (match at or below)
+        self.through: set[int] = set()  # patterns that pass through or end here
+
+
+States = frozenset  # of _Node: where a walk through a path can be
+_NONE: frozenset[int] = frozenset()
+
+
+class _Trie:
+    """Patterns (numbered) of one origin compiled into a trie, walked as an NFA.
+
+    Matching a concrete path costs per element of the path (and per live wildcard branch),
+    not per pattern: a subscription with a thousand paths costs about what one does. A walk
+    tells which patterns match, with the same answers as :func:`paths.matches` applied
+    pattern by pattern.
+    """
+
+    def __init__(self, patterns: Iterable[tuple[int, Elems]]) -> None:
+        self.root = _Node()
+        for k, elems in patterns:
+            node = self.root
+            node.through.add(k)
+            for name, keys in elems:
+                if name == "...":
+                    if node.dots is None:
+                        node.dots = _Node(spread=True)
+                    node = node.dots
+                else:
+                    required = frozenset((key, v) for key, v in keys.items() if v != "*")
+                    by_keys = node.edges.setdefault(name, {})
+                    child = by_keys.get(required)
+                    if child is None:
+                        child = by_keys[required] = _Node()
+                    node = child
+                node.through.add(k)
+            node.ends = node.ends | {k}
+        self.start: States = _closure((self.root,))
+
+    @staticmethod
+    def walk(states: States, elems: Iterable[tuple[str, dict[str, str]]]) -> tuple[frozenset[int], States]:
+        """Consume ``elems`` from ``states``: (the patterns that ended on the way, where the walk is now)."""
+        ended: set[int] = set()
+        for n in states:
+            if n.ends:
+                ended |= n.ends
+        for name, keys in elems:
+            if not states:
+                break
+            states = _step(states, name, keys)
+            for n in states:
+                if n.ends:
+                    ended |= n.ends
+        return (frozenset(ended) if ended else _NONE), states
+
+
+def _closure(nodes: Iterable[_Node]) -> States:
+    out = set()
+    todo = list(nodes)
+    while todo:
+        node = todo.pop()
+        if node in out:
+            continue
+        out.add(node)
+        if node.dots is not None:
+            todo.append(node.dots)
+    return frozenset(out)
+
+
+def _step(states: States, name: str, keys: dict[str, str]) -> States:
+    nxt: list[_Node] = []
+    items = None
+    for node in states:
+        if node.spread:
+            nxt.append(node)
+        for edge_name in (name, "*"):
+            by_keys = node.edges.get(edge_name)
+            if not by_keys:
+                continue
+            if items is None:
+                items = frozenset(keys.items())
+            if len(by_keys) <= 1 << len(items):
+                nxt.extend(child for required, child in by_keys.items() if required <= items)
+            else:  # many key variants (interface[name=swp1..swp512]): look the subsets up
+                for required in _subsets(items):
+                    child = by_keys.get(required)
+                    if child is not None:
+                        nxt.append(child)
+    return _closure(nxt) if nxt else frozenset()
+
+
+@lru_cache(maxsize=4096)
+def _subsets(items: frozenset) -> tuple[frozenset, ...]:
+    out = [frozenset()]
+    for item in items:
+        out += [s | {item} for s in out]
+    return tuple(out)
+
+
+_CACHE_MAX = 100_000  # entries of each per-PathSet cache of containers and leaves
 
 
 class PathSet:
-    """A set of path patterns, matched against tables (cached by identity) and states."""
+    """A set of path patterns, matched against tables (cached by identity) and states.
+
+    The patterns are compiled into one trie per origin (:class:`_Trie`), so matching a
+    container or a leaf costs per path element, not per pattern. One pass over a table also
+    tells which counters each pattern matches: :meth:`member` is the view of one pattern
+    (a Subscription of a list) that reuses that pass instead of scanning the table again.
+    """
 
     def __init__(self, patterns: Iterable[Pattern]):
         self.patterns: tuple[Pattern, ...] = tuple(patterns)
-        self._tables: dict[str, TableMatch] = {}  # by source; valid while .table is the same object
-        self._states: dict[tuple[Container, str], bool] = {}
+        by_origin: dict[str, list[tuple[int, Elems]]] = {}
+        for k, (origin, elems) in enumerate(self.patterns):
+            by_origin.setdefault(origin, []).append((k, elems))
+        self._tries = {origin: _Trie(elems) for origin, elems in by_origin.items()}
+        self._per_pattern = len(self.patterns) > 1
+        # by source; valid while .table is the same object: (union, indices per pattern)
+        self._tables: dict[str, tuple[TableMatch, dict[int, list[int]]]] = {}
+        self._states: dict[tuple[Container, str], frozenset[int]] = {}
+        self._containers: dict[Container, tuple[frozenset[int], States]] = {}
+
+    def member(self, *ks: int) -> _Member:
+        """The view of patterns ``ks`` (numbers in the order given) alone."""
+        return _Member(self, frozenset(ks))
 
     def table(self, table: CounterTable) -> TableMatch:
+        return self._table(table)[0]
+
+    def _table(self, table: CounterTable) -> tuple[TableMatch, dict[int, list[int]]]:
         m = self._tables.get(table.source)
-        if m is None or m.table is not table:
+        if m is None or m[0].table is not table:
             m = self._match_table(table)
             self._tables[table.source] = m
         return m
 
-    def _match_table(self, table: CounterTable) -> TableMatch:
-        # Decided once per container and, below it, once per distinct leaf name. Specs
-        # of one container are usually adjacent: an identity check skips the hashing.
-        verdicts: dict[Container, bool | Tails] = {}
-        leaf_caches: dict[tuple, dict[str, bool]] = {}  # by (tails, container path if "...")
+    def _container(self, container: Container) -> tuple[frozenset[int], States]:
+        """(patterns that match every leaf below, where the walk stands after the container)."""
+        hit = self._containers.get(container)
+        if hit is None:
+            trie = self._tries.get(container.origin)
+            hit = (_NONE, frozenset()) if trie is None else trie.walk(trie.start, _split(container.path))
+            if len(self._containers) < _CACHE_MAX:
+                self._containers[container] = hit
+        return hit
+
+    def _match_table(self, table: CounterTable) -> tuple[TableMatch, dict[int, list[int]]]:
+        # Decided once per container and, below it, once per distinct leaf name for each
+        # distinct walk state. Specs of one container are usually adjacent: an identity check
+        # skips the hashing.
+        leaf_caches: dict[States, dict[str, frozenset[int]]] = {}
         kinds = table.kinds
-        indices = []
-        last, verdict, leaf_hits = None, False, {}
+        per_pattern = self._per_pattern
+        indices: list[int] = []
+        per: dict[int, list[int]] = {}
+        last, whole, states, leaf_ids = None, _NONE, frozenset(), {}
         for i, spec in enumerate(table.specs):
             c = spec.container
             if c is not last:
                 last = c
-                verdict = verdicts.get(c)
-                if verdict is None:
-                    verdict = verdicts[c] = self._container_verdict(c)
-                if verdict is not True and verdict:
-                    key = (verdict, c.path if any(n < 0 for _, n in verdict) else None)
-                    leaf_hits = leaf_caches.setdefault(key, {})
-            if not verdict or kinds[i] == HIDDEN:  # HIDDEN: read for the layout, never reported
+                whole, states = self._container(c)
+                leaf_ids = leaf_caches.setdefault(states, {}) if states else {}
+            if kinds[i] == HIDDEN:  # read for the layout, never reported
                 continue
-            if verdict is True:
-                indices.append(i)
+            ids = whole
+            if states and (per_pattern or not ids):
+                more = leaf_ids.get(spec.leaf)
+                if more is None:
+                    more = leaf_ids[spec.leaf] = _Trie.walk(states, _split(spec.leaf))[0]
+                if more:
+                    ids = ids | more if ids else more
+            if not ids:
                 continue
-            hit = leaf_hits.get(spec.leaf)
-            if hit is None:
-                hit = leaf_hits[spec.leaf] = self._leaf_matches(verdict, c, spec.leaf)
-            if hit:
-                indices.append(i)
+            indices.append(i)
+            if per_pattern:
+                for k in ids:
+                    per.setdefault(k, []).append(i)
         if len(indices) == len(table.specs):
-            return TableMatch(table, indices, None)
+            return TableMatch(table, indices, None), per
         mask = bytearray(len(table.specs))
         for i in indices:
             mask[i] = 1
-        return TableMatch(table, indices, mask)
+        return TableMatch(table, indices, mask), per
 
-    def _container_verdict(self, container: Container) -> bool | Tails:
-        """True: every leaf below matches; otherwise the pattern tails its leaves must match
-        (empty: none can)."""
-        celems = list(_split(container.path))
-        n = len(celems)
-        tails = []
-        for k, (origin, elems) in enumerate(self.patterns):
-            if origin != container.origin:
-                continue
-            if paths.matches(list(elems), celems):
-                return True
-            if _has_dots(elems):
-                tails.append((k, -1))
-            elif len(elems) > n and paths.matches(list(elems[:n]), celems):
-                tails.append((k, n))
-        return tuple(tails)
-
-    def _leaf_matches(self, tails: Tails, container: Container, leaf: str) -> bool:
-        leaf_elems = list(_split(leaf))
-        for k, n in tails:
-            elems = self.patterns[k][1]
-            if n < 0:
-                if paths.matches(list(elems), list(_split(container.path)) + leaf_elems):
-                    return True
-            elif paths.matches(list(elems[n:]), leaf_elems):
-                return True
-        return False
+    def _leaf_ids(self, container: Container, leaf: str) -> frozenset[int]:
+        key = (container, leaf)
+        ids = self._states.get(key)
+        if ids is None:
+            whole, states = self._container(container)
+            ids = whole
+            if states:
+                more = _Trie.walk(states, _split(leaf))[0]
+                ids = ids | more if ids else more
+            if len(self._states) < _CACHE_MAX:
+                self._states[key] = ids
+        return ids
 
     def matches_leaf(self, container: Container, leaf: str) -> bool:
-        key = (container, leaf)
-        hit = self._states.get(key)
-        if hit is None:
-            concrete = list(_split(container.path) + _split(leaf))
-            hit = any(
-                origin == container.origin and paths.matches(list(elems), concrete)
-                for origin, elems in self.patterns
-            )
-            if len(self._states) < 100_000:
-                self._states[key] = hit
-        return hit
+        return bool(self._leaf_ids(container, leaf))
 
     def touches(self, container: Container) -> bool:
-        """A deleted container concerns us if it lies at, below or above one of our patterns."""
-        celems = list(_split(container.path))
-        return any(
-            origin == container.origin
-            and (paths.matches(list(elems), celems) or paths.matches(celems, list(elems)))
-            for origin, elems in self.patterns
-        )
+        """A deleted container concerns us if it lies at, below or above one of our patterns
+        (above: some pattern goes on below it)."""
+        whole, states = self._container(container)
+        return bool(whole) or bool(states)
 
     def filter_changes(self, table: CounterTable, changed: list[int]) -> list[int]:
         """The changed indices this set matches: cost per change."""
@@ -251,6 +389,39 @@ class PathSet:
             return changed
         mask = m.mask
         return [i for i in changed if mask[i]]
+
+    def matched(self, table: CounterTable) -> TableMatch | None:
+        """The table's match if already worked out, else None (never computes it)."""
+        m = self._tables.get(table.source)
+        return m[0] if m is not None and m[0].table is table else None
+
+
+class _Member:
+    """Some patterns of a :class:`PathSet` (one Subscription of a list, or the ones due at
+    once), for :func:`read`: their counters come from the set's single pass over each table,
+    their states from the set's per-leaf cache."""
+
+    __slots__ = ("_set", "_ks", "_tables")
+
+    def __init__(self, pathset: PathSet, ks: frozenset[int]) -> None:
+        self._set, self._ks = pathset, ks
+        self._tables: dict[str, TableMatch] = {}
+
+    def table(self, table: CounterTable) -> TableMatch:
+        m = self._tables.get(table.source)
+        if m is None or m.table is not table:
+            union, per = self._set._table(table)
+            if not self._set._per_pattern or len(self._ks) == len(self._set.patterns):
+                indices = union.indices
+            elif len(self._ks) == 1:
+                indices = per.get(next(iter(self._ks)), [])
+            else:
+                indices = sorted({i for k in self._ks for i in per.get(k, ())})
+            m = self._tables[table.source] = TableMatch(table, indices, None)  # read() only
+        return m
+
+    def matches_leaf(self, container: Container, leaf: str) -> bool:
+        return not self._ks.isdisjoint(self._set._leaf_ids(container, leaf))
 
 
 # ---------------------------------------------------------------- reading the Store
@@ -266,7 +437,7 @@ class Counters:
     values: array
 
 
-def read(store: Any, pathset: PathSet) -> tuple[list[Counters], list[StateUpdate]]:
+def read(store: Any, pathset: PathSet | _Member) -> tuple[list[Counters], list[StateUpdate]]:
     """Current values of everything ``pathset`` matches."""
     counters = []
     for batch in store.snapshot_batches():
@@ -371,6 +542,9 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetRe
     renderer = Renderer(target, check_encoding(request.encoding))
     if request.type == gnmi_pb2.GetRequest.CONFIG:
         raise RequestError(grpc.StatusCode.NOT_FOUND, "this target serves state data only")
+    if len(request.path) > MAX_PATHS:
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"{len(request.path)} paths in one GetRequest (limit {MAX_PATHS})")
     requested = list(request.path) or [gnmi_pb2.Path()]
     response = gnmi_pb2.GetResponse()
     seen: set[tuple] = set()

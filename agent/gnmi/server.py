@@ -210,9 +210,13 @@ class GnmiServer:
         if not subs or not batch.indices:
             return
         # The engine hands listeners a value array of their own (never written again): keep it.
+        # Per subscriber this costs per change: a table it has not matched yet (ports changed)
+        # is handed on unfiltered and matched on the subscriber's own RPC thread.
         for sub in subs:
             indices = sub.changed_indices(batch.table, batch.indices)
-            if indices:
+            if indices is None:
+                sub.offer_unmatched(Counters(batch.ts_ns, batch.table, batch.indices, batch.values))
+            elif indices:
                 sub.offer_counters(Counters(batch.ts_ns, batch.table, indices, batch.values))
 
     def on_state(self, updates: list[StateUpdate]) -> None:

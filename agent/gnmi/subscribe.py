@@ -28,6 +28,7 @@ from pygnmi.spec.v080 import gnmi_pb2
 from agent.counters import Container, StateUpdate
 from agent.gnmi import encode
 from agent.gnmi.get import (
+    MAX_PATHS,
     Counters,
     PathSet,
     Renderer,
@@ -51,7 +52,7 @@ def _fmt_ns(ns: int) -> str:
 class Entry:
     """One Subscription of the list, as the stream loop schedules it."""
 
-    pathset: PathSet
+    pathset: Any  # PathSet or one member of the list's PathSet
     sample_s: float = 0.0  # 0: on change
     suppress: bool = False
     heartbeat_s: float = 0.0
@@ -84,13 +85,18 @@ class Subscriber:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"unknown subscription mode {self.mode}")
         if not request.subscription:
             raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "the subscription list is empty")
+        if len(request.subscription) > MAX_PATHS:
+            raise RequestError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{len(request.subscription)} subscriptions in one SubscriptionList (limit {MAX_PATHS})",
+            )
         min_ns = round(min_interval_s * 1e9)
         self.entries: list[Entry] = []
         patterns, on_change = [], []
         for sub in request.subscription:
             pattern = request_pattern(request.prefix, sub.path, target)
             patterns.append(pattern)
-            entry = Entry(PathSet([pattern]), suppress=sub.suppress_redundant)
+            entry = Entry(None, suppress=sub.suppress_redundant)
             if self.mode == STREAM:
                 if sub.mode == gnmi_pb2.SAMPLE:
                     interval = sub.sample_interval or min_ns
@@ -115,6 +121,8 @@ class Subscriber:
                     entry.heartbeat_s = sub.heartbeat_interval / 1e9
             self.entries.append(entry)
         self.all_paths = PathSet(patterns)
+        for k, entry in enumerate(self.entries):  # each reads through the list's one pass per table
+            entry.pathset = self.all_paths.member(k)
         #: Only on-change subscriptions take queued changes; SAMPLE reads the Store on its timer.
         self.on_change = PathSet(on_change) if on_change else None
 
@@ -122,6 +130,7 @@ class Subscriber:
         self._queue: deque[tuple] = deque()
         self._queue_len = queue_len
         self._resync = False
+        self.error: RequestError | None = None  # why the stream must end (a bad later request)
         self.closed = False
         self.sent = 0
         self.dropped = 0
@@ -135,11 +144,21 @@ class Subscriber:
 
     # ------------------------------------------------------------ tick thread
 
-    def changed_indices(self, table, changed: list[int]) -> list[int]:
-        return self.on_change.filter_changes(table, changed) if self.on_change else []
+    def changed_indices(self, table, changed: list[int]) -> list[int] | None:
+        """The changes this subscription takes; None if the table is new to it (ports changed):
+        then the tick thread does not match it, :meth:`offer_unmatched` hands the changes on."""
+        if self.on_change is None:
+            return []
+        if self.on_change.matched(table) is None:
+            return None
+        return self.on_change.filter_changes(table, changed)
 
     def offer_counters(self, counters: Counters) -> None:
         self._put(("c", counters))
+
+    def offer_unmatched(self, counters: Counters) -> None:
+        """Changes of a table not yet matched: the RPC thread matches and filters them."""
+        self._put(("u", counters))
 
     def offer_states(self, updates: list[StateUpdate]) -> None:
         if self.on_change is None:
@@ -174,6 +193,41 @@ class Subscriber:
             self._queue.clear()
             self._cond.notify_all()
 
+    def refuse(self, error: RequestError) -> None:
+        """End the stream with ``error`` (raised from :meth:`responses`)."""
+        with self._cond:
+            if self.error is None:
+                self.error = error
+        self.close()
+
+    def watch(self, requests: Iterator[gnmi_pb2.SubscribeRequest]) -> None:
+        """STREAM and ONCE take one SubscribeRequest: read what else the client sends (on a
+        thread of its own) and end the stream with INVALID_ARGUMENT at a second SubscriptionList
+        or a Poll (gNMI: only a POLL subscription's later requests are meaningful, and those
+        are Polls)."""
+
+        def run() -> None:
+            try:
+                for req in requests:
+                    if self.closed:
+                        return
+                    if req.HasField("subscribe"):
+                        self.refuse(RequestError(
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            "a second SubscriptionList on one Subscribe stream: only the first "
+                            "SubscribeRequest may carry one (open another stream)"))
+                        return
+                    if req.HasField("poll"):
+                        self.refuse(RequestError(
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"a Poll on a {gnmi_pb2.SubscriptionList.Mode.Name(self.mode)} "
+                            "subscription: only POLL subscriptions take Polls"))
+                        return
+            except Exception:  # noqa: S110 - the RPC ended (cancelled, closed): nothing to watch
+                pass
+
+        threading.Thread(target=run, name="gnmi-sub-watch", daemon=True).start()
+
     def _take(self, deadline: float | None) -> tuple[list[tuple], bool]:
         """Wait until something is queued, a resync is due, the deadline passes or we close."""
         with self._cond:
@@ -189,13 +243,19 @@ class Subscriber:
 
     def responses(self, store: Any, requests: Iterator[gnmi_pb2.SubscribeRequest]) -> Iterator[bytes]:
         """Serialized SubscribeResponses for the whole life of the RPC."""
+        # sync_response promises the full state: not before every source's first read is in.
+        if self.mode != POLL and not store.wait_primed(lambda: self.closed):
+            return
         if self.mode == ONCE:
             yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
             yield from self._counted([_SYNC])
         elif self.mode == POLL:
             yield from self._poll(store, requests)
         else:
+            self.watch(requests)
             yield from self._stream(store)
+            if self.error is not None:
+                raise self.error
 
     def _counted(self, chunks: list[bytes]) -> Iterator[bytes]:
         for chunk in chunks:
@@ -207,6 +267,8 @@ class Subscriber:
             if self.closed:
                 return
             if req.HasField("poll"):
+                if not store.wait_primed(lambda: self.closed):
+                    return
                 yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
                 yield from self._counted([_SYNC])
             elif req.HasField("subscribe"):
@@ -233,6 +295,12 @@ class Subscriber:
             for item in items:
                 if item[0] == "c":
                     yield from self._counted(r.counters(item[1]))
+                elif item[0] == "u":  # a table the tick thread left to us: match it here
+                    c = item[1]
+                    assert self.on_change is not None
+                    indices = self.on_change.filter_changes(c.table, c.indices)
+                    if indices:
+                        yield from self._counted(r.counters(Counters(c.ts_ns, c.table, indices, c.values)))
                 elif item[0] == "s":
                     yield from self._counted(r.states(item[1]))
                 else:
@@ -249,15 +317,21 @@ class Subscriber:
     def _timers(self, store: Any) -> list[bytes]:
         now = time.monotonic()
         out: list[bytes] = []
-        for e in self.entries:
+        due: list[int] = []  # entries whose whole current values go out now: read together
+        for k, e in enumerate(self.entries):
             heartbeat = bool(e.heartbeat_s) and now >= e.next_heartbeat
             if heartbeat:
                 e.next_heartbeat = _advance(e.next_heartbeat, e.heartbeat_s, now)
             if e.sample_s and now >= e.next_sample:
                 e.next_sample = _advance(e.next_sample, e.sample_s, now)
-                out += self._sample(e, store, force=heartbeat)
+                if e.suppress:
+                    out += self._sample(e, store, force=heartbeat)
+                else:
+                    due.append(k)
             elif heartbeat and not e.sample_s:  # ON_CHANGE heartbeat: everything, changed or not
-                out += self.renderer.snapshot(*read(store, e.pathset))
+                due.append(k)
+        if due:  # one read and one rendering for all of them, however many paths the list has
+            out += self.renderer.snapshot(*read(store, self.all_paths.member(*due)))
         return out
 
     def _sample(self, e: Entry, store: Any, force: bool) -> list[bytes]:

@@ -290,7 +290,8 @@ class TunnelExporter:
                 error = f"{code.name if code else 'ERROR'}: {exc.details() if hasattr(exc, 'details') else exc}"
             except Exception as exc:  # a bug must not end the thread: retry
                 error = f"{type(exc).__name__}: {exc}"
-                log.error("tunnel session failed", tunnel=self.name, exc_info=exc)
+                self.log_limiter.log(log, "error", ("bug", type(exc).__name__), "tunnel session failed",
+                                     tunnel=self.name, exc_info=exc)
             finally:
                 self._hang_up()
             if self._stopping.is_set():
@@ -303,8 +304,9 @@ class TunnelExporter:
             self.state = "down"
             self.last_error = error
             delay = min(backoff * random.uniform(0.8, 1.2), self.retry_interval)
-            self.log_limiter.log(log, "warning", error, "tunnel server down", tunnel=self.name,
-                                 address=self.address, error=error, retry_in_s=round(delay, 2))
+            self.log_limiter.log(log, "warning", ("down", logs.kind(error)), "tunnel server down",
+                                 tunnel=self.name, address=self.address, error=error,
+                                 retry_in_s=round(delay, 2))
             self._stopping.wait(delay)
             backoff = min(backoff * 2, self.retry_interval)
         self.state = "down"
@@ -389,7 +391,8 @@ class TunnelExporter:
     # ------------------------------------------------------------ sessions
     def _session_request(self, s: Any, channel: grpc.Channel, outbox: queue.Queue) -> None:
         if s.error:  # the server gave up on a session: its Tunnel stream ends by itself
-            log.info("tunnel session error from server", tunnel=self.name, tag=s.tag, error=s.error)
+            self.log_limiter.log(log, "info", "session-error", "tunnel session error from server",
+                                 tunnel=self.name, tag=s.tag, error=s.error)
             return
         if not s.accept or s.tag <= 0:
             return  # we never ask for sessions, so nothing else is meant for us
@@ -410,7 +413,11 @@ class TunnelExporter:
             self.sessions_refused += 1
             outbox.put(pb.RegisterOp(session=pb.Session(tag=s.tag, target=s.target,
                                                          target_type=s.target_type, error=reason)))
-            log.warning("tunnel session refused", tunnel=self.name, tag=s.tag, reason=reason)
+            # keyed by kind, never by tag or the server's target name: a server asking for
+            # hundreds of sessions gets one warning per period, with the count suppressed
+            kind = "unknown-target" if reason.startswith("no target") else logs.kind(reason)
+            self.log_limiter.log(log, "warning", ("session-refused", kind), "tunnel session refused",
+                                 tunnel=self.name, tag=s.tag, reason=reason)
             return
         pipe = _Pipe(sock, s.tag)
         with self._lock:

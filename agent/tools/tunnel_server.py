@@ -12,7 +12,12 @@ reference server does.
 
 What happens is printed as JSON lines on stdout (``listening``,
 ``target-added`` with the target's local ``listen`` address, ``target-removed``,
-``session-opened``, ``session-closed``), so scripts and tests can follow it.
+``target-refused``, ``session-opened``, ``session-failed``, ``session-closed``), so
+scripts and tests can follow it.
+
+It is bounded (docs/tunnel.md): targets per Register stream and in total, sessions at
+once, target names (1 to 255 printable characters) and types (grpctunnel's known ones);
+what is refused gets a clear error on the stream.
 """
 
 from __future__ import annotations
@@ -38,6 +43,43 @@ from agent.gnmi import tunnel_pb as pb
 
 CHUNK = 32 * 1024
 SESSION_TIMEOUT_S = 10.0  # how long a target may take to open the Tunnel stream it was asked for
+
+# Bounds (docs/tunnel.md): each registered target costs a listening socket and a thread, each
+# session a thread or two, so a peer cannot make the server open thousands of either.
+MAX_TARGETS_PER_STREAM = 64  # targets one Register stream may hold registered
+MAX_TARGETS = 256  # targets registered in total, over every stream
+MAX_SESSIONS = 128  # sessions being set up or running at once (local connections and client bridges)
+MAX_NAME = 255  # characters in a target name
+REMEMBERED_PORTS = 4096  # targets whose port is kept for when they come back
+#: What a target or subscription may name as its type: openconfig grpctunnel's TargetType values
+#: (the Go reference sends their names), except UNKNOWN. A subscription may also name "" (all).
+TARGET_TYPES = frozenset(t for t in pb.TARGET_TYPES if t != "UNKNOWN")
+ECHO_MAX = 64  # characters of a peer's name or type echoed in an error or an event
+
+
+def _shown(text: str) -> str:
+    """A peer's name or type as echoed in errors and events: bounded, never raw controls."""
+    text = text if len(text) <= ECHO_MAX else f"{text[:ECHO_MAX]}... ({len(text)} characters)"
+    return text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+
+
+def check_name(name: str) -> str | None:
+    """Why ``name`` cannot be a target name (None: it can): non-empty, at most MAX_NAME
+    characters, printable (no control characters)."""
+    if not name:
+        return "empty target name"
+    if len(name) > MAX_NAME:
+        return f"target name of {len(name)} characters (limit {MAX_NAME})"
+    if not name.isprintable():
+        return f"target name '{_shown(name)}' has control characters"
+    return None
+
+
+def check_type(typ: str, *, subscription: bool = False) -> str | None:
+    """Why ``typ`` cannot be a target type (None: it can)."""
+    if typ in TARGET_TYPES or (subscription and typ == ""):
+        return None
+    return f"unknown target type '{_shown(typ)}' (known: {', '.join(sorted(TARGET_TYPES))})"
 _CLOSE = object()  # the other end closed: send close, end the call
 _END = object()  # this end closed: end the call
 
@@ -126,6 +168,9 @@ class TunnelServer:
         target_ports: dict[str, int] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         max_workers: int = 128,
+        max_targets: int = MAX_TARGETS,
+        max_targets_per_stream: int = MAX_TARGETS_PER_STREAM,
+        max_sessions: int = MAX_SESSIONS,
     ) -> None:
         self.listen = listen
         self.credentials = credentials
@@ -133,6 +178,10 @@ class TunnelServer:
         self.target_ports = dict(target_ports or {})
         self.on_event = on_event or (lambda event: None)
         self.max_workers = max_workers
+        self.max_targets = max_targets
+        self.max_targets_per_stream = max_targets_per_stream
+        self._session_slots = threading.BoundedSemaphore(max_sessions)
+        self.max_sessions = max_sessions
         self.port = 0
         self._grpc: grpc.Server | None = None
         self._lock = threading.Lock()
@@ -141,7 +190,8 @@ class TunnelServer:
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._tags = itertools.count(1)
         self._stopping = threading.Event()
-        self._remembered_ports: dict[str, int] = {}  # a target that comes back gets its port back
+        # a target that comes back gets its port back (bounded: oldest forgotten first)
+        self._remembered_ports: dict[str, int] = {}
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> TunnelServer:
@@ -230,6 +280,13 @@ class TunnelServer:
         kind = op.WhichOneof("registration")
         if kind == "target":
             t = op.target
+            why = check_name(t.target) or check_type(t.target_type)
+            if why is not None:
+                client.send(target=pb.Target(op=t.op, target=t.target[:MAX_NAME],
+                                             target_type=t.target_type[:MAX_NAME], error=why))
+                self._event("target-refused", target=_shown(t.target), type=_shown(t.target_type),
+                            peer=client.peer, error=why)
+                return
             if t.op == pb.TARGET_ADD:
                 self._add_target(client, t.target, t.target_type)
             elif t.op == pb.TARGET_REMOVE:
@@ -244,15 +301,23 @@ class TunnelServer:
 
     def _add_target(self, client: _Client, name: str, typ: str) -> None:
         key = (name, typ)
+        why = None
         with self._lock:
             other = self._targets.get(key)
-            if other is None:
+            if other is not None:
+                why = f"target {name!r} already registered for client {other.owner.peer!r}"
+            elif len(client.targets) >= self.max_targets_per_stream:
+                why = f"too many targets on this stream (limit {self.max_targets_per_stream})"
+            elif len(self._targets) >= self.max_targets:
+                why = f"too many targets registered on this server (limit {self.max_targets})"
+            else:
                 entry = _Target(client)
                 self._targets[key] = entry
                 client.targets.add(key)
-        if other is not None:
-            client.send(target=pb.Target(target=name, target_type=typ,
-                                         error=f"target {name!r} already registered for client {other.owner.peer!r}"))
+        if why is not None:
+            client.send(target=pb.Target(target=name, target_type=typ, error=why))
+            if other is None:
+                self._event("target-refused", target=name, type=typ, peer=client.peer, error=why)
             return
         if self.target_host is not None:
             self._open_listener(key, entry)
@@ -289,6 +354,10 @@ class TunnelServer:
 
     def _subscription(self, client: _Client, sub: Any) -> None:
         typ = sub.target_type
+        why = check_type(typ, subscription=True)
+        if why is not None:
+            client.send(subscription=pb.Subscription(op=sub.op, target_type=typ[:MAX_NAME], error=why))
+            return
         if sub.op == pb.SUBSCRIBE:
             with self._lock:
                 client.subscriptions.add(typ)
@@ -353,14 +422,23 @@ class TunnelServer:
         with self._lock:
             entry = self._targets.get(key)
         if entry is None or entry.owner is client:
-            why = (f"no target {s.target!r} of type {s.target_type!r} registered" if entry is None
-                   else "the target is the client's own")
+            why = (f"no target '{_shown(s.target)}' of type '{_shown(s.target_type)}' registered"
+                   if entry is None else "the target is the client's own")
             client.send(session=pb.Session(tag=s.tag, error=why))
+            return
+        if not self._session_slots.acquire(blocking=False):
+            client.send(session=pb.Session(tag=s.tag, error=f"too many sessions (limit {self.max_sessions})"))
             return
         p = self._expect(client.peer, s.tag)
         client.send(session=pb.Session(tag=s.tag, accept=True, target=s.target, target_type=s.target_type))
 
         def bridge() -> None:
+            try:
+                bridge_once()
+            finally:
+                self._session_slots.release()
+
+        def bridge_once() -> None:
             if not p.attached.wait(SESSION_TIMEOUT_S) or p.endpoint is None:
                 with self._lock:
                     self._pending.pop((client.peer, s.tag), None)
@@ -448,7 +526,10 @@ class TunnelServer:
                 return
         sock.listen(16)
         bound = sock.getsockname()[1]
-        self._remembered_ports[name] = bound
+        self._remembered_ports.pop(name, None)
+        self._remembered_ports[name] = bound  # newest last
+        while len(self._remembered_ports) > REMEMBERED_PORTS:
+            del self._remembered_ports[next(iter(self._remembered_ports))]
         entry.listener = sock
         host = f"[{self.target_host}]" if ":" in (self.target_host or "") else self.target_host
         entry.listen = f"{host}:{bound}"
@@ -461,8 +542,19 @@ class TunnelServer:
                 conn, addr = listener.accept()
             except OSError:
                 return  # closed: the target went away
-            threading.Thread(target=self._serve_connection, args=(conn, addr, key), daemon=True,
+            if not self._session_slots.acquire(blocking=False):
+                self._event("session-failed", target=key[0], client=str(addr[0]),
+                            error=f"too many sessions (limit {self.max_sessions})")
+                conn.close()
+                continue
+            threading.Thread(target=self._serve_slot, args=(conn, addr, key), daemon=True,
                              name="tunnel-conn").start()
+
+    def _serve_slot(self, conn: socket.socket, addr: Any, key: tuple[str, str]) -> None:
+        try:
+            self._serve_connection(conn, addr, key)
+        finally:
+            self._session_slots.release()
 
     def _serve_connection(self, conn: socket.socket, addr: Any, key: tuple[str, str]) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
