@@ -25,6 +25,33 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _positive_duration(text: str) -> float:
+    """A run length: a duration as above, more than 0 (``inf``, ``nan`` and negatives are refused)."""
+    seconds = _duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return seconds
+
+
+def _refresh(text: str) -> float:
+    """``swtel top --interval``: a duration from 200ms to 1h."""
+    seconds = _duration(text)
+    if not 0.2 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"must be from 200ms to 1h, got {text!r}")
+    return seconds
+
+
+def _count(text: str) -> int:
+    """A positive whole number (``--iterations``, ``--limit``)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+    if not 1 <= n <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 1000000, got {text[:40]!r}")
+    return n
+
+
 def _nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -46,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("file", nargs="?", default=None, help="config file (default /etc/swtel/swtel.yaml)")
 
     st = sub.add_parser("status", help="ask a running agent over its control socket",
-                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered (or it is busy).")
+                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy.")
     st.add_argument("--socket", default=None, type=_nonempty,
                     help="control socket (default from config or /run/swtel/swtel.sock)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -60,10 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--socket", default=None, type=_nonempty,
                      help="control socket (default from config or /run/swtel/swtel.sock)")
     top.add_argument("-c", "--config", default=None, help="read the socket path from this config")
-    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    top.add_argument("--interval", type=_refresh, default=1.0,
+                     help="time between refreshes, 200ms to 1h (1s, 500ms or seconds; default 1s)")
     top.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
-    top.add_argument("--iterations", "-n", type=int, default=None, help="stop after this many refreshes")
-    top.add_argument("--limit", type=int, default=20, help="plain mode: ports per refresh (default 20)")
+    top.add_argument("--iterations", "-n", type=_count, default=None, help="stop after this many refreshes")
+    top.add_argument("--limit", type=_count, default=20, help="plain mode: ports per refresh (default 20)")
 
     col = sub.add_parser("collect", help="a gNMI dial-out collector for development, demos and tests")
     col.add_argument("--listen", required=True, metavar="HOST:PORT",
@@ -91,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="address of the listener opened per registered target (default 127.0.0.1)")
     tun.add_argument("--target-port", action="append", default=[], metavar="NAME=PORT",
                      help="pin target NAME's listener to PORT (repeatable; others get a free port)")
-    tun.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    tun.add_argument("--duration", type=_positive_duration, default=None,
+                     help="stop after this long (2s, 1m or seconds)")
 
     fab = sub.add_parser(
         "fabric", help="run a simulated fabric (spine-1, leaf-3, host-1) streaming to a local collector",
@@ -106,7 +135,8 @@ def _parser() -> argparse.ArgumentParser:
                           "counter-clear or clean")
     fab.add_argument("--seed", type=int, default=1, help="traffic model seed (default 1)")
     fab.add_argument("--interval", default="100ms", help="poll interval of every agent (default 100ms)")
-    fab.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    fab.add_argument("--duration", type=_positive_duration, default=None,
+                     help="stop after this long (2s, 1m or seconds; at most 24h)")
     fab.add_argument("--dir", default=None, help="configs, sockets and logs (default: a new temporary directory)")
     fab.add_argument("--output", "-o", default=None, help="collector JSON lines (default DIR/collector.jsonl)")
 
@@ -121,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                     "for --duration seconds or until Ctrl-C (q in the live view), then prints the "
                     "event timeline and where the raw data went (a temporary directory, or --dir). "
                     "Exit 0 when every agent ran and stopped cleanly.")
-    demo.add_argument("--duration", type=float, default=None, help="seconds to run (default 30)")
+    demo.add_argument("--duration", type=_positive_duration, default=None,
+                      help="how long to run (30s, 2m or seconds; default 30s, at most 24h)")
     demo.add_argument("--scenario", default="field",
                       help="field (default: both cases), symbol-errors, imbalance, pfc-storm, "
                            "microburst, link-flap, counter-clear or clean")

@@ -547,7 +547,9 @@ def _convert(value: Any, tp: Any, where: str, problems: list[str]) -> Any:
                                 f"got {_short(key)}")
                 continue
             out[key] = _convert(item, args[1], f"{where}.{key}", problems)
-        return _MISSING if _MISSING in out.values() else out
+        # The entries that converted are kept (the config is refused all the same): the
+        # cross-field rules then still report the other entries' problems (every problem at once).
+        return {k: v for k, v in out.items() if v is not _MISSING}
     if is_dataclass(tp):
         return _build(tp, value, where, problems)
     if tp in _CUSTOM:
@@ -653,7 +655,8 @@ def _check(cfg: Config, problems: list[str]) -> None:
     _check_control(cfg.control, problems)
     if cfg.log.rate_limit <= 0:
         problems.append("log.rate_limit: must be positive")
-    _check_insights(cfg.insights, problems)
+    _check_insights(cfg.insights, problems, cfg)
+    _check_sim_config(cfg.sources.asic, problems)
 
 
 def _check_exporters(exp: Exporters, problems: list[str]) -> None:
@@ -791,7 +794,7 @@ def _check_control(ctl: Control, problems: list[str]) -> None:
         problems.append("control.group: must not be empty (use null to keep the agent's group)")
 
 
-def _check_insights(ins: Insights, problems: list[str]) -> None:
+def _check_insights(ins: Insights, problems: list[str], cfg: Config | None = None) -> None:
     def finite(where: str, value: float) -> bool:
         if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
             problems.append(f"insights.{where}: must be a finite number, got {value}")
@@ -858,8 +861,16 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
     if finite("imbalance.min_mean_bps", imb.min_mean_bps) and imb.min_mean_bps < 0:
         problems.append(f"insights.imbalance.min_mean_bps: must not be negative, got {imb.min_mean_bps}")
     for group, ports in imb.groups.items():
-        if len(ports) < 2 and not any(any(c in p for c in "*?[") for p in ports):
-            problems.append(f"insights.imbalance.groups.{group}: needs at least 2 ports, got {ports!r}")
+        twice = sorted({p for p in ports if ports.count(p) > 1})
+        if twice:
+            problems.append(f"insights.imbalance.groups.{group}: names {', '.join(map(repr, twice))} more than "
+                            "once (a member counts once: list each port once)")
+        if len(set(ports)) < 2 and not any(_is_glob(p) for p in ports):
+            got = repr(ports) if len(ports) <= 4 else _short(ports)
+            problems.append(f"insights.imbalance.groups.{group}: needs at least 2 ports, got {got}")
+        for i, port in enumerate(ports):
+            if not port.strip():
+                problems.append(f"insights.imbalance.groups.{group}[{i}]: must not be empty")
     for name in ("pfc_storm", "imbalance"):
         windows = getattr(ins, name).windows
         if not 1 <= windows <= MAX_WINDOWS:
@@ -870,6 +881,96 @@ def _check_insights(ins: Insights, problems: list[str]) -> None:
     share("throughput_dip.dip_ratio", dip.dip_ratio)
     share("throughput_dip.min_utilization", dip.min_utilization)
     positive("throughput_dip.max_duration", dip.max_duration)
+    _check_windows(ins, problems, cfg)
+
+
+# Which sources feed each detector with a `window` (agent/insights/classify.py: the paths
+# each semantic is read from): its window is checked against the fastest of them.
+_DETECTOR_SOURCES = {
+    "error_burst": ("netdev", "ethtool", "asic"),
+    "link_flap": ("netdev", "ethtool", "asic"),
+    "pfc_storm": ("ethtool", "asic"),
+    "drop_burst": ("netdev", "ethtool", "asic"),
+    "imbalance": ("netdev", "ethtool", "asic"),
+    "roce_retrans": ("rdma", "asic"),
+}
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _check_windows(ins: Insights, problems: list[str], cfg: Config | None) -> None:
+    """Events that cannot flap and windows that can hold a sample (docs/insights.md,
+    "Windows and clear_after"): a `window` set below the poll interval of the sources the
+    detector reads is refused (it never holds more than one sample; the default windows,
+    shorter than a slow interval, keep counting long samples pro rata as documented), and
+    `clear_after` must be at least `window` (a detector judges its rule once per window at
+    most, so a shorter clear_after clears an ongoing fault between two judgements and raises
+    it again: one fault, many events)."""
+    for name, sources in _DETECTOR_SOURCES.items():
+        det = getattr(ins, name)
+        if not det.enabled or not _finite(det.window) or det.window <= 0:
+            continue
+        if _finite(det.clear_after) and det.clear_after < det.window:
+            problems.append(f"insights.{name}.clear_after: must be at least the window "
+                            f"(insights.{name}.window, {Duration(det.window)}), got {Duration(det.clear_after)}: "
+                            "a shorter one clears an ongoing fault between two judgements and raises it "
+                            "again")
+        if cfg is None or det.window == type(det)().window:
+            continue
+        polled = [(cfg.interval_of(s), s) for s in sources if getattr(cfg.sources, s).enabled]
+        if not polled:
+            continue
+        fastest, source = min(polled, key=lambda item: item[0])
+        if det.window < fastest:
+            problems.append(f"insights.{name}.window: must be at least the poll interval of the sources it "
+                            f"reads ({Duration(fastest)}, sources.{source}), got {Duration(det.window)}")
+
+
+def _check_sim_config(asic: AsicSource, problems: list[str]) -> None:
+    """The built-in sim's config string, judged by the sim's own parser: the sim is opened
+    with it (parse and build, no I/O; it is installed with the package) and closed again, so
+    validate refuses exactly what the agent's open() would."""
+    if asic.plugin not in ASIC_BUILTIN or not (asic.enabled or asic.config.strip()) or len(asic.config) > 4096:
+        return
+    problem = sim_config_problem(asic.config)
+    if problem:
+        problems.append(f"sources.asic.config: {problem}")
+
+
+def sim_config_problem(config: str) -> str | None:
+    """Why the built-in sim's open() refuses ``config``, in its own words, or None."""
+    from agent import _backend
+    from agent.asic import builtin_path
+
+    path = builtin_path("sim")
+    if path is None:
+        return None  # not built: the agent says so at load; nothing to ask here
+    try:
+        handle = _backend.reader.asic_open(path, config)
+    except OSError as exc:
+        text = str(exc)
+        _, sep, reason = text.partition("open failed: ")
+        return reason if sep else text
+    except ValueError as exc:  # an embedded NUL, which no C string carries
+        return f"not a valid plugin config string ({exc})"
+    _backend.reader.asic_close(handle)
+    return None
+
+
+def _check_plugin_file(asic: AsicSource, problems: list[str]) -> None:
+    """An enabled ASIC plugin given by path: the checks made before it is loaded
+    (agent/asic/trust.py: owner, modes, directories, ELF, the entry symbol)."""
+    if not asic.enabled or asic.plugin in ASIC_BUILTIN or not asic.plugin.startswith("/") or \
+            len(asic.plugin) > MAX_STRING:
+        return
+    from agent.asic.trust import check_plugin
+
+    try:
+        check_plugin(asic.plugin)
+    except OSError as exc:
+        problems.append(f"sources.asic.plugin: {exc}")
 
 
 _PEM_KIND = {"ca": "certificate", "cert": "certificate", "key": "private key"}
@@ -988,8 +1089,10 @@ _Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 # ---------------------------------------------------------------- entry points
 
 
-def parse(text: str, path: str | None = None) -> Config:
-    """Parse and validate YAML text; raise :class:`ConfigError` listing every problem."""
+def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> Config:
+    """Parse and validate YAML text; raise :class:`ConfigError` listing every problem.
+    ``plugin_file`` (``swtel validate``): also check the enabled ASIC plugin's file as the
+    agent does before loading it (the agent itself runs on with that source unhealthy)."""
     if len(text) > MAX_FILE_BYTES:
         raise ConfigError([f"{path or 'config'}: larger than {MAX_FILE_BYTES // 1024} KiB"])
     try:
@@ -1006,6 +1109,8 @@ def parse(text: str, path: str | None = None) -> Config:
     # The cross-field rules run even when some values were refused (those keep their
     # defaults), so that every problem of a file is reported at once.
     _check(cfg, problems)
+    if plugin_file:
+        _check_plugin_file(cfg.sources.asic, problems)
     if problems:
         raise ConfigError(problems)
     cfg.path = path
@@ -1044,6 +1149,6 @@ def read_text(path: str) -> str:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason})"]) from None
 
 
-def load(path: str) -> Config:
-    """Read and validate a config file."""
-    return parse(read_text(path), path)
+def load(path: str, *, plugin_file: bool = False) -> Config:
+    """Read and validate a config file (``plugin_file``: see :func:`parse`)."""
+    return parse(read_text(path), path, plugin_file=plugin_file)

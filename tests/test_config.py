@@ -580,3 +580,93 @@ def test_docs_stand_on_their_own():
     for doc in [*(REPO / "docs").glob("*.md"), REPO / "README.md", REPO / "debian" / "swtel.1"]:
         for ref in re.findall(r"\b([A-Za-z0-9_-]+\.md)\b", doc.read_text()):
             assert (REPO / ref).exists() or (REPO / "docs" / ref).exists(), f"{doc.name} points to missing {ref}"
+
+
+# ---------------------------------------------------------------- configs that can never work (issue 24, item 12)
+
+
+def test_an_imbalance_group_naming_a_port_twice_is_refused():
+    problems = problems_of("insights: {imbalance: {groups: {up: [swp51, swp52, swp51]}}}\n")
+    assert problems == ["insights.imbalance.groups.up: names 'swp51' more than once (a member counts once: "
+                        "list each port once)"]
+    # twice the same one port is a one-member group as well
+    problems = problems_of("insights: {imbalance: {groups: {up: [swp51, swp51]}}}\n")
+    assert any(p.startswith("insights.imbalance.groups.up: needs at least 2 ports") for p in problems), problems
+    problems = problems_of("insights: {imbalance: {groups: {up: [swp1, swp1, swp1, swp1, swp1]}}}\n")
+    assert "insights.imbalance.groups.up: needs at least 2 ports, got a list of 5 items" in problems, problems
+
+
+def test_one_groups_type_error_does_not_hide_the_other_groups_problems():
+    problems = problems_of("""\
+        insights:
+          imbalance:
+            groups:
+              a: 5
+              b: [swp1]
+              c: [swp1, swp2, swp1]
+              d: [swp1, {x: 1}]
+              e: [swp3, '']
+        """)
+    assert problems[0] == "insights.imbalance.groups.a: expected a list, got 5"
+    assert "insights.imbalance.groups.d[1]: expected a string, got a mapping of 1 keys" in problems
+    assert "insights.imbalance.groups.b: needs at least 2 ports, got ['swp1']" in problems
+    assert any(p.startswith("insights.imbalance.groups.c: names 'swp1' more than once") for p in problems)
+    assert "insights.imbalance.groups.e[1]: must not be empty" in problems
+    assert len(problems) == 5, problems
+
+
+@pytest.mark.parametrize("sim,problem", [
+    ("role=spine bogus=1", "sim: unknown key 'bogus' (known: "),
+    ("role=leaf scenario=imbalance@3s:swp99", "sim: scenario 'imbalance@3s:swp99': no port 'swp99'"),
+    ("role=spine scenario=imbalance@3s:swp62", "sim: scenario 'imbalance@3s:swp62': needs role=leaf"),
+    ("role=host ports=8", "sim: ports: not with role=host"),
+    ("role=spine scenario=symbol-errors@5s-2s:swp1", "sim: scenario 'symbol-errors@5s-2s:swp1': end must be "
+                                                     "after start"),
+])
+def test_sim_config_strings_are_judged_by_the_sims_own_parser(sim, problem):
+    """What the sim's open() refuses, validate refuses, in the sim's words, under the YAML path."""
+    problems = problems_of(f"sources: {{asic: {{enabled: true, plugin: sim, config: '{sim}'}}}}\n")
+    assert [p for p in problems if p.startswith("sources.asic.config: ")] == problems, problems
+    assert problems[0].startswith(f"sources.asic.config: {problem}"), problems
+    # the same string is refused by the loader the agent uses, with the same words
+    from agent import _backend
+    from agent.asic import builtin_path
+
+    with pytest.raises(OSError, match=re.escape(problem)):
+        _backend.reader.asic_open(builtin_path("sim"), sim)
+
+
+def test_a_good_sim_config_is_accepted():
+    cfg = config.parse("sources: {asic: {enabled: true, config: 'role=leaf seed=3 scenario=imbalance@3s:swp62'}}\n")
+    assert cfg.sources.asic.config.startswith("role=leaf")
+
+
+def test_validate_warns_about_group_members_this_host_does_not_have(tmp_path):
+    f = tmp_path / "groups.yaml"
+    f.write_text("sources: {netdev: {enabled: false}, ethtool: {enabled: false},\n"
+                 "          asic: {enabled: true, plugin: sim, config: role=leaf}}\n"
+                 "insights: {imbalance: {groups: {uplinks: [swp61, swp62, swp99, 'up*']}}}\n")
+    r = run_validate(str(f))
+    assert (r.returncode, r.stdout.strip()) == (0, "OK"), r.stderr
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: insights.imbalance.groups.uplinks: 'swp99': no such port in the sim's layout now; the group "
+        "is judged without it (the agent logs it once if it never appears)",
+        "warning: insights.imbalance.groups.uplinks: 'up*': no port matches it in the sim's layout now; the "
+        "group is judged without it (the agent logs it once if it never appears)",
+    ], r.stderr
+
+
+def test_validate_looks_ports_up_among_this_hosts_interfaces(tmp_path):
+    from agent.control.validate import warnings
+
+    net = tmp_path / "net"
+    for name in ("eth0", "swp1", "swp2"):
+        (net / name).mkdir(parents=True)
+    cfg = config.parse("insights: {imbalance: {groups: {a: [swp1, swp2], b: [swp1, swp7], c: ['eth*', 'x*']}}}\n")
+    assert [w.split(":")[0] + ":" + w.split(":")[1] for w in warnings(cfg, str(net))] == [
+        "insights.imbalance.groups.b: 'swp7'", "insights.imbalance.groups.c: 'x*'"]
+    # a vendor plugin's ports cannot be known before it runs: no guesses
+    cfg = config.parse("insights: {imbalance: {groups: {b: [swp1, swp7]}}}\n")
+    cfg.sources.asic.enabled, cfg.sources.asic.plugin = True, "/opt/vendor/plugin.so"
+    assert warnings(cfg, str(net)) == []

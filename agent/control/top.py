@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from agent.control.client import ControlError, request, socket_path
+from agent.control.printable import printable
 
 RATE_FIELDS = ("rx_octets", "tx_octets", "errors", "symbol_errors", "uncorrectable", "drops_in",
                "drops_out", "pfc_frames", "pfc_duration_us", "roce_retrans", "carrier")
@@ -71,54 +72,90 @@ def _bar(util: float | None, width: int = 10) -> str:
 
 
 def plain_lines(target: str, rows: list[dict[str, Any]], events: dict[str, list], limit: int) -> list[str]:
-    """The view as plain text lines (no terminal needed)."""
-    lines = [f"{time.strftime('%H:%M:%S')} {target}: {len(rows)} ports, "
+    """The view as plain text lines (no terminal needed); names and messages made printable."""
+    lines = [f"{time.strftime('%H:%M:%S')} {printable(target)}: {len(rows)} ports, "
              f"{len(events.get('open', []))} open events"]
     lines.append(f"{'port':<10} {'util':>5} {'rx Gb/s':>7} {'tx Gb/s':>7} {'err/s':>6} {'sym/s':>6} "
                  f"{'drop/s':>6} {'pfc%':>5}")
     for r in rows[:limit]:
         util = "-" if r["util"] is None else f"{r['util'] * 100:.0f}%"
         paused = "-" if r["paused"] is None else f"{r['paused'] * 100:.0f}"
-        lines.append(f"{r['port']:<10} {util:>5} {_gbps(r['rx_bps']):>7} {_gbps(r['tx_bps']):>7} "
+        lines.append(f"{printable(r['port']):<10} {util:>5} {_gbps(r['rx_bps']):>7} {_gbps(r['tx_bps']):>7} "
                      f"{_rate(r['errs']):>6} {_rate(r.get('symbol_errors')):>6} {_rate(r['drops']):>6} "
                      f"{paused:>5}")
     for ev in events.get("open", [])[:5]:
-        lines.append(f"EVENT {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}")
+        lines.append(printable(f"EVENT {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"))
     return lines
 
 
-def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list], height: int):
+# The live view's columns after the port name, in display order: (header, width, cell, rank).
+# When the terminal is too narrow the highest rank goes first (the bar, then PFC, drops,
+# symbol errors, ...); the port name is never what gives way.
+_COLUMNS: list[tuple[str, int, Any, int]] = [
+    ("util", 10, lambda r: _bar(r["util"]), 8),
+    ("", 4, lambda r: "-" if r["util"] is None else f"{r['util'] * 100:3.0f}%", 1),
+    ("rx Gb/s", 7, lambda r: _gbps(r["rx_bps"]), 2),
+    ("tx Gb/s", 7, lambda r: _gbps(r["tx_bps"]), 3),
+    ("err/s", 6, lambda r: _rate(r["errs"]), 4),
+    ("sym/s", 6, lambda r: _rate(r.get("symbol_errors")), 5),
+    ("drop/s", 6, lambda r: _rate(r["drops"]), 6),
+    ("pfc%", 4, lambda r: "-" if r["paused"] is None else f"{r['paused'] * 100:.0f}", 7),
+]
+_NAME_MAX = 24  # a port column wider than this only if the terminal has room to spare
+
+
+def layout(names: list[str], width: int) -> tuple[int, list[tuple[str, int, Any, int]]]:
+    """The port column's width and the other columns that fit ``width``: columns are dropped
+    (highest rank first) until the names fit whole (names of up to 24 characters; a longer
+    one gets whatever the remaining columns leave, all of the width once none is left)."""
+    name_w = max([4, *(len(n) for n in names)])
+    cols = list(_COLUMNS)
+
+    def total(w: int) -> int:
+        return w + sum(1 + c[1] for c in cols)
+
+    while cols and total(min(name_w, _NAME_MAX)) > width:
+        cols.remove(max(cols, key=lambda c: c[3]))
+    room = width - total(0)
+    return max(1, min(name_w, room)), cols
+
+
+def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list], height: int,
+               width: int = 80):
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     opened = events.get("open", [])
-    shown_events = opened[:4]
-    # 24 lines: title, header, rows..., event title and events, hint
-    room = max(3, height - 5 - len(shown_events) - (1 if shown_events else 0))
-    table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
-    for name, justify in (("port", "left"), ("util", "left"), ("", "right"), ("rx Gb/s", "right"),
-                          ("tx Gb/s", "right"), ("err/s", "right"), ("sym/s", "right"),
-                          ("drop/s", "right"), ("pfc%", "right")):
-        table.add_column(name, justify=justify, no_wrap=True)
+    # lines: title, header, the rows, "open events:" and the events, the hint
+    shown_events = opened[:min(4, max(1, (height - 5) // 3))] if opened else []
+    room = max(1, height - 3 - (len(shown_events) + 1 if shown_events else 0))
+    shown = rows[:room]
+    names = [printable(r["port"]) for r in shown]
+    name_w, cols = layout(names, width)
+    header = Text("port".ljust(name_w)[:name_w], style="bold", no_wrap=True, overflow="ellipsis")
+    bar = any(c[0] == "util" for c in cols)
+    for head, w, _cell, _rank in cols:
+        head = head or ("" if bar else "util")  # the percentage is headed "util" once the bar is gone
+        header.append(" " + (head.ljust(w) if w == 10 else head.rjust(w)), style="bold")
+    lines: list[Any] = [header]
     hot = {i for ev in opened for i in ev.get("interfaces", [])}
-    for r in rows[:room]:
-        util = r["util"]
-        style = "bold red" if r["port"] in hot else ""
-        table.add_row(
-            Text(r["port"], style=style), _bar(util), "-" if util is None else f"{util * 100:3.0f}%",
-            _gbps(r["rx_bps"]), _gbps(r["tx_bps"]), _rate(r["errs"]), _rate(r.get("symbol_errors")),
-            _rate(r["drops"]), "-" if r["paused"] is None else f"{r['paused'] * 100:.0f}",
-        )
-    title = Text(f"swtel top — {target}  {time.strftime('%H:%M:%S')}  {len(rows)} ports  "
-                 f"{len(opened)} open events", style="bold")
-    parts: list[Any] = [title, table]
+    for r, name in zip(shown, names, strict=True):
+        cell = name if len(name) <= name_w else name[:max(0, name_w - 1)] + "…"
+        line = Text(cell.ljust(name_w), style="bold red" if r["port"] in hot else "", no_wrap=True,
+                    overflow="crop")
+        for _head, w, fn, _rank in cols:
+            text = fn(r)
+            line.append(" " + (text.ljust(w) if w == 10 else text.rjust(w)))
+        lines.append(line)
+    title = Text(f"swtel top — {printable(target)}  {time.strftime('%H:%M:%S')}  {len(rows)} ports  "
+                 f"{len(opened)} open events", style="bold", no_wrap=True, overflow="ellipsis")
+    parts: list[Any] = [title, *lines]
     if shown_events:
         parts.append(Text("open events:", style="bold"))
         for ev in shown_events:
             color = "red" if ev.get("severity") == "critical" else "yellow"
-            parts.append(Text(f" {ev.get('type', '?')}: {ev.get('message', '')}", style=color, overflow="ellipsis",
-                              no_wrap=True))
+            parts.append(Text(printable(f" {ev.get('type', '?')}: {ev.get('message', '')}"), style=color,
+                              overflow="ellipsis", no_wrap=True))
     parts.append(Text("q: quit", style="dim"))
     return Group(*parts)
 
@@ -134,7 +171,10 @@ def _cbreak(fd: int):
         tty.setcbreak(fd)
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+        try:
+            termios.tcsetattr(fd, termios.TCSADRAIN, old)
+        except termios.error:
+            pass  # the terminal hung up: nothing left to restore
 
 
 def _key_pressed(fd: int | None, timeout: float) -> str:
@@ -150,7 +190,7 @@ def top_main(args: Any) -> int:
     try:
         prev = request(path, "ports")
     except ControlError as exc:
-        print(f"swtel top: {exc}", file=sys.stderr)
+        print(f"swtel top: {printable(exc)}", file=sys.stderr)
         return 2
     interval = max(0.2, float(args.interval))
     plain = args.plain or not sys.stdout.isatty()
@@ -167,7 +207,7 @@ def _run_plain(path: str, prev: dict, interval: float, iterations: int | None, l
         try:
             cur = request(path, "ports")
         except ControlError as exc:
-            print(f"swtel top: {exc}", file=sys.stderr)
+            print(f"swtel top: {printable(exc)}", file=sys.stderr)
             return 2
         print("\n".join(plain_lines(cur.get("target", "?"), rates(prev, cur), cur.get("events", {}), limit)),
               flush=True)
@@ -183,7 +223,8 @@ def _run_live(path: str, prev: dict, interval: float, iterations: int | None) ->
     console = Console()
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
     n = 0
-    view = _rich_view(prev.get("target", "?"), [], prev.get("events", {}), console.size.height)
+    view = _rich_view(prev.get("target", "?"), [], prev.get("events", {}), console.size.height,
+                      console.size.width)
     with (_cbreak(fd) if fd is not None else _nullcontext()), Live(
             view, console=console, screen=True, auto_refresh=False, transient=True) as live:
         while iterations is None or n < iterations:
@@ -193,10 +234,10 @@ def _run_live(path: str, prev: dict, interval: float, iterations: int | None) ->
                 cur = request(path, "ports")
             except ControlError as exc:
                 live.stop()
-                print(f"swtel top: {exc}", file=sys.stderr)
+                print(f"swtel top: {printable(exc)}", file=sys.stderr)
                 return 2
             live.update(_rich_view(cur.get("target", "?"), rates(prev, cur), cur.get("events", {}),
-                                   console.size.height), refresh=True)
+                                   console.size.height, console.size.width), refresh=True)
             prev = cur
             n += 1
     return 0

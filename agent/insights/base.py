@@ -56,7 +56,11 @@ class Detector:
 
     @property
     def clear_after_ns(self) -> int:
-        return int(self.cfg.clear_after * NS)
+        """``clear_after``, but never shorter than the detector's ``window``: a rule is judged
+        at most once per window, so a shorter one would clear an ongoing fault between two
+        judgements and raise it again (config validation refuses it; this holds for any
+        config object all the same)."""
+        return int(max(self.cfg.clear_after, getattr(self.cfg, "window", 0)) * NS)
 
     def wants(self, port: str) -> bool:
         """Whether samples of ``port`` concern this detector at all (asked when the port's

@@ -9,6 +9,10 @@ exceeds ``cv``, and only when the mean is at least ``min_mean_bps`` (an idle gro
 says nothing). ``windows`` over-windows in a row raise the event; it names the
 hottest member. With one of N uplinks carrying 2/N of the bytes, max/mean is 2 and
 the CV 1/sqrt(N-1) (0.58 for N=4, 0.38 for N=8).
+
+A member (a port name or a glob) that no source has reported ``MEMBER_GRACE_NS`` (10 s of
+sample time) after the detector started is logged once, as a warning: a group whose
+members never exist can never fire.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import fnmatch
 
 from agent.insights import classify as c
 from agent.insights.base import NS, WARNING, Detector, fmt_bps, fmt_duration, register
+
+MEMBER_GRACE_NS = 10 * NS  # sources report their ports at their first read, within an interval
 
 
 class _Group:
@@ -43,6 +49,8 @@ class Imbalance(Detector):
         self.span = int(cfg.window * NS)
         self.groups = [_Group(name, list(ports)) for name, ports in cfg.groups.items()]
         self._member_of: dict[str, list[_Group]] = {}
+        self._since = 0  # the first pass's time; the members are looked for once, a grace later
+        self._members_checked = not self.groups
 
     def _groups_of(self, port: str) -> list[_Group]:
         out = self._member_of.get(port)
@@ -69,13 +77,33 @@ class Imbalance(Detector):
                 g.start = ts - dt
 
     def end_pass(self, ts: int) -> None:
+        if not self._members_checked:
+            if not self._since:
+                self._since = ts
+            elif ts - self._since >= MEMBER_GRACE_NS:
+                self._members_checked = True
+                self._check_members(ts - self._since)
         for g in self.groups:
             if g.start and ts - g.start >= self.span * 9 // 10:
                 self._judge(g, ts)
 
+    def _check_members(self, waited_ns: int) -> None:
+        """Log, once, every member no source has reported: a typo or a port this device lacks."""
+        names = self.ctx.port_names()
+        for g in self.groups:
+            for pattern in g.patterns:
+                if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                    self.ctx.log.warning("imbalance group member not found", group=g.name, port=pattern,
+                                         waited_s=round(waited_ns / NS, 1),
+                                         message=f"group {g.name}: no port matches {pattern!r}; the group "
+                                                 "is judged without it (check insights.imbalance.groups)")
+
     def _judge(self, g: _Group, ts: int) -> None:
         cfg = self.cfg
         rates = {p: (g.octets[p] * 8 * NS / g.covered[p] if g.covered[p] else 0.0) for p in g.octets}
+        # what the window really spanned (at least the configured one), for the message
+        spanned = (ts - g.start) / NS
+        span = cfg.window if spanned < 1.5 * cfg.window else round(spanned, 3)
         g.start = ts
         for p in g.octets:
             g.octets[p] = 0
@@ -99,7 +127,7 @@ class Imbalance(Detector):
             return
         text = (f"group {g.name}: {hot} carries {ratio:.1f}x the mean tx rate of its {n} members "
                 f"({fmt_bps(rates[hot])} vs {fmt_bps(mean)}, CV {cv:.2f}, over {cfg.windows} x "
-                f"{fmt_duration(cfg.window)}); compare this switch's ECMP/hash and routing config "
+                f"{fmt_duration(span)}); compare this switch's ECMP/hash and routing config "
                 "with its peers'")
         self.ctx.hit(self, "imbalance", g.name, ts, WARNING, ratio, "max/mean", text, [hot])
 

@@ -87,7 +87,10 @@ class PfcStorm(Detector):
         if st.streak < cfg.windows:
             return
         where = f"priority {prio}" if prio != "global" else "link-level pause"
-        held = f"{cfg.windows} x {fmt_duration(cfg.window)}"
+        # A window is as long as the samples judged in it really were (a default 100 ms window
+        # under 1 s polling judges each 1 s sample): say what was measured.
+        covered = st.covered / NS
+        held = f"{cfg.windows} x {fmt_duration(cfg.window if covered < 1.5 * cfg.window else round(covered, 3))}"
         if timed:
             text = (f"{port}: PFC storm on {where}: paused {min(share, 1.0):.0%} of the time for {held} "
                     f"({fmt_count(rate)} pause frames/s); the peer keeps pausing this port: check the "

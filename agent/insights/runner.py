@@ -139,6 +139,10 @@ class InsightsRunner:
     def detectors(self) -> dict[str, Detector]:
         return self._detectors
 
+    def port_names(self) -> list[str]:
+        """Every port (and RDMA device port) a source has reported so far."""
+        return list(self._ports)
+
     # ------------------------------------------------------------ input
     def on_batch(self, batch: Batch) -> None:
         if not self._detectors or batch.snapshot:

@@ -11,6 +11,7 @@ where the raw data went.
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -20,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.control.client import ControlError, request
+from agent.control.printable import printable
 from agent.control.top import rates
-from agent.tools.fabric import PRESETS, Fabric
+from agent.tools.fabric import PRESETS, Fabric, detach_stdio, hangup_signals
 
 EVENT_PATH = re.compile(r"^swtel:/insights/events/event\[id=(\d+)\]/state/([a-z-]+)$")
 DEFAULT_DURATION_S = 30.0
@@ -64,7 +66,8 @@ class Timeline:
                 lines.append(f"{self.rel(ev.get('end-ns'))}  {key[0]:<8} cleared {ev.get('type')} on "
                              f"{ev.get('interfaces', '')}")
             self.rows[key] = dict(ev)
-        return lines
+        # Targets, names and messages arrive over gNMI: never terminal control.
+        return [printable(line) for line in lines]
 
     def table_lines(self, width: int = 78) -> list[str]:
         """The timeline as a table that fits ``width`` columns (an 80-column terminal)."""
@@ -74,10 +77,10 @@ class Timeline:
             ended = self.rel(ev.get("end-ns")).strip() if ev.get("status") == "cleared" else "open"
             peak = ev.get("peak")
             peak_text = f"{peak:.3g}" if isinstance(peak, int | float) else str(peak)
-            ifaces = str(ev.get("interfaces", ""))
-            row = (f"{self.rel(ev.get('start-ns')).strip():>7} {ended:>7} {target:<8} {ifaces[:9]:<9} "
-                   f"{str(ev.get('type', '?'))[:14]:<14} {ev.get('severity', '?'):<8} {peak_text} "
-                   f"{ev.get('peak-unit', '')}")
+            ifaces = printable(ev.get("interfaces", ""))
+            row = (f"{self.rel(ev.get('start-ns')).strip():>7} {ended:>7} {printable(target):<8} {ifaces[:9]:<9} "
+                   f"{printable(ev.get('type', '?'))[:14]:<14} {printable(ev.get('severity', '?')):<8} "
+                   f"{printable(peak_text)} {printable(ev.get('peak-unit', ''))}")
             lines.append(row.rstrip()[:width])
         if len(lines) == 2:
             lines.append("(no events)")
@@ -117,7 +120,7 @@ def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list
         shown = hot + [r for r in rows if r not in hot]
         for r in shown[:per_device]:
             style = "bold red" if (device, r["port"]) in open_ifs else ""
-            table.add_row(device, Text(r["port"], style=style),
+            table.add_row(printable(device), Text(printable(r["port"]), style=style),
                           "-" if r["util"] is None else f"{r['util'] * 100:.0f}%",
                           f"{r['rx_bps'] / 1e9:.1f}", f"{r['tx_bps'] / 1e9:.1f}", f"{r['errs']:.0f}",
                           f"{r.get('symbol_errors', 0):.0f}", f"{r['drops']:.0f}",
@@ -129,8 +132,8 @@ def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list
         color = "red" if ev.get("severity") == "critical" else "yellow"
         if ev.get("status") == "cleared":
             color = "green"
-        parts.append(Text(f" {timeline.rel(ev.get('start-ns'))} {target:<8} {ev.get('status', '?'):<7} "
-                          f"{ev.get('message', '')}", style=color, no_wrap=True, overflow="ellipsis"))
+        parts.append(Text(printable(f" {timeline.rel(ev.get('start-ns'))} {target:<8} {ev.get('status', '?'):<7} "
+                                    f"{ev.get('message', '')}"), style=color, no_wrap=True, overflow="ellipsis"))
     if not rows:
         parts.append(Text(" (none yet)", style="dim"))
     return Group(*parts)
@@ -151,28 +154,28 @@ def demo_main(args: Any) -> int:
 
     _quiet_collector_logs()
     duration = DEFAULT_DURATION_S if args.duration is None else float(args.duration)
-    if not duration > 0:
-        print("swtel demo: --duration must be a positive number of seconds", file=sys.stderr)
+    if not 0 < duration <= 86400:  # also NaN and inf, for callers that skip the command line's check
+        print("swtel demo: --duration must be more than 0 and at most 24h", file=sys.stderr)
         return 2
     if args.scenario not in PRESETS:
         print(f"swtel demo: --scenario: unknown {args.scenario!r} (known: {', '.join(PRESETS)})",
               file=sys.stderr)
         return 2
+    own_dir = not args.dir
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="swtel-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = workdir / "collector.jsonl"
     tui = not args.no_tui and sys.stdout.isatty()
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop, hung_up = threading.Event(), threading.Event()
+    hangup_signals(stop, hung_up)  # SIGINT, SIGTERM, and SIGHUP: a closed terminal or ssh session
 
     with open(out_path, "w", encoding="utf-8") as out:
         collector = Collector("127.0.0.1:0", insecure=True, output=out, keep_messages=False).start()
         fabric = Fabric(workdir, f"127.0.0.1:{collector.port}", args.scenario, seed=args.seed)
         timeline = Timeline(fabric.start_ns)
-        fabric.start()
         plan = "; ".join(f"{sw.name} ({sw.role}): {', '.join(sw.scenarios) or 'clean'}" for sw in fabric.switches)
-        try:  # whatever happens from here (Ctrl-C, a closed stdout), the agents are stopped
+        try:  # whatever happens from here (Ctrl-C, a closed stdout or terminal), the agents are stopped
+            fabric.start()
             print(f"swtel demo: {len(fabric.switches)} simulated devices, each its own swtel agent, streaming "
                   f"gNMI dial-out to a collector on 127.0.0.1:{collector.port}\n  {plan}\n"
                   f"  times are seconds from the fabric's start; running {duration:.0f}s", flush=True)
@@ -180,11 +183,23 @@ def demo_main(args: Any) -> int:
                 _run_tui(fabric, collector, timeline, duration, stop)
             else:
                 _run_plain(fabric, collector, timeline, duration, stop)
+        except Exception:
+            # A terminal that hung up fails every write (EIO) and termios call: expected then.
+            if not hung_up.is_set():
+                raise
         finally:
             codes = fabric.stop()
-            time.sleep(0.3)  # the last events' clears in flight
-            timeline.update(events_from(collector.latest))
+            if not hung_up.is_set():
+                time.sleep(0.3)  # the last events' clears in flight
+                timeline.update(events_from(collector.latest))
             collector.stop(grace=1.0)
+    if hung_up.is_set():
+        # Nobody reads the terminal any more: no timeline, and no temporary directory left
+        # behind whose name nobody saw (a --dir is kept).
+        detach_stdio()
+        if own_dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 128 + signal.SIGHUP
     failed = {k: v for k, v in codes.items() if v not in (0, None)}
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
@@ -196,7 +211,8 @@ def demo_main(args: Any) -> int:
         for sw in fabric.switches:
             if sw.name in failed and sw.log_path is not None and sw.log_path.exists():
                 tail = sw.log_path.read_text(errors="replace").splitlines()[-8:]
-                print(f"--- {sw.name} log (last lines)\n" + "\n".join(tail), file=sys.stderr)
+                print(f"--- {sw.name} log (last lines)\n" + "\n".join(printable(line) for line in tail),
+                      file=sys.stderr)
         return 1
     return 0
 

@@ -150,20 +150,48 @@ class Fabric:
         return codes
 
 
+def hangup_signals(stop, hung_up) -> None:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) all stop the run; a
+    SIGHUP also sets ``hung_up``: nobody reads the terminal any more."""
+    def on_signal(signum, _frame) -> None:
+        if signum == signal.SIGHUP:
+            hung_up.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+
+def detach_stdio() -> None:
+    """The terminal is gone: what is still written goes nowhere instead of failing (EIO)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    os.close(devnull)
+
+
 def fabric_main(args) -> int:
     """``swtel fabric``: the simulated fabric and a local collector, until the duration ends
-    or Ctrl-C; the collector's JSON lines go to --output."""
+    or Ctrl-C; the collector's JSON lines go to --output. On SIGHUP (a closed terminal) the
+    agents are stopped as on Ctrl-C, and the temporary directory (never a --dir) is removed."""
+    import shutil
     import tempfile
     import threading
 
     from agent.gnmi.collector import Collector
 
+    own_dir = not args.dir
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="swtel-fabric-"))
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = Path(args.output) if args.output else workdir / "collector.jsonl"
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop, hung_up = threading.Event(), threading.Event()
+    hangup_signals(stop, hung_up)
+    codes: dict[str, int | None] = {}
     with open(out_path, "a", encoding="utf-8") as out:
         try:
             collector = Collector(args.listen, insecure=True, output=out, keep_messages=False).start()
@@ -177,16 +205,26 @@ def fabric_main(args) -> int:
             collector.stop(0)
             print(f"swtel fabric: --scenario: {exc}", file=sys.stderr)
             return 2
-        fabric.start()
-        print(f"swtel fabric: {', '.join(s.name for s in fabric.switches)} -> collector {address}; "
-              f"data: {out_path}; configs, sockets and logs: {workdir}", file=sys.stderr)
-        deadline = None if args.duration is None else time.monotonic() + args.duration
-        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            if fabric.failed():
-                break
-            stop.wait(0.2)
-        codes = fabric.stop()
-        collector.stop(grace=1.0)
+        try:  # whatever happens from here (a signal, a closed terminal), the agents are stopped
+            fabric.start()
+            print(f"swtel fabric: {', '.join(s.name for s in fabric.switches)} -> collector {address}; "
+                  f"data: {out_path}; configs, sockets and logs: {workdir}", file=sys.stderr)
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                if fabric.failed():
+                    break
+                stop.wait(0.2)
+        except OSError:
+            if not hung_up.is_set():
+                raise
+        finally:
+            codes = fabric.stop()
+            collector.stop(grace=1.0)
+    if hung_up.is_set():
+        detach_stdio()
+        if own_dir:  # nobody saw where it was: leave nothing behind
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 128 + signal.SIGHUP
     bad = {k: v for k, v in codes.items() if v != 0}
     if bad:
         print(f"swtel fabric: agents failed: {bad}; see the logs in {workdir}", file=sys.stderr)
