@@ -1,14 +1,21 @@
 """Build the C hot path (read, diff, encode) as one extension module: agent._swtel."""
+import re
 from glob import glob
+from pathlib import Path
 
 from setuptools import Extension, setup
+
+# The version lives in agent/__init__.py alone; the extension is built with it, and
+# agent._backend refuses an extension built for another version.
+VERSION = re.search(r'^__version__ = "([^"]+)"', Path("agent/__init__.py").read_text(), re.M).group(1)
 
 setup(
     ext_modules=[
         Extension(
             "agent._swtel",
             sources=sorted(glob("agent/_ext/*.c")),
-            depends=sorted(glob("agent/_ext/*.h")),
+            depends=sorted(glob("agent/_ext/*.h")) + ["agent/__init__.py"],
+            define_macros=[("SWTEL_EXT_VERSION", f'"{VERSION}"')],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         # The simulated Spectrum switch: an ASIC plugin (dlopen'ed, no Python inside).

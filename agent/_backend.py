@@ -47,8 +47,7 @@ if _c is not None:
     NAME = "C"
     reader = encoder = _c
 else:
-    from agent import _pyreader
-    from agent.gnmi import _pyencode
+    from agent import _fallback
 
     NAME = "python"
-    reader, encoder = _pyreader, _pyencode
+    reader = encoder = _fallback

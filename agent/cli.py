@@ -205,7 +205,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return top_main(args)
     if args.verb == "collect":
-        from agent.gnmi.collector import collect_main
+        from agent.tools.collect import collect_main
 
         return collect_main(args)
     if args.verb == "tunnel-server":

@@ -6,7 +6,7 @@ Two NETLINK_ROUTE sockets from the standard library: one subscribed to RTMGRP_LI
 for RTM_NEWLINK/RTM_DELLINK events, read by a thread that sleeps in poll() until an
 event (or stop()) arrives, and one per full dump (RTM_GETLINK). Their messages are
 decoded by the active backend's ``link_parse`` (agent/_ext/links.c, or pyroute2's
-marshal in the pure-Python fallback, agent/_pylinks.py).
+marshal in the pure-Python fallback, agent/_fallback/links.py).
 
 Not pyroute2's IPRoute: its package ``__init__`` loads NDB, IPDB and every netlink
 family, for a listener that needs two sockets and one message type. Measured

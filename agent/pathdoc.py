@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from agent.exporters import otlp_names
-from agent.sources import asic, ethtool, netdev, system
+from agent.sources import asic, drivers, netdev, system
 
 _PORT = "X"
 
@@ -49,8 +49,8 @@ def render() -> str:
         out.append(_row("netdev", field, path if origin == "openconfig" else f"swtel:{path}"))
     out += ["", "State, sent on change: `/interfaces/interface[name=X]/state/oper-status` "
             "(UP, DOWN, LOWER_LAYER_DOWN, ...) and `.../state/admin-status` (UP, DOWN).", ""]
-    for title, table in (("Cumulus switchd (`HwIf*`)", ethtool.SWITCHD), ("mlxsw (Spectrum)", ethtool.MLXSW),
-                         ("mlx5 (ConnectX)", ethtool.MLX5), ("every driver", ethtool.GENERIC)):
+    for title, table in (("Cumulus switchd (`HwIf*`)", drivers.SWITCHD), ("mlxsw (Spectrum)", drivers.MLXSW),
+                         ("mlx5 (ConnectX)", drivers.MLX5), ("every driver", drivers.GENERIC)):
         out += [f"## ethtool: {title}", "", "| source | name pattern | path | kind |", "|---|---|---|---|"]
         for rule in table:
             out.append(_rule_row("ethtool", rule))

@@ -7,6 +7,7 @@ status request never stalls the tick loop.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -29,8 +30,8 @@ STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 def min_interval(cfg: config.Config) -> float:
     """The smallest poll interval of any enabled source."""
     return min(
-        (cfg.interval_of(n) for n in ("netdev", "ethtool", "rdma", "system", "asic")
-         if getattr(cfg.sources, n).enabled),
+        (cfg.interval_of(f.name) for f in dataclasses.fields(cfg.sources)
+         if getattr(cfg.sources, f.name).enabled),
         default=float(cfg.interval),
     )
 
@@ -42,18 +43,18 @@ def build_exporters(cfg: config.Config) -> dict[str, Any]:
     if ex.jsonl is not None:
         out["jsonl"] = JsonlExporter(ex.jsonl.path, rate_limit_s=float(cfg.log.rate_limit))
     if ex.dialout:
-        from agent.gnmi.dialout import DialoutExporter
+        from agent.exporters.dialout import DialoutExporter
 
         for dest in ex.dialout:
             exporter = DialoutExporter(dest, cfg.target)
             exporter.log_limiter.period_s = float(cfg.log.rate_limit)
             out[f"dialout:{dest.name}"] = exporter
     if ex.server is not None and ex.server.enabled:
-        from agent.gnmi.server import GnmiServer
+        from agent.exporters.server import GnmiServer
 
         out["server"] = GnmiServer(ex.server, cfg.target, min_interval_s=min_interval(cfg))
     if ex.tunnel:
-        from agent.gnmi.tunnel import TunnelExporter
+        from agent.exporters.tunnel import TunnelExporter
 
         for tun in ex.tunnel:
             tunnel = TunnelExporter(tun, cfg.target, min_interval_s=min_interval(cfg))

@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from google.protobuf.internal import api_implementation  # noqa: E402
 from pygnmi.spec.v080 import gnmi_pb2  # noqa: E402
 
+from agent import _fallback
 from agent.counters import OPENCONFIG, SWTEL_ORIGIN, Batch, Container, CounterSpec, CounterTable  # noqa: E402
-from agent.gnmi import _pyencode, encode, paths  # noqa: E402
+from agent.gnmi import encode, paths  # noqa: E402
 
 TARGET = "leaf01"
 
@@ -98,7 +99,7 @@ def main() -> None:
                                          codec.prefixes, codec.paths, encode.MAX_UPDATES)
 
         def py_fallback(batch=batch):
-            return _pyencode.encode_updates(batch.ts_ns, batch.indices, batch.values, codec.containers,
+            return _fallback.encode_updates(batch.ts_ns, batch.indices, batch.values, codec.containers,
                                             codec.prefixes, codec.paths, encode.MAX_UPDATES)
 
         # same content from all three

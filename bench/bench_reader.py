@@ -142,7 +142,7 @@ def floor_us(ports: list[str], iterations: int) -> dict[str, float]:
 
 
 def inside(args) -> None:
-    from agent import _pyreader
+    from agent import _fallback
 
     try:
         from agent import _swtel
@@ -153,7 +153,7 @@ def inside(args) -> None:
     rows: list[tuple[str, float]] = []
     floor = floor_us(ports, it)
     c = Pipeline(_swtel, ports)
-    py = Pipeline(_pyreader, ports)
+    py = Pipeline(_fallback, ports)
     c.netdev()
     c.ethtool()
     py.netdev()

@@ -48,9 +48,12 @@ BUILD_ENV = "SWTEL_FUZZ_BUILD"
 
 def build(outdir: Path) -> Path:
     """The extension with ASan/UBSan, the parser files with coverage callbacks."""
+    from agent import __version__  # the extension is built with it, as setup.py does
+
     name = "_swtel" + sysconfig.get_config_var("EXT_SUFFIX")
     inc = sysconfig.get_paths()["include"]
     common = ["-g", "-O1", "-fPIC", "-std=gnu11", "-fno-omit-frame-pointer", f"-I{inc}",
+              f'-DSWTEL_EXT_VERSION="{__version__}"',
               "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
     objs = []
     for src in sorted(glob(str(ROOT / "agent/_ext/*.c"))) + [str(HERE / "fuzz_cov.c")]:
@@ -129,7 +132,7 @@ def register_coverage(cov: ctypes.CDLL) -> None:
 def fuzz_atheris(args, c_impl, cov: ctypes.CDLL | None) -> int:
     import atheris
 
-    from agent import _pyreader
+    from agent import _fallback
 
     corpus = Path(args.corpus or tempfile.mkdtemp(prefix="swtel-fuzz-"))
     corpus.mkdir(parents=True, exist_ok=True)
@@ -138,7 +141,7 @@ def fuzz_atheris(args, c_impl, cov: ctypes.CDLL | None) -> int:
     stats = Stats(args.stats, cov)
     argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-timeout=5", "-rss_limit_mb=4096",
             "-max_len=4096", "-print_final_stats=1", f"-artifact_prefix={args.artifacts}/", str(corpus)]
-    atheris.Setup(argv, one_input(c_impl, _pyreader, stats))
+    atheris.Setup(argv, one_input(c_impl, _fallback, stats))
     if cov is not None:
         register_coverage(cov)
     print(f"fuzz: corpus {corpus}, {args.seconds} s, instrumented={cov is not None}", file=sys.stderr)
@@ -151,10 +154,10 @@ def fuzz_hypothesis(args, c_impl) -> int:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from agent import _pyreader
+    from agent import _fallback
 
     stats = Stats(args.stats, None)
-    check = one_input(c_impl, _pyreader, stats)
+    check = one_input(c_impl, _fallback, stats)
     seeds = fuzz_inputs.seeds()
     mutated = st.tuples(st.sampled_from(seeds), st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)),
                                                          max_size=8)).map(_mutate)

@@ -163,13 +163,13 @@ def inner_reader(args: argparse.Namespace) -> dict:
     """In the namespace: bench_reader's figures, node_exporter's CPU, the idle agent."""
     from bench_reader import Pipeline, floor_us, median_us, node_exporter_scrape
 
-    from agent import _pyreader, _swtel
+    from agent import _fallback, _swtel
 
     ports = sorted(name for _, name in socket.if_nameindex() if name != "lo")
     it = args.iterations
     r: dict = {"ports": len(ports)}
     r["floor"] = floor_us(ports, it)
-    c, py = Pipeline(_swtel, ports), Pipeline(_pyreader, ports)
+    c, py = Pipeline(_swtel, ports), Pipeline(_fallback, ports)
     for p in (c, py):
         p.netdev()
         p.ethtool()

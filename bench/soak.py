@@ -57,7 +57,7 @@ def inner(args: argparse.Namespace) -> int:
     import psutil
 
     from agent.control.client import request
-    from agent.gnmi.collector import Collector
+    from agent.tools.collect import Collector
     from tests.gnmi_helpers import free_port
 
     tmp = Path(tempfile.mkdtemp(prefix="swtel-soak-"))

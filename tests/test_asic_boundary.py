@@ -18,7 +18,7 @@ import pytest
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
 from agent.asic import HEADER
-from agent.gnmi.collector import Collector
+from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
 from tests.netns import AgentProcess
 

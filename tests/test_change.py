@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent import _backend, _pyreader
+from agent import _backend, _fallback
 from agent.counters import COUNTER, F_JUMP, F_NEW, F_RESET, F_WRAP, GAUGE, HIDDEN
 
 U32, U64 = (1 << 32) - 1, (1 << 64) - 1
@@ -35,7 +35,7 @@ class Kernel:
 
 
 def impls():
-    out = [_pyreader]
+    out = [_fallback]
     if _backend.NAME == "C":
         out.append(_backend.reader)
     return out

@@ -17,8 +17,9 @@ import grpc
 import pytest
 
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
-from agent.gnmi import encode, prometheus
-from agent.gnmi.collector import NOKIA_METHOD, SONIC_METHOD, Collector
+from agent.gnmi import encode
+from agent.tools import prometheus
+from agent.tools.collect import NOKIA_METHOD, SONIC_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_pki, make_table, publish
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,10 +18,10 @@ from pygnmi.spec.v080 import gnmi_pb2
 from agent.config import ClientTls, Duration, HostPort
 from agent.config import DialoutExporter as DialoutConfig
 from agent.control.client import health_problems
+from agent.exporters.dialout import DialoutExporter
 from agent.gnmi import paths
-from agent.gnmi.collector import NOKIA_METHOD, SONIC_METHOD, Collector
-from agent.gnmi.dialout import DialoutExporter
 from agent.store import Store
+from agent.tools.collect import NOKIA_METHOD, SONIC_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_pki, make_table
 
 TARGET = "leaf01"

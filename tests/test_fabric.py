@@ -123,7 +123,7 @@ def test_counter_clear_is_a_reset_never_a_negative_delta(tmp_path):
 
 
 def test_fabric_streams_every_target_to_one_collector(tmp_path):
-    from agent.gnmi.collector import Collector
+    from agent.tools.collect import Collector
     from agent.tools.fabric import Fabric
 
     collector = Collector("127.0.0.1:0", insecure=True, keep_messages=False).start()
@@ -148,7 +148,7 @@ def test_fabric_streams_every_target_to_one_collector(tmp_path):
 
 
 def test_events_reach_dialout_pygnmi_and_status(tmp_path):
-    from agent.gnmi.collector import Collector
+    from agent.tools.collect import Collector
 
     collector = Collector("127.0.0.1:0", insecure=True, keep_messages=False).start()
     port = free_port()

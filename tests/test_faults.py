@@ -1,5 +1,5 @@
 """Faults against a real agent (``python -m agent run``) in a network namespace, streaming
-gNMI dial-out to collectors (agent/gnmi/collector.py, in this process) in a second one:
+gNMI dial-out to collectors (agent/tools/collect.py, in this process) in a second one:
 
     ns a: collectors on 198.19.0.1 (ctl veth)      ns b: the agent, 198.19.0.2
           data veth end (traffic source)  <--->          data veth end (monitored)
@@ -38,7 +38,7 @@ import psutil
 import pytest
 
 from agent.control.client import request
-from agent.gnmi.collector import Collector
+from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
 from tests.netns import AgentProcess, Pair, in_namespace, sh, veth_pair
 

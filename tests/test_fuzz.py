@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from agent import _backend, _pyreader, config
+from agent import _backend, _fallback, config
 from tests import fuzz_inputs
 from tests.gnmi_helpers import free_port
 from tests.netns import ROOT, AgentProcess
@@ -47,7 +47,7 @@ FAST = settings(deadline=None, suppress_health_check=list(HealthCheck), database
                            st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)), max_size=6))
                  .map(lambda a: bytes(_edit(*a)))))
 def test_parsers_agree_on_any_buffer(data):
-    assert fuzz_inputs.run(_backend.reader, data) == fuzz_inputs.run(_pyreader, data)
+    assert fuzz_inputs.run(_backend.reader, data) == fuzz_inputs.run(_fallback, data)
 
 
 def _edit(seed: bytes, edits) -> bytearray:
@@ -64,7 +64,7 @@ def _parse(impl, buf: bytes, wanted=(3,), seq=1):
     return impl.netdev_parse(buf, idx, out, seen, seq), out.tolist(), bytes(seen)
 
 
-@pytest.mark.parametrize("impl", [_backend.reader, _pyreader], ids=["active", "python"])
+@pytest.mark.parametrize("impl", [_backend.reader, _fallback], ids=["active", "python"])
 def test_netdev_parse_bounds(impl):
     ok = fuzz_inputs.stats_msg(3, 1, list(range(25)))
     assert _parse(impl, ok + fuzz_inputs.nlmsg(3, 1, bytes(4)))[0] == 1
@@ -86,7 +86,7 @@ def test_netdev_parse_bounds(impl):
     assert _parse(impl, ok, seq=2)[0] == 0
 
 
-@pytest.mark.parametrize("impl", [_backend.reader, _pyreader], ids=["active", "python"])
+@pytest.mark.parametrize("impl", [_backend.reader, _fallback], ids=["active", "python"])
 def test_ethtool_parse_bounds(impl):
     counts, out, status = array("I", [3, 2, 2]), array("Q", bytes(8 * 7)), array("i", [9, 9, 9])
     replies = [struct.pack("=II3Q", 0x1D, 3, 1, 2, 3),

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pygnmi.spec.v080 import gnmi_pb2
 
-from agent import _swtel
+from agent import _fallback, _swtel
 from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, StateUpdate
-from agent.gnmi import _pyencode, encode, paths
+from agent.gnmi import encode, paths
 from tests.gnmi_helpers import make_batch, make_table
 
 U64 = 2**64 - 1
-BACKENDS = {"C": _swtel, "python": _pyencode}
+BACKENDS = {"C": _swtel, "python": _fallback}
 
 # ---------------------------------------------------------------- strategies
 

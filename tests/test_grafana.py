@@ -11,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from agent.gnmi.collector import Collector
+from agent.tools.collect import Collector
 from agent.tools.fabric import LEAF_UPLINKS, Fabric
 from tests.gnmi_helpers import free_port
 from tests.netns import ROOT

@@ -1,5 +1,5 @@
 """The link listener: ``link_parse`` in both backends (agent/_ext/links.c and
-agent/_pylinks.py, which decodes with pyroute2) and ``LinkTracker`` on the real kernel.
+agent/_fallback/links.py, which decodes with pyroute2) and ``LinkTracker`` on the real kernel.
 
 * Real dumps in a fresh namespace: both parsers give the same tuples, and those match
   ``socket.if_nameindex()``, the veth kind and ``ip link set up/down``.
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent import _backend, _pylinks, links
+from agent import _backend, _fallback, links
 from agent.links import LinkTracker
 from tests.netns import ROOT, delete_namespace, in_namespace, new_namespace, sh
 
@@ -123,7 +123,7 @@ def outcome(parse: Callable, buf) -> tuple:
 
 def both(buf) -> tuple:
     """The C and Python outcomes, asserted equal."""
-    py = outcome(_pylinks.link_parse, buf)
+    py = outcome(_fallback.link_parse, buf)
     c = outcome(c_parser().link_parse, buf)
     assert c == py
     return py
@@ -272,15 +272,15 @@ def test_hostile_buffers_both_backends(buf, expected):
 def test_python_parser_alone_on_hostile_buffers():
     """The fallback's answers without the C extension (the C half of the test above may skip)."""
     for buf, expected in HOSTILE.values():
-        assert outcome(_pylinks.link_parse, buf) == expected
+        assert outcome(_fallback.link_parse, buf) == expected
 
 
 def test_any_buffer_protocol_object():
     expected = ([link_tuple(3, "eth0")], False)
     for wrapped in (bytearray(GOOD), memoryview(GOOD), memoryview(b"xx" + GOOD)[2:]):
-        assert c_parser().link_parse(wrapped) == _pylinks.link_parse(wrapped) == expected
+        assert c_parser().link_parse(wrapped) == _fallback.link_parse(wrapped) == expected
     for bad in ("text", 5, None):
-        for parse in (c_parser().link_parse, _pylinks.link_parse):
+        for parse in (c_parser().link_parse, _fallback.link_parse):
             with pytest.raises(TypeError):
                 parse(bad)
 
@@ -328,14 +328,14 @@ def dump_chunks() -> list[bytes]:
         sock.send(links._dump_request(1))
         while True:
             chunks.append(sock.recv(1 << 16))
-            if _pylinks.link_parse(chunks[-1])[1]:
+            if _fallback.link_parse(chunks[-1])[1]:
                 return chunks
 
 
 @pytest.fixture(params=["python", "C"])
 def parser(request) -> ModuleType:
     """Each backend's link_parse (C skips when the extension is not built)."""
-    return _pylinks if request.param == "python" else c_parser()
+    return _fallback if request.param == "python" else c_parser()
 
 
 def parsed_dump(ns: str, parser: ModuleType) -> dict[int, tuple]:
@@ -343,7 +343,7 @@ def parsed_dump(ns: str, parser: ModuleType) -> dict[int, tuple]:
     out = {}
     for chunk in in_namespace(ns, dump_chunks):
         result = parser.link_parse(chunk)
-        assert result == _pylinks.link_parse(chunk)
+        assert result == _fallback.link_parse(chunk)
         out.update((fields[1], fields) for fields in result[0])
     return out
 

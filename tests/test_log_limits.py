@@ -25,9 +25,9 @@ from agent import logs
 from agent.config import DialoutExporter as DialoutConfig
 from agent.config import Duration, HostPort
 from agent.config import TunnelServer as TunnelConfig
+from agent.exporters.dialout import DialoutExporter
+from agent.exporters.tunnel import TunnelExporter
 from agent.gnmi import tunnel_pb as pb
-from agent.gnmi.dialout import DialoutExporter
-from agent.gnmi.tunnel import TunnelExporter
 from agent.store import Store
 
 TARGET = "leaf01"

@@ -81,7 +81,7 @@ def test_cumulus_names(name, path):
 
 def test_every_driver_table_lands_on_the_cumulus_names():
     """The kernel's, switchd's and mlxsw's names for one quantity give one metric."""
-    from agent.sources import ethtool
+    from agent.sources import drivers as ethtool
 
     def via(rules, name):
         container, leaf, _kind = ethtool.map_name(rules, "swp1", name)
@@ -294,7 +294,7 @@ def test_partial_success_is_counted():
 
 
 def test_tls_with_a_test_ca(tmp_path):
-    from agent.gnmi import tls
+    from agent import tls
 
     pki = make_pki(tmp_path / "pki")
     rx = Receiver("127.0.0.1:0", credentials=tls.server_credentials(pki.server_cert, pki.server_key, pki.ca)).start()
@@ -533,7 +533,7 @@ def test_receiver_down_10s_values_resume_and_totals_are_intact(tmp_path):
 
 def _collector_with(port: int, mport: int):
     from agent.gnmi import encode
-    from agent.gnmi.collector import NOKIA_METHOD, Collector
+    from agent.tools.collect import NOKIA_METHOD, Collector
     from tests.gnmi_helpers import make_batch, publish
 
     col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{mport}").start()

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from agent import pathdoc
-from agent.sources.ethtool import MLX5, MLXSW, SWITCHD, map_name, table_for
+from agent.sources.drivers import MLX5, MLXSW, SWITCHD, map_name, table_for
 
 
 def test_paths_doc_is_current():

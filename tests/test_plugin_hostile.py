@@ -389,9 +389,9 @@ def test_the_limits_are_the_headers_on_both_backends(lab):
     header = Path(HEADER).read_text()
     want = {k: int(re.search(rf"#define SWTEL_ASIC_{k} (\d+)", header).group(1))
             for k in ("MAX_PORTS", "MAX_COUNTERS", "MAX_VALUES", "MAX_BINS")}
-    from agent import _pyreader
+    from agent import _fallback
 
-    backends = [_pyreader]
+    backends = [_fallback]
     try:
         from agent import _swtel
 

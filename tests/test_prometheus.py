@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from agent.gnmi import encode
-from agent.gnmi.collector import NOKIA_METHOD, Collector
+from agent.tools.collect import NOKIA_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_table, publish
 
 PROMETHEUS = shutil.which("prometheus")

@@ -8,9 +8,9 @@ from array import array
 
 import pytest
 
-from agent import _backend, _pyreader
+from agent import _backend, _fallback
 
-IMPLS = [_pyreader] + ([_backend.reader] if _backend.NAME == "C" else [])
+IMPLS = [_fallback] + ([_backend.reader] if _backend.NAME == "C" else [])
 
 
 def _ids(m):

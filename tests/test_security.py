@@ -42,7 +42,7 @@ def test_plaintext_server_on_a_reachable_address_when_explicitly_allowed():
 
 def test_dialout_is_tls_unless_insecure():
     """No TLS files given still means TLS (the system's CAs), never plaintext."""
-    from agent.gnmi.dialout import DialoutExporter
+    from agent.exporters.dialout import DialoutExporter
 
     cfg = config.parse("exporters:\n  dialout: [{address: '192.0.2.10:57400'}]\n")
     assert DialoutExporter(cfg.exporters.dialout[0], "t").status()["tls"] is True

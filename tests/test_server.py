@@ -27,9 +27,9 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
+from agent.exporters.server import GnmiServer
 from agent.gnmi import paths
 from agent.gnmi.get import MAX_PATHS, PathSet, request_pattern
-from agent.gnmi.server import GnmiServer
 from agent.gnmi.subscribe import Subscriber
 from agent.store import Store
 from tests.gnmi_helpers import PORT_LEAVES, make_batch, make_pki, make_table, port_container

@@ -25,9 +25,9 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
+from agent.exporters.server import GnmiServer
 from agent.gnmi import paths
 from agent.gnmi.get import MAX_PATHS, PathSet
-from agent.gnmi.server import GnmiServer
 from agent.store import Store
 from tests.gnmi_helpers import make_batch, make_table
 

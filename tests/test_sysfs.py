@@ -8,7 +8,7 @@ from array import array
 
 import pytest
 
-from agent import _backend, _pyreader
+from agent import _backend, _fallback
 
 CASES = [
     (b"123\n", 123),
@@ -22,7 +22,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("impl", [_pyreader, _backend.reader], ids=["python", "active"])
+@pytest.mark.parametrize("impl", [_fallback, _backend.reader], ids=["python", "active"])
 def test_sysfs_read_parses_and_keeps_old_values_on_bad_text(tmp_path, impl):
     fds = []
     for i, (text, _) in enumerate(CASES):

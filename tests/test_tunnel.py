@@ -18,10 +18,10 @@ from pygnmi.client import gNMIclient
 from agent import config
 from agent.config import ClientTls, ConfigError, Duration
 from agent.config import TunnelServer as TunnelConfig
+from agent.exporters.tunnel import TunnelExporter
 from agent.gnmi import tunnel_pb as pb
-from agent.gnmi.tls import server_credentials
-from agent.gnmi.tunnel import TunnelExporter
 from agent.store import Store
+from agent.tls import server_credentials
 from agent.tools.tunnel_server import TunnelServer
 from tests.gnmi_helpers import free_port, make_pki
 from tests.test_server import Feed
@@ -272,7 +272,7 @@ def test_duplicate_target_is_refused_then_registers_when_the_first_goes():
 def test_a_server_that_never_answers_the_registration_is_dropped_and_retried(monkeypatch):
     from concurrent import futures
 
-    from agent.gnmi import tunnel
+    from agent.exporters import tunnel
 
     monkeypatch.setattr(tunnel, "REGISTER_TIMEOUT_S", 0.5)
     calls = []

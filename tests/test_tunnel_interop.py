@@ -21,7 +21,7 @@ import pytest
 from pygnmi.client import gNMIclient
 
 from agent.config import HostPort, ServerExporter
-from agent.gnmi.server import GnmiServer
+from agent.exporters.server import GnmiServer
 from agent.store import Store
 from tests.gnmi_helpers import free_port, make_pki
 from tests.interop_build import CACHE, build_reference

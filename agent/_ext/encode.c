@@ -9,7 +9,7 @@
  *       timestamp(1): int64, prefix(2): Path,
  *       update(4): Update { path(1): Path, val(3): TypedValue { uint_val(3): uint64 } } ... } }
  *
- * agent/gnmi/_pyencode.py builds the same messages with gnmi_pb2; the property test
+ * agent/_fallback/encode.py builds the same messages with gnmi_pb2; the property test
  * checks that both decode to equal messages.
  */
 #include "swtel.h"

@@ -1,6 +1,6 @@
 /* links parser: the link listener's rtnetlink decoder (agent/links.py owns the
  * sockets). One call parses one recv() result, a run of nlmsghdr messages, and
- * returns a plain tuple per RTM_NEWLINK/RTM_DELLINK; agent/_pylinks.py is the
+ * returns a plain tuple per RTM_NEWLINK/RTM_DELLINK; agent/_fallback/links.py is the
  * pure-Python twin and both must give the same answer for any buffer.
  *
  * Nothing in the buffer is trusted: every length is checked against what is

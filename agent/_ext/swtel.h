@@ -12,13 +12,16 @@
 #include <Python.h>
 #include <stdint.h>
 
-/* Bumped with agent/__init__.py's __version__; checked on import. */
-#define SWTEL_EXT_VERSION "0.1.0"
+/* agent/__init__.py's __version__, given by setup.py at build time; checked on import. */
+#ifndef SWTEL_EXT_VERSION
+#error "build with setup.py: SWTEL_EXT_VERSION comes from agent/__init__.py"
+#endif
 
 /* Number of rtnl_link_stats64 fields the netdev reader copies per link. */
 #define SWTEL_NETDEV_FIELDS 25
 
-/* Change-kernel flags, one byte per changed counter (agent/_flags.py mirrors). */
+/* Change-kernel flags, one byte per changed counter: agent/counters.py defines them for
+ * Python, and tests/test_backend.py holds the two to each other. */
 #define SWTEL_F_CHANGED 0x01
 #define SWTEL_F_WRAP 0x02
 #define SWTEL_F_RESET 0x04

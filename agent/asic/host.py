@@ -53,7 +53,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _reader(backend: str) -> Any:
     if backend == "python":
-        from agent import _pyasic
+        from agent._fallback import asic as _pyasic
 
         return _pyasic
     from agent import _backend

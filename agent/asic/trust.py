@@ -255,7 +255,7 @@ def signature(path: str) -> tuple:
 
 
 # What the loader says when dlopen succeeded (the library's constructors ran) but the file
-# is no plugin of this swtel (agent/_ext/asic.c, agent/_pyasic.py): as permanent as a refusal.
+# is no plugin of this swtel (agent/_ext/asic.c, agent/_fallback/asic.py): as permanent as a refusal.
 _LOADER_VERDICTS = (": not a swtel ASIC plugin: ", "() returned NULL", ": ABI version ", ": incomplete ops table")
 
 

@@ -45,10 +45,9 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 
-from agent import __version__, logs
+from agent import __version__, logs, tls
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
 from agent.exporters import otlp_names
-from agent.gnmi import tls
 
 if TYPE_CHECKING:
     from agent.config import OtlpExporter as OtlpConfig

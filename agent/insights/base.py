@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from agent.insights.runner import InsightsRunner
+from typing import Any, ClassVar, Protocol
 
 REGISTRY: dict[str, type[Detector]] = {}
 
@@ -25,6 +22,19 @@ SEVERITY_RANK = {WARNING: 1, CRITICAL: 2}
 NS = 1_000_000_000
 
 Acc = dict[tuple[str, str], int]  # (sem, sub) -> delta over the sample
+
+
+class Context(Protocol):
+    """What a detector sees of the runner that feeds it (agent/insights/runner.py): declared
+    here so that detectors depend on this file alone, never on the runner."""
+
+    log: Any
+    speeds: dict[str, int]
+
+    def hit(self, det: Detector, etype: str, key: Any, ts: int, severity: str, peak: float,
+            unit: str, message: str, interfaces: list[str]) -> Event: ...
+
+    def port_names(self) -> list[str]: ...
 
 
 def register(cls: type[Detector]) -> type[Detector]:
@@ -50,7 +60,7 @@ class Detector:
     #: False: only for samples in which one of its semantics changed (event counters).
     every_sample: ClassVar[bool] = True
 
-    def __init__(self, cfg: Any, ctx: InsightsRunner) -> None:
+    def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
         self.ctx = ctx
 
@@ -117,7 +127,7 @@ class WindowCount(Detector):
     #: a sample longer than the window counts pro rata (rates); False: whole (transitions)
     pro_rata: ClassVar[bool] = True
 
-    def __init__(self, cfg: Any, ctx: InsightsRunner) -> None:
+    def __init__(self, cfg: Any, ctx: Context) -> None:
         super().__init__(cfg, ctx)
         self.span = int(cfg.window * NS)
         self.ports: dict[str, tuple[Window, ...]] = {}

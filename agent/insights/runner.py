@@ -25,11 +25,6 @@ from agent.counters import F_NEW, F_RESET, SWTEL_ORIGIN, Batch, Container, Count
 from agent.insights import classify
 from agent.insights.base import NS, REGISTRY, SEVERITY_RANK, Detector, Event
 
-# Detectors register themselves on import.
-from agent.insights import (  # noqa: F401, E402  isort: skip
-    drop_burst, imbalance, link_errors, link_flap, pfc_storm, roce_retrans, throughput_dip,
-)
-
 if TYPE_CHECKING:
     from agent.config import Insights
 

@@ -47,9 +47,9 @@ from agent.counters import (
     StateUpdate,
     escape_key,
 )
-from agent.sources import ethtool
+from agent.sources import drivers
 from agent.sources.base import NO_DATA, Source, counter_wanted, interface, leaf_name, register
-from agent.sources.ethtool import _QUEUE, _SWQUEUE, MLXSW, SWITCHD, Rule, _rules
+from agent.sources.drivers import MLXSW, QUEUE, SWITCHD, SWQUEUE, Rule, rules
 
 log = logs.get("asic")
 RETRY_OPEN_S = 30.0  # a plugin that failed to open is tried again this often
@@ -83,7 +83,7 @@ _RAW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/asic")
 # What the ASIC has beyond switchd's HwIf* set: the PHY (PPCNT) counters that
 # `nv show interface swpN link phy-detail` and Cumulus' OTLP export show (paths as
 # Cumulus' own gNMI tree), carrier changes, per-TC ECN marks and buffer occupancy.
-PHY = _rules(
+PHY = rules(
     (r"phy_received_bits", _PHY, "received-bits"),
     (r"phy_symbol_errors", _PHY, "symbol-errors"),
     (r"phy_effective_errors", _PHY, "effective-errors"),
@@ -91,9 +91,9 @@ PHY = _rules(
     (r"phy_corrected_bits", _PHY_FEC, "corrected-bits"),
     (r"phy_raw_errors_lane(?P<n>\d+)", _PHY_LANE, "raw-errors"),
     (r"carrier_changes", _STATE, "carrier-transitions"),
-    (r"ecn_marked_tc_(?P<n>\d+)", _QUEUE, "ecn-marked-pkts"),
-    (r"tc_curr_occupancy_(?P<n>\d+)", _SWQUEUE, "current-occupancy", GAUGE),
-    (r"tc_watermark_(?P<n>\d+)", _SWQUEUE, "watermark", GAUGE),
+    (r"ecn_marked_tc_(?P<n>\d+)", QUEUE, "ecn-marked-pkts"),
+    (r"tc_curr_occupancy_(?P<n>\d+)", SWQUEUE, "current-occupancy", GAUGE),
+    (r"tc_watermark_(?P<n>\d+)", SWQUEUE, "watermark", GAUGE),
 )
 
 #: every switch-port name goes through these, first match wins (SWITCHD ends in a HwIf* catch-all)
@@ -114,7 +114,7 @@ def map_name(port: str, name: str, host: bool = False) -> tuple[Container, str, 
     """A plugin's counter name -> (container, leaf, kind); unknown names keep a raw path."""
     if host:
         return host_container(port), leaf_name(name), COUNTER
-    return ethtool.map_name(RULES, port, name, raw=_RAW)
+    return drivers.map_name(RULES, port, name, raw=_RAW)
 
 
 @register

@@ -10,152 +10,22 @@ under ``swtel:/interfaces/interface[name=X]/ethtool/<name>``, so nothing is hidd
 from __future__ import annotations
 
 import errno
-import re
 import socket
 from array import array
 from dataclasses import dataclass
 
 from agent import _backend
 from agent.counters import (
-    COUNTER,
-    GAUGE,
     HIDDEN,
-    OPENCONFIG,
-    SWTEL_ORIGIN,
-    Container,
     CounterSpec,
     CounterTable,
-    escape_key,
 )
 from agent.links import Link, select
-from agent.sources.base import Source, counter_wanted, leaf_name, register
-
-# Containers, by short name; {port} and {n} are filled per counter.
-_ETH = (OPENCONFIG, "/interfaces/interface[name={port}]/ethernet/state/counters")
-_PFC = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/pfc/priority[id={n}]/state")
-_QUEUE = (OPENCONFIG, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
-_SWQUEUE = (SWTEL_ORIGIN, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
-_HW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/hw/state/counters")
-_RAW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/ethtool")
-
-
-@dataclass(frozen=True)
-class Rule:
-    pattern: re.Pattern[str]
-    container: tuple[str, str]
-    leaf: str  # may use {n}
-    kind: int = COUNTER
-
-
-def _rules(*rows: tuple) -> list[Rule]:
-    return [Rule(re.compile(f"^{p}$"), c, leaf, *rest) for p, c, leaf, *rest in rows]
-
-
-# Cumulus Linux switchd (swpN). HwIf* duplicates the kernel's interface counters
-# under the hardware path, so netdev keeps OpenConfig's state/counters.
-SWITCHD = _rules(
-    (r"HwIfInPausePkt", _ETH, "in-mac-pause-frames"),
-    (r"HwIfOutPausePkt", _ETH, "out-mac-pause-frames"),
-    (r"HwIfInDot3FrameErrors", _ETH, "in-crc-errors"),
-    (r"HwIfInPfc(?P<n>[0-7])Pkt", _PFC, "in-pause-pkts"),
-    (r"HwIfOutPfc(?P<n>[0-7])Pkt", _PFC, "out-pause-pkts"),
-    (r"HwIfOutQ(?P<n>\d)WredDrops", _SWQUEUE, "wred-dropped-pkts"),
-    (r"HwIfOutQLen", _HW, "out-queue-length", GAUGE),
-    (r"HwIf(?P<name>\w+)", _HW, "{name}"),
-)
-
-# mlxsw (Spectrum, upstream driver: spectrum_ethtool.c).
-MLXSW = _rules(
-    (r"a_frame_check_sequence_errors", _ETH, "in-crc-errors"),
-    (r"a_symbol_error_during_carrier", _ETH, "in-symbol-error"),
-    (r"a_pause_mac_ctrl_frames_received", _ETH, "in-mac-pause-frames"),
-    (r"a_pause_mac_ctrl_frames_transmitted", _ETH, "out-mac-pause-frames"),
-    (r"a_pause_mac_ctrl_frames_xmitted", _ETH, "out-mac-pause-frames"),
-    (r"ether_stats_undersize_pkts", _ETH, "in-undersize-frames"),
-    (r"ether_stats_oversize_pkts", _ETH, "in-oversize-frames"),
-    (r"ether_stats_fragments", _ETH, "in-fragment-frames"),
-    (r"ether_stats_jabbers", _ETH, "in-jabber-frames"),
-    (r"rx_octets_prio_(?P<n>[0-7])", _PFC, "in-octets"),
-    (r"rx_frames_prio_(?P<n>[0-7])", _PFC, "in-pkts"),
-    (r"tx_octets_prio_(?P<n>[0-7])", _PFC, "out-octets"),
-    (r"tx_frames_prio_(?P<n>[0-7])", _PFC, "out-pkts"),
-    (r"rx_pause_prio_(?P<n>[0-7])", _PFC, "in-pause-pkts"),
-    (r"tx_pause_prio_(?P<n>[0-7])", _PFC, "out-pause-pkts"),
-    (r"rx_pause_duration_prio_(?P<n>[0-7])", _PFC, "in-pause-duration"),
-    (r"tx_pause_duration_prio_(?P<n>[0-7])", _PFC, "out-pause-duration"),
-    (r"tc_transmit_queue_tc_(?P<n>\d+)", _SWQUEUE, "transmit-queue-octets", GAUGE),
-    (r"tc_no_buffer_discard_uc_tc_(?P<n>\d+)", _QUEUE, "dropped-pkts"),
-)
-
-# mlx5 (ConnectX NICs, BlueField).
-MLX5 = _rules(
-    (r"rx_prio(?P<n>[0-7])_bytes", _PFC, "in-octets"),
-    (r"rx_prio(?P<n>[0-7])_packets", _PFC, "in-pkts"),
-    (r"rx_prio(?P<n>[0-7])_pause", _PFC, "in-pause-pkts"),
-    (r"rx_prio(?P<n>[0-7])_pause_duration", _PFC, "in-pause-duration"),
-    (r"rx_prio(?P<n>[0-7])_buf_discard", _PFC, "in-buffer-discards"),
-    (r"rx_prio(?P<n>[0-7])_cong_discard", _PFC, "in-congestion-discards"),
-    (r"rx_prio(?P<n>[0-7])_marked", _PFC, "in-ecn-marked-pkts"),
-    (r"rx_prio(?P<n>[0-7])_discards", _PFC, "in-discards"),
-    (r"tx_prio(?P<n>[0-7])_bytes", _PFC, "out-octets"),
-    (r"tx_prio(?P<n>[0-7])_packets", _PFC, "out-pkts"),
-    (r"tx_prio(?P<n>[0-7])_pause", _PFC, "out-pause-pkts"),
-    (r"tx_prio(?P<n>[0-7])_pause_duration", _PFC, "out-pause-duration"),
-    (r"rx_symbol_err_phy", _ETH, "in-symbol-error"),
-    (r"rx_crc_errors_phy", _ETH, "in-crc-errors"),
-    (r"rx_undersize_pkts_phy", _ETH, "in-undersize-frames"),
-    (r"rx_oversize_pkts_phy", _ETH, "in-oversize-frames"),
-    (r"rx_fragments_phy", _ETH, "in-fragment-frames"),
-    (r"rx_jabbers_phy", _ETH, "in-jabber-frames"),
-    (r"rx_pause_ctrl_phy", _ETH, "in-mac-pause-frames"),
-    (r"tx_pause_ctrl_phy", _ETH, "out-mac-pause-frames"),
-)
-
-# Values that are levels, not counters (a drop is not a reset); shared by all drivers.
-GENERIC = _rules(
-    (r"peer_ifindex", _RAW, "peer-ifindex", GAUGE),
-)
-
-#: driver name (ETHTOOL_GDRVINFO) -> rule table
-TABLES: dict[str, list[Rule]] = {
-    "mlxsw_spectrum": MLXSW,
-    "mlxsw_spectrum2": MLXSW,
-    "mlxsw_spectrum3": MLXSW,
-    "mlxsw_spectrum4": MLXSW,
-    "mlx5_core": MLX5,
-}
+from agent.sources.base import Source, counter_wanted, register
+from agent.sources.drivers import PER_QUEUE, map_name, table_for
 
 _VANISHING = (errno.ENODEV, errno.ENXIO)
 _SKIPPED = -2  # ethtool_read: an idle port whose turn in the sweep is a later poll (values kept)
-
-# Per-queue / per-channel counters (mlx5 has thousands): off unless per_queue: true.
-PER_QUEUE = re.compile(r"^(?:(?:rx|tx)\d+_|ch\d+_|(?:rx|tx)_queue_\d+_|queue_\d+_|.*_q\d+_)")
-
-
-def table_for(driver: str, names: list[str]) -> list[Rule]:
-    """The rule table for a port; switchd's ports are known by their HwIf* names."""
-    if driver in TABLES:
-        return TABLES[driver]
-    if "HwIfInOctets" in names:
-        return SWITCHD
-    return []
-
-
-def map_name(rules: list[Rule], port: str, name: str,
-             raw: tuple[str, str] = _RAW) -> tuple[Container, str, int]:
-    """Counter name -> (container, leaf, kind); unknown names go to the ``raw`` path."""
-    for rule in rules + GENERIC:
-        m = rule.pattern.match(name)
-        if m:
-            groups = m.groupdict()
-            leaf = rule.leaf.format(name=leaf_name(groups.get("name") or ""), n=groups.get("n", ""))
-            origin, path = rule.container
-            key = escape_key(port)
-            return Container(origin, path.format(port=key, n=groups.get("n", ""))), leaf, rule.kind
-    origin, path = raw
-    return Container(origin, path.format(port=escape_key(port))), leaf_name(name), COUNTER
-
-
 @dataclass
 class _Port:
     link: Link

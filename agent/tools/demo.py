@@ -150,7 +150,7 @@ def _quiet_collector_logs() -> None:
 
 
 def demo_main(args: Any) -> int:
-    from agent.gnmi.collector import Collector
+    from agent.tools.collect import Collector
 
     _quiet_collector_logs()
     duration = DEFAULT_DURATION_S if args.duration is None else float(args.duration)

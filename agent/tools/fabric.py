@@ -183,7 +183,7 @@ def fabric_main(args) -> int:
     import tempfile
     import threading
 
-    from agent.gnmi.collector import Collector
+    from agent.tools.collect import Collector
 
     own_dir = not args.dir
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="swtel-fabric-"))

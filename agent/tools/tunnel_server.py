@@ -37,8 +37,8 @@ from typing import Any
 
 import grpc
 
+from agent import tls
 from agent.config import HostPort
-from agent.gnmi import tls
 from agent.gnmi import tunnel_pb as pb
 
 CHUNK = 32 * 1024

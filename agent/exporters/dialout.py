@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from agent import logs
+from agent import logs, tls
 from agent.counters import Container
-from agent.gnmi import encode, tls
+from agent.gnmi import encode
 
 if TYPE_CHECKING:
     from agent.config import DialoutExporter as DialoutConfig

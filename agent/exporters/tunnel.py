@@ -45,10 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from agent import logs
+from agent import logs, tls
 from agent.config import HostPort, ServerExporter
-from agent.gnmi import server as gnmi_server
-from agent.gnmi import tls
+from agent.exporters import server as gnmi_server
 from agent.gnmi import tunnel_pb as pb
 
 if TYPE_CHECKING:
@@ -67,7 +66,7 @@ LOG_RATE_LIMIT_S = 10.0
 class LocalGnmi:
     """The agent's gNMI service (the dial-in server's servicer) on a private UNIX socket.
 
-    It is a Listener like :class:`~agent.gnmi.server.GnmiServer`: the engine's
+    It is a Listener like :class:`~agent.exporters.server.GnmiServer`: the engine's
     changes reach its subscribers through ``on_batch``/``on_state``/``on_delete``.
     """
 

@@ -18,8 +18,7 @@ import errno
 import os
 import struct
 from collections.abc import Iterator
-
-from pyroute2.netlink.rtnl.marshal import MarshalRtnl
+from typing import Any
 
 # (msg_type, ifindex, ifi_flags, name, operstate, kind, carrier_changes)
 LinkTuple = tuple[int, int, int, str, int, str, int]
@@ -122,7 +121,7 @@ def _operstate(value: str | int | None) -> int:
     return OPER_NAMES.index(value) if value in OPER_NAMES else 0
 
 
-def _decode_link(marshal: MarshalRtnl, canonical: bytes) -> LinkTuple:
+def _decode_link(marshal: Any, canonical: bytes) -> LinkTuple:
     msgs = list(marshal.parse(canonical))
     if len(msgs) != 1 or msgs[0]["header"].get("error") is not None:
         raise RuntimeError(f"pyroute2 did not decode a well-formed link message: {msgs!r}")
@@ -142,6 +141,10 @@ def _decode_link(marshal: MarshalRtnl, canonical: bytes) -> LinkTuple:
 def link_parse(buf) -> tuple[list[LinkTuple], bool]:
     """See agent/_ext/links.c: (links, done) for one recv() result of a NETLINK_ROUTE socket."""
     data = memoryview(buf).tobytes()
+    # imported on first use: the fallback package stays light for whoever needs only part
+    # of it (the ASIC plugin's helper process)
+    from pyroute2.netlink.rtnl.marshal import MarshalRtnl
+
     marshal = MarshalRtnl()
     links: list[LinkTuple] = []
     done = False

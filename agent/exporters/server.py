@@ -20,10 +20,10 @@ from typing import Any
 import grpc
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from agent import __version__, logs
+from agent import __version__, logs, tls
 from agent.config import ServerExporter
 from agent.counters import Batch, Container, StateUpdate
-from agent.gnmi import get, tls
+from agent.gnmi import get
 from agent.gnmi.get import Counters, RequestError
 from agent.gnmi.subscribe import Subscriber
 

@@ -31,10 +31,10 @@ from typing import IO, Any
 import grpc
 from pygnmi.spec.v080 import gnmi_pb2
 
-from agent import config, logs
-from agent.gnmi import paths, tls
+from agent import config, logs, tls
+from agent.gnmi import paths
 from agent.gnmi.encode import python_value
-from agent.gnmi.prometheus import MetricsServer
+from agent.tools.prometheus import MetricsServer
 
 NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
 SONIC_METHOD = "/gnmi.sonic.gNMIDialOut/Publish"

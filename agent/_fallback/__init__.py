@@ -1,0 +1,49 @@
+"""The pure-Python fallback of the C extension (agent._swtel): the same functions,
+constants, signatures and results, one module per file of agent/_ext/ (netdev, ethtool,
+sysfs, change, encode, links, asic).
+
+Selected by agent._backend when ``SWTEL_PUREPYTHON=1`` is set or the extension is
+missing; the suite runs against both and the property tests hold them to each other,
+as msgpack's fallback is held to its extension. Nothing here imports from a layer above
+the fallback (agent.counters and agent's version are its only agent imports).
+"""
+
+from __future__ import annotations
+
+from agent import __version__ as version
+from agent._fallback.asic import (
+    ASIC_ABI_VERSION,
+    ASIC_ECHANGED,
+    ASIC_ERROR,
+    ASIC_MAX_BINS,
+    ASIC_MAX_COUNTERS,
+    ASIC_MAX_PORTS,
+    ASIC_MAX_VALUES,
+    ASIC_OK,
+    asic_close,
+    asic_layout,
+    asic_open,
+    asic_read,
+)
+from agent._fallback.change import diff
+from agent._fallback.encode import encode_updates
+from agent._fallback.ethtool import (
+    ETHTOOL_SKIPPED,
+    ethtool_drvinfo,
+    ethtool_parse,
+    ethtool_read,
+    ethtool_strings,
+    ethtool_strings_parse,
+)
+from agent._fallback.links import link_parse
+from agent._fallback.netdev import NETDEV_FIELDS, netdev_parse, netdev_read
+from agent._fallback.sysfs import sysfs_read
+from agent.counters import F_CHANGED, F_JUMP, F_NEW, F_RESET, F_WRAP
+
+__all__ = [
+    "ASIC_ABI_VERSION", "ASIC_ECHANGED", "ASIC_ERROR", "ASIC_MAX_BINS", "ASIC_MAX_COUNTERS",
+    "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
+    "F_RESET", "F_WRAP", "NETDEV_FIELDS", "asic_close", "asic_layout", "asic_open", "asic_read", "diff",
+    "encode_updates", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
+    "ethtool_strings_parse", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
+]
