@@ -18,11 +18,12 @@ setup(
             define_macros=[("SWTEL_EXT_VERSION", f'"{VERSION}"')],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
-        # The simulated Spectrum switch: an ASIC plugin (dlopen'ed, no Python inside).
+        # The simulated Spectrum switch: an ASIC plugin (dlopen'ed, no Python inside), one file
+        # per job (agent/asic/sim/sim.h says which).
         Extension(
             "agent.asic.sim_plugin",
-            sources=["agent/asic/sim.c"],
-            depends=["agent/asic/swtel_asic.h"],
+            sources=sorted(glob("agent/asic/sim/*.c")),
+            depends=sorted(glob("agent/asic/sim/*.h")) + ["agent/asic/swtel_asic.h"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
     ]

@@ -18,7 +18,6 @@ from agent import _backend, logs
 from agent.counters import (
     F_JUMP,
     F_NEW,
-    OPENCONFIG,
     SWTEL_ORIGIN,
     Batch,
     Container,
@@ -27,8 +26,9 @@ from agent.counters import (
     escape_key,
 )
 from agent.links import Link, LinkTracker
+from agent.ports import PortLedger, deletes, ports_of
 from agent.sources import REGISTRY, Source
-from agent.sources.base import NO_DATA, interface_path
+from agent.sources.base import NO_DATA
 from agent.store import Store
 
 if TYPE_CHECKING:
@@ -50,11 +50,6 @@ MAX_CLOCK_SKEW_NS = 5_000_000_000
 
 def _containers(table: CounterTable) -> set[Container]:
     return {s.container for s in table.specs}
-
-
-def _ports(table: CounterTable) -> set[str]:
-    """Interfaces this table has data for (their subtree is deleted when the last source drops them)."""
-    return {s.port for s in table.specs if s.port and s.container.path.startswith("/interfaces/interface[")}
 
 
 class SourceRunner:
@@ -110,7 +105,7 @@ class SourceRunner:
                     prev[i], acc[i], known[i] = self.prev[j], self.acc[j], self.known[j]
             gone = _containers(old) - _containers(new)
             gone = sorted(gone, key=lambda c: (c.origin, c.path))
-            ports = _ports(old) - _ports(new)
+            ports = ports_of(old) - ports_of(new)
         self.table, self.prev, self.acc, self.known = new, prev, acc, known
         speeds = getattr(self.source, "port_speeds", None) or {}
         self.rates = array("Q", [speeds.get(s.port, 0) if s.port else 0 for s in new.specs])
@@ -196,7 +191,7 @@ class Engine:
         self.listener_errors = 0
         self._next_health = 0.0
         self._health_sent: dict[tuple[Container, str], Any] = {}
-        self._port_holders: dict[str, set[str]] = {}  # "/interfaces/interface[name=X]" -> sources
+        self._ledger = PortLedger()  # which sources hold which interface (agent/ports.py)
         self._drops: list[tuple[str, int, set[Container], set[str]]] = []  # flushed after each pass
         self._seen_gen = -1
         self._links: dict[int, Link] = {}  # this pass's view of the links (LinkTracker.snapshot)
@@ -330,7 +325,7 @@ class Engine:
         """A source was turned off: its data is gone, so collectors get deletes."""
         self.store.drop_source(runner.name)
         if runner.table is not None:
-            self._drops.append((runner.name, ts_ns, _containers(runner.table), _ports(runner.table)))
+            self._drops.append((runner.name, ts_ns, _containers(runner.table), ports_of(runner.table)))
         health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(runner.name)}]")
         self._health_sent = {k: v for k, v in self._health_sent.items() if not k[0].path.startswith(health.path)}
         self._drops.append((runner.name, ts_ns, {health}, set()))
@@ -350,7 +345,7 @@ class Engine:
         if source.table is not runner.table:
             gone, gone_ports = runner.adopt_table()
             runner.republish = True  # the store gets the new table with the next good read
-            self._hold_ports(source.name, runner.table)
+            self._ledger.hold(source.name, runner.table)
             self._note_speeds(source)
             if gone or gone_ports:
                 # The layout lost them whatever this read brings: their deletes go out now.
@@ -490,27 +485,13 @@ class Engine:
         gone: set[Container] = set()
         for source, _ts, containers, ports in drops:
             gone |= containers
-            for port in ports:
-                holders = self._port_holders.get(port)
-                if holders is None:
-                    continue
-                holders.discard(source)
-                if not holders:
-                    del self._port_holders[port]
-                    vanished.add(port)
-        whole = [interface_path(p) for p in sorted(vanished)]
-        out = [Container(origin, p) for p in whole for origin in (OPENCONFIG, SWTEL_ORIGIN)]
-        out += sorted((c for c in gone if not any(c.path.startswith(p + "/") for p in whole)),
-                      key=lambda c: (c.origin, c.path))
+            vanished |= self._ledger.release(source, ports)
+        out = deletes(vanished, gone)
         if out:
             self.store.drop_containers(out)
             self._tell("on_delete", ts_ns, out)
             if self.insights is not None:
                 self._guard("insights", self.insights.on_delete, out)
-
-    def _hold_ports(self, source: str, table: CounterTable) -> None:
-        for port in _ports(table):
-            self._port_holders.setdefault(port, set()).add(source)
 
     def _publish_health(self, now: float) -> None:
         """Every HEALTH_PERIOD_S, each source's interval, measured refresh cadence, read

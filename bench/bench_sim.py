@@ -1,4 +1,4 @@
-"""Simulated Spectrum switch benchmark: the cost of one plugin read (agent/asic/sim.c) of
+"""Simulated Spectrum switch benchmark: the cost of one plugin read (agent/asic/sim/) of
 every counter of every port, through the ASIC ABI, called from Python with ctypes (so the
 figures include ctypes' call overhead, shown separately). Figures only: nothing is asserted.
 

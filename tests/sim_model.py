@@ -1,4 +1,4 @@
-"""Reference model of the simulated Spectrum switch (``agent/asic/sim.c``), the test oracle.
+"""Reference model of the simulated Spectrum switch (``agent/asic/sim/``), the test oracle.
 
 Every value is a pure function of (config, t), t = read time - ``start`` in ns (t < 0 reads
 as 0). Integer arithmetic only, so this file and the C plugin agree bit for bit; C truncates

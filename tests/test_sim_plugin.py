@@ -1,4 +1,4 @@
-"""The simulated Spectrum switch plugin (agent/asic/sim.c) through its C ABI (ctypes), against
+"""The simulated Spectrum switch plugin (agent/asic/sim/) through its C ABI (ctypes), against
 the reference model tests/sim_model.py: exact values, layout, scenario effects, errors."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pkgutil
 from agent.insights.base import REGISTRY, Detector, Event, register
 
 #: the modules of this package that are not detectors
-_MACHINERY = frozenset({"base", "classify", "runner"})
+_MACHINERY = frozenset({"base", "classify", "election", "events", "feeds", "paths", "runner"})
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _MACHINERY:

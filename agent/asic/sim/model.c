@@ -1,0 +1,342 @@
+/* The simulated switch's traffic model (tests/sim_model.py, function for function): every
+ * counter of a port as a pure function of the time since start, scenarios included, and the
+ * values after counter clears. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xCBF29CE484222325ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001B3ULL;
+    return h;
+}
+
+uint64_t flap_down(const struct port *p, const struct scen *sc, uint64_t i)
+{
+    return sc->a + 300 * i + 50 + H(p, K_FLAP, i) % 101;
+}
+
+static int masked(const struct port *p, uint64_t j)
+{
+    for (int w = 0; w < p->nwin; w++) {
+        const struct win *wn = &p->win[w];
+        if (wn->sc->type != SC_FLAP || j < wn->sc->a)
+            continue;
+        uint64_t i = (j - wn->sc->a) / 300;
+        if (i < wn->n) {
+            uint64_t d = flap_down(p, wn->sc, i);
+            if (d <= j && j <= d + 30)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static inline uint64_t proc_q(const struct port *p, const struct proc *pr, uint64_t j, int m)
+{
+    if (m && p->nwin && masked(p, j))
+        return 0;
+    return (pr->J * (H(p, pr->key, j) & 1023)) >> 10;
+}
+
+static inline uint64_t rate_at(const struct proc *pr, uint64_t k)
+{
+    for (int i = 0; i < pr->nover; i++)
+        if (pr->over[i].a <= k && k < pr->over[i].b)
+            return pr->over[i].r;
+    return pr->R;
+}
+
+static u128 proc_x(const struct port *p, const struct proc *pr, uint64_t t, int m)
+{
+    uint64_t k = t / SLOT, f = t % SLOT;
+    i128 base = (i128)pr->R * k;
+    for (int i = 0; i < pr->nover; i++) {
+        const struct ovr *o = &pr->over[i];
+        if (k > o->a)
+            base += ((i128)o->r - (i128)pr->R) * (i128)(min64(k, o->b) - o->a);
+    }
+    uint64_t qk = proc_q(p, pr, k, m), qk1 = proc_q(p, pr, k + 1, m);
+    i128 a_k = base + qk - (i128)pr->q0;
+    i128 inc = (i128)rate_at(pr, k) + qk1 - qk;
+    return (u128)(a_k * SLOT + inc * f);
+}
+
+static inline u128 proc_value(const struct port *p, const struct proc *pr, uint64_t t, int m)
+{
+    return proc_x(p, pr, t, m) / (SLOT << 10);
+}
+
+void proc_init(const struct port *p, struct proc *pr, uint64_t R, uint64_t J, uint32_t key)
+{
+    memset(pr, 0, sizeof *pr);
+    pr->R = R;
+    pr->J = J;
+    pr->key = key;
+    pr->q0 = (J * (H(p, key, 0) & 1023)) >> 10;
+}
+
+static uint64_t table_count(const struct table *tb, uint64_t w)
+{
+    uint64_t c = w / CELL, r = w % CELL, i = c % PERIOD;
+    return (c / PERIOD) * tb->pre[PERIOD] + tb->pre[i] + (uint64_t)tb->v[i] * r / CELL;
+}
+
+static u128 table_weighted_ns(const struct table *tb, uint64_t w)
+{
+    uint64_t c = w / CELL, r = w % CELL, i = c % PERIOD;
+    return ((u128)(c / PERIOD) * tb->pre[PERIOD] + tb->pre[i]) * CELL + (u128)tb->v[i] * r;
+}
+
+static uint64_t window_ns(const struct scen *sc, uint64_t t)
+{
+    uint64_t a = sc->a * SLOT;
+    uint64_t b = sc->b == INF ? INF : sc->b * SLOT;
+    uint64_t e = min64(t, b);
+    return e > a ? e - a : 0;
+}
+
+static void flap_state(const struct port *p, const struct win *wn, uint64_t t, uint64_t *down,
+                       uint64_t *changes)
+{
+    const struct scen *sc = wn->sc;
+    if (t < sc->a * SLOT)
+        return;
+    uint64_t i = (t / SLOT - sc->a) / 300, full = min64(i, wn->n);
+    *down += full * 30 * SLOT;
+    *changes += 2 * full;
+    if (i < wn->n) {
+        uint64_t d = flap_down(p, sc, i) * SLOT;
+        if (t >= d) {
+            *down += min64(t - d, 30 * SLOT);
+            *changes += 1 + (t >= d + 30 * SLOT);
+        }
+    }
+}
+
+static uint64_t mb_start(const struct port *p, const struct scen *sc, uint64_t i)
+{
+    return sc->a + 275 * i + H(p, K_MB_START, i) % 126;
+}
+
+static uint64_t mb_len(const struct port *p, uint64_t i) { return 5 + H(p, K_MB_LEN, i) % 16; }
+
+uint64_t mb_count(const struct port *p, const struct scen *sc)
+{
+    if (sc->b == INF)
+        return INF;
+    uint64_t j = (sc->b - 1 - sc->a) / 275;
+    return mb_start(p, sc, j) < sc->b ? j + 1 : j;
+}
+
+static inline uint64_t mb_e(const struct port *p, uint64_t key, uint64_t base, uint64_t spread,
+                            uint64_t i)
+{
+    return base * i + H(p, key, i) % spread - H(p, key, 0) % spread;
+}
+
+static uint64_t mb_drops(const struct port *p, const struct win *wn, uint64_t t, uint64_t key,
+                         uint64_t base, uint64_t spread)
+{
+    const struct scen *sc = wn->sc;
+    if (t < sc->a * SLOT)
+        return 0;
+    uint64_t i = (t / SLOT - sc->a) / 275;
+    if (i >= wn->n)
+        return mb_e(p, key, base, spread, wn->n);
+    uint64_t st = mb_start(p, sc, i) * SLOT, ln = mb_len(p, i) * SLOT;
+    uint64_t x = t > st ? min64(t - st, ln) : 0;
+    uint64_t e0 = mb_e(p, key, base, spread, i), e1 = mb_e(p, key, base, spread, i + 1);
+    return e0 + (e1 - e0) * x / ln;
+}
+
+static uint64_t occupancy(const struct port *p, int tc, uint64_t c)
+{
+    uint64_t v = tc == 3 ? H(p, K_OCC, c) % 65536 : 0;
+    for (int w = 0; w < p->nwin; w++) {
+        const struct win *wn = &p->win[w];
+        const struct scen *sc = wn->sc;
+        if (sc->type == SC_MB && tc == 3 && 10 * c + 10 > sc->a) {
+            uint64_t lo = 10 * c >= sc->a ? (10 * c - sc->a) / 275 : 0;
+            uint64_t hi = min64((10 * c + 9 - sc->a) / 275 + 1, wn->n);
+            for (uint64_t i = lo; i < hi; i++) {
+                uint64_t s = mb_start(p, sc, i);
+                if (s < 10 * c + 10 && s + mb_len(p, i) > 10 * c)
+                    v = max64(v, (16ULL << 20) - H(p, K_MB_OCC, i) % (1ULL << 20));
+            }
+        } else if (sc->type == SC_PFC && sc->prio == tc && 10 * c < sc->b && 10 * c + 10 > sc->a) {
+            v = max64(v, (15ULL << 20) - H(p, K_PFCOCC, c) % (1ULL << 18));
+        }
+    }
+    return v;
+}
+
+static void raw_host(const struct port *p, uint64_t t, uint64_t *v)
+{
+    uint64_t scn = 0;
+    for (int w = 0; w < p->nwin; w++)
+        if (p->win[w].sc->type == SC_SYM)
+            scn += table_count(p->win[w].t[0], window_ns(p->win[w].sc, t));
+    uint64_t retr_to = scn >> 6;
+    v[0] = (uint64_t)proc_value(p, &p->retr, t, 1) + scn;
+    v[1] = retr_to;
+    v[2] = scn >> 8;
+    v[3] = (uint64_t)proc_value(p, &p->oos, t, 1) + (scn * 3 >> 2);
+    v[4] = scn >> 3;
+    v[5] = retr_to;
+    v[6] = (uint64_t)proc_value(p, &p->cnp, t, 1);
+    v[7] = (uint64_t)proc_value(p, &p->cnph, t, 1);
+    v[8] = (uint64_t)proc_value(p, &p->ecnr, t, 1);
+    v[9] = (uint64_t)(proc_value(p, &p->tx, t, 1) >> 2);
+    v[10] = (uint64_t)(proc_value(p, &p->rx, t, 1) >> 2);
+}
+
+/* Every counter at t before clears, truncated to 64 bits. */
+void raw(const struct port *p, uint64_t t, uint64_t *v)
+{
+    if (p->host) {
+        raw_host(p, t, v);
+        return;
+    }
+    memset(v, 0, N_SWITCH * sizeof *v);
+    const u128 den = (u128)SLOT << 20;
+    u128 rx, tx, corr;
+    uint64_t down = 0, changes = 0, sym = 0, eff = 0, qd = 0, wd = 0;
+    uint32_t tcs = 1u << 3;
+    if (!p->nwin) {
+        rx = proc_x(p, &p->rx, t, 0) / (SLOT << 10);
+        tx = proc_x(p, &p->tx, t, 0) / (SLOT << 10);
+        corr = proc_x(p, &p->corr, t, 0) / (SLOT << 10);
+    } else {
+        i128 n_rx = (i128)proc_x(p, &p->rx, t, 1) << 10;
+        i128 n_tx = (i128)proc_x(p, &p->tx, t, 1) << 10;
+        i128 n_corr = (i128)proc_x(p, &p->corr, t, 1) << 10;
+        for (int w = 0; w < p->nwin; w++) {
+            const struct win *wn = &p->win[w];
+            const struct scen *sc = wn->sc;
+            if (sc->type != SC_FLAP)
+                continue;
+            uint64_t d = 0;
+            flap_state(p, wn, t, &d, &changes);
+            down += d;
+            n_rx -= (i128)rate_at(&p->rx, sc->a) * d << 10;
+            n_tx -= (i128)rate_at(&p->tx, sc->a) * d << 10;
+            n_corr -= (i128)rate_at(&p->corr, sc->a) * d << 10;
+        }
+        for (int w = 0; w < p->nwin; w++) {
+            const struct win *wn = &p->win[w];
+            const struct scen *sc = wn->sc;
+            uint64_t wns = window_ns(sc, t);
+            if (sc->type == SC_SYM) {
+                sym += table_count(wn->t[0], wns);
+                eff += table_count(wn->t[1], wns);
+                i128 dn = (i128)table_weighted_ns(wn->t[2], wns);
+                n_rx -= (i128)rate_at(&p->rx, sc->a) * dn;
+                n_tx -= (i128)rate_at(&p->tx, sc->a) * dn;
+            } else if (sc->type == SC_PFC) {
+                int pr = sc->prio;
+                struct proc pfc;
+                proc_init(p, &pfc, 200 << 10, 100 << 10, K_PFC + 64 * pr);
+                v[C_IN_PFC0 + pr] += (uint64_t)proc_value(p, &pfc, wns, 0);
+                v[C_RX_PAUSE0 + pr] += (uint64_t)((u128)wns * 99 / 100000);
+                if (wns) {
+                    uint64_t a = sc->a * SLOT;
+                    n_tx -= 973 * ((i128)proc_x(p, &p->tx, a + wns, 1) -
+                                   (i128)proc_x(p, &p->tx, a, 1));
+                }
+                tcs |= 1u << pr;
+            } else if (sc->type == SC_MB) {
+                qd += mb_drops(p, wn, t, K_MB_DROP, 1500, 1001);
+                wd += mb_drops(p, wn, t, K_MB_WRED, 400, 301);
+            }
+        }
+        rx = (u128)n_rx / den;
+        tx = (u128)n_tx / den;
+        corr = (u128)n_corr / den;
+    }
+    v[0] = (uint64_t)rx;
+    v[1] = (uint64_t)(rx >> 12);
+    v[2] = (uint64_t)(rx >> 27);
+    v[3] = (uint64_t)(rx >> 32);
+    v[4] = (uint64_t)tx;
+    v[5] = (uint64_t)(tx >> 12);
+    v[6] = (uint64_t)(tx >> 27);
+    v[7] = (uint64_t)(tx >> 32);
+    v[C_IN_FRAME_ERR] = eff;
+    v[C_IN_ERR] = eff;
+    v[C_OUT_DISC] = qd + wd;
+    v[C_OUT_QDROPS] = qd;
+    v[C_OUT_WRED] = wd;
+    v[C_OUT_Q0_WRED + 3] = wd;
+    v[C_ECN0 + 3] = (uint64_t)(tx >> 23);
+    v[C_PHY_BITS] = (uint64_t)((u128)p->speed * (t - down) / 1000);
+    v[C_PHY_SYM] = sym;
+    v[C_PHY_CORR] = (uint64_t)corr;
+    v[C_PHY_EFF] = eff;
+    u128 lane = corr / (unsigned)p->lanes;
+    for (int i = 0; i < p->lanes && i < 8; i++)
+        v[C_LANE0 + i] = (uint64_t)lane;
+    v[C_CARRIER] = changes;
+    uint64_t c = t / CELL;
+    for (int tc = 0; tc < 8; tc++) {
+        if (!(tcs & (1u << tc)))
+            continue;
+        uint64_t lv = 0, wm = 0;
+        for (uint64_t x = c - c % EPOCH_CELLS; x <= c; x++) {
+            lv = occupancy(p, tc, x);
+            wm = max64(wm, lv);
+        }
+        v[C_OCC0 + tc] = lv;
+        v[C_WM0 + tc] = wm;
+    }
+}
+
+void port_values(const struct port *p, uint64_t t, uint64_t *out)
+{
+    raw(p, t, out);
+    const uint64_t *base = NULL;
+    for (int i = 0; i < p->nclear; i++)
+        if (p->clear_ts[i] <= t)
+            base = p->clear_vals + (size_t)i * p->ncounters;
+    if (p->host) {
+        for (int i = 0; i < N_HOST; i++) {
+            if (base)
+                out[i] -= base[i];
+            if (i < 6)
+                out[i] &= MASK32;
+        }
+    } else if (base) {
+        for (int i = 0; i < C_OCC0; i++)
+            out[i] -= base[i];
+    }
+}
+
+struct table *make_table(const struct port *p, uint64_t key, int kind, uint64_t mult)
+{
+    struct table *tb = malloc(sizeof *tb);
+    if (!tb)
+        return NULL;
+    tb->pre[0] = 0;
+    for (uint64_t i = 0; i < PERIOD; i++) {
+        uint64_t h = H(p, key, i), x;
+        switch (kind) {
+        case 0: /* host retransmissions */
+            x = 20 + h % 281;
+            break;
+        case 1: /* symbol errors */
+            x = (((h % 64) * (h % 64)) >> 2) * mult;
+            break;
+        case 2: /* effective errors */
+            x = h % 8;
+            break;
+        default: /* throughput dips (fraction lost, /1024) */
+            x = h % 100 < 30 ? 1024 - (410 + (h >> 32) % 307) : 0;
+        }
+        tb->v[i] = (uint32_t)x;
+        tb->pre[i + 1] = tb->pre[i] + x;
+    }
+    return tb;
+}

@@ -1,0 +1,163 @@
+/* The simulated Spectrum switch's private header: the types, constants and hash the four
+ * files of the plugin share (agent/asic/sim/):
+ *
+ *   model.c     the traffic model: every counter as a pure function of (port, t)
+ *   scenario.c  the config string: keys, scenarios, times
+ *   layout.c    the ports, their scenarios and the generations (breakouts), counter names
+ *   plugin.c    the ABI (swtel_asic.h): open, layout calls, read, close
+ *
+ * Every value is a pure function of (config, t = read time - start): nothing read
+ * depends on earlier reads. Integer arithmetic only, so tests/sim_model.py (the
+ * reference model, whose docstring describes the model in full) computes the same
+ * values bit for bit. The functions of model.c mirror that file's, name for name.
+ *
+ * Nothing declared here leaves the shared library: the only exported symbol is
+ * swtel_asic_plugin (plugin.c).
+ */
+#ifndef SWTEL_SIM_H
+#define SWTEL_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../swtel_asic.h"
+
+#pragma GCC visibility push(hidden)
+
+typedef unsigned __int128 u128;
+typedef __int128 i128;
+
+#define SLOT 10000000ULL /* ns */
+#define CELL (10 * SLOT) /* 100 ms */
+#define EPOCH_CELLS 10   /* watermark epoch: 1 s */
+#define PERIOD 600       /* cells per scenario table (60 s), then it repeats */
+#define INF UINT64_MAX   /* open-ended window end (slots), unbounded event count */
+#define MAX_SCENARIOS 64
+#define MAX_PORT_WINDOWS 16
+#define N_SWITCH 100
+#define N_HOST 11
+#define MASK32 0xffffffffULL
+
+enum { K_RX = 1, K_TX = 2, K_CORR = 3, K_OCC = 4, K_FLAP = 5, K_DIP = 6, K_SYM = 8, K_EFF = 9,
+       K_PFC = 10, K_PFCOCC = 11, K_MB_START = 12, K_MB_LEN = 13, K_MB_DROP = 14, K_MB_WRED = 15,
+       K_MB_OCC = 16, K_RETR = 17, K_RETR_SCN = 18, K_OOS = 19, K_CNP = 20, K_CNPH = 21,
+       K_ECNR = 22, K_HTX = 23, K_HRX = 24 };
+
+enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT };
+#define N_SC 7
+#define IS_TRAFFIC(x) ((x) == SC_SYM || (x) == SC_IMB || (x) == SC_PFC || (x) == SC_FLAP)
+
+/* counter indices (tests/sim_model.py SWITCH_COUNTERS) */
+enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16,
+       C_OUT_QDROPS = 18, C_OUT_WRED = 20, C_OUT_Q0_WRED = 21, C_IN_PFC0 = 31,
+       C_RX_PAUSE0 = 47, C_ECN0 = 63, C_PHY_BITS = 71, C_PHY_SYM = 72, C_PHY_CORR = 73,
+       C_PHY_EFF = 74, C_LANE0 = 75, C_CARRIER = 83, C_OCC0 = 84, C_WM0 = 92 };
+
+struct scen {
+    int type, ord;
+    uint64_t a, b; /* slots */
+    int prio;      /* -1: none given */
+    int has_port;
+    char port[SWTEL_ASIC_NAME_MAX];
+    char *spec;
+};
+
+struct ovr {
+    uint64_t a, b, r;
+};
+
+struct proc {
+    uint64_t R, J, q0;
+    uint32_t key;
+    int nover;
+    struct ovr over[MAX_PORT_WINDOWS];
+};
+
+struct table {
+    uint32_t v[PERIOD];
+    uint64_t pre[PERIOD + 1];
+};
+
+struct win {
+    const struct scen *sc;
+    uint64_t n; /* link-flap, microburst: number of events (INF) */
+    struct table *t[3];
+};
+
+struct port {
+    char name[SWTEL_ASIC_NAME_MAX], parent[SWTEL_ASIC_NAME_MAX];
+    uint64_t speed, cap, hbase; /* hbase: seed and port part of the hash */
+    uint32_t flags;
+    int host, lanes, ncounters;
+    struct proc rx, tx, corr, retr, oos, cnp, cnph, ecnr;
+    int nwin;
+    struct win win[MAX_PORT_WINDOWS];
+    int nclear;
+    uint64_t *clear_ts;   /* ns, sorted */
+    uint64_t *clear_vals; /* nclear x ncounters, truncated to 64 bits */
+};
+
+struct sim {
+    uint64_t seed;
+    int64_t start;
+    int role; /* 0 spine, 1 leaf, 2 host */
+    int nports_cfg, nuplinks;
+    uint64_t load;
+    int nsc;
+    struct scen sc[MAX_SCENARIOS];
+    int nall, nbase, nup;
+    struct port *ports; /* all ports: base, then breakout children */
+    int *uplinks;       /* indices into ports */
+    int nbo;
+    int bo_sc[MAX_SCENARIOS]; /* breakout scenarios, sorted by (a, ord) */
+    int bo_kid0[MAX_SCENARIOS];
+    int ngens;
+    int **gen_ports;
+    int *gen_n;
+    size_t *gen_total;
+    int listed; /* generation index (0-based) the layout calls describe */
+    char cnames[N_SWITCH][SWTEL_ASIC_NAME_MAX];
+};
+
+/* --- hashing ---------------------------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t H(const struct port *p, uint64_t key, uint64_t idx)
+{
+    return mix64(p->hbase + key * 0xA0761D6478BD642FULL + idx);
+}
+
+static inline uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static inline uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* plugin.c */
+void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* model.c (tests/sim_model.py) */
+uint64_t fnv1a(const char *s);
+uint64_t flap_down(const struct port *p, const struct scen *sc, uint64_t i);
+void proc_init(const struct port *p, struct proc *pr, uint64_t R, uint64_t J, uint32_t key);
+uint64_t mb_count(const struct port *p, const struct scen *sc);
+struct table *make_table(const struct port *p, uint64_t key, int kind, uint64_t mult);
+void raw(const struct port *p, uint64_t t, uint64_t *v);
+void port_values(const struct port *p, uint64_t t, uint64_t *out);
+
+/* scenario.c */
+int parse_config(struct sim *s, const char *config, char *err, size_t errlen);
+
+/* layout.c */
+extern const char *const HOST_NAMES[N_HOST];
+int build(struct sim *s, char *err, size_t errlen);
+int gen_at(const struct sim *s, uint64_t t);
+void names_init(struct sim *s);
+
+#pragma GCC visibility pop
+
+#endif
