@@ -1,11 +1,16 @@
-"""YAML configuration: schema, defaults and validation.
+"""YAML configuration: the typed loader, the value types, the whole file's rules.
 
 Every error names the YAML path of the offending value, e.g.
 ``exporters.dialout[0].address: expected host:port, got 'foo'``. Unknown keys
 are errors. An empty file is a valid config. The documented default config is
-``packaging/swtel.yaml``; docs/config.md documents every key of this module.
+``packaging/swtel.yaml``; docs/config.md documents every key.
 
-Conventions of the schema below:
+The sections ``sources.*``, ``exporters.*`` and ``insights.*`` are the plugins': each
+plugin's file declares its dataclass and its ``check`` and registers them
+(agent/registry.py); ``Config`` is built from the registries (``_schema``), which
+agent.plugins fills. This module keeps the top level, ``control`` and ``log``.
+
+Conventions of the schema:
 
 * a dataclass field is a YAML key (``-`` in keys is accepted for ``_``);
 * ``X | None`` fields accept an explicit ``null`` (meaning "default"/"off" as
@@ -21,31 +26,28 @@ import os
 import re
 import socket
 import stat
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any, get_args, get_origin, get_type_hints
 
 import yaml
+
+from agent import registry
+from agent.yamlsafe import MAX_DEPTH, MAX_VALUES  # noqa: F401  (the limits, re-exported)
+from agent.yamlsafe import Loader as _Loader
 
 DEFAULT_PATH = "/etc/swtel/swtel.yaml"
 DEFAULT_SOCKET = "/run/swtel/swtel.sock"
 MIN_INTERVAL_S = 0.010
 # Limits (docs/config.md, "Limits"): what a config file may cost to read, whoever wrote it.
 MAX_FILE_BYTES = 256 * 1024  # a config file larger than this is refused unread
-MAX_DEPTH = 32  # nesting of mappings and lists
-MAX_VALUES = 50_000  # YAML values (scalars, lists, mappings), counted after alias expansion
 MAX_ITEMS = 1024  # entries of any one list or mapping
 MAX_STRING = 4096  # characters of any string (PATH_MAX)
 MAX_TARGET = 255  # characters of `target`
 MAX_DURATION_S = 86400.0  # any duration: at most 24h
 MAX_INTERVAL_S = 3600.0  # poll intervals: at most 1h
-MAX_IDLE_INTERVAL_S = 60.0  # sources.ethtool.idle_interval
-MAX_QUEUE = 1_000_000  # exporters.dialout[].queue
-MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
-MAX_WINDOWS = 1000  # consecutive windows of pfc_storm / imbalance
 MAX_HISTORY = 10_000  # insights.history
 MAX_PEM_BYTES = 1024 * 1024  # TLS files read by validate
-ASIC_BUILTIN = ("sim",)  # built-in ASIC plugins (agent/asic/__init__.py builds the path)
-_FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
+FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent: no listener of the agent's
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the NUL
 
 
@@ -160,164 +162,52 @@ class FileMode(int):
 
 _CUSTOM = (Duration, HostPort, FileMode)
 
-# ---------------------------------------------------------------- schema: sources
+
+def setting(default: Any = MISSING, *, factory: Any = MISSING, doc: str = "", type: str | None = None,
+            shown: str | None = None, choices: tuple[str, ...] | None = None,
+            sub: dict[str, dict[str, str]] | None = None) -> Any:
+    """A documented key of a section dataclass: a ``field`` whose metadata the loader and
+    the docs renderer (agent/configdoc.py) read. ``doc``: the one-line meaning in
+    docs/config.md; ``type``, ``shown``: its type and default there, when the ones derived
+    from the annotation and the default would not say it right; ``choices``: the only
+    values accepted; ``sub``: per-key doc overrides of a nested mapping (a ``tls`` or
+    ``counters`` whose keys mean something particular here)."""
+    meta: dict[str, Any] = {"doc": doc}
+    for name, value in (("type", type), ("shown", shown), ("choices", choices), ("sub", sub)):
+        if value is not None:
+            meta[name] = value
+    return field(default=default, default_factory=factory, metadata=meta)
+
+
+# ---------------------------------------------------------------- shared building blocks of sections
 
 
 @dataclass
 class CounterFilter:
     """Counter-name globs: a name is read if it matches include (empty = all) and no exclude."""
 
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
-
-
-@dataclass
-class NetdevSource:
-    enabled: bool = True
-    interval: Duration | None = None  # None: the top-level interval
-    interfaces: list[str] = field(default_factory=lambda: ["*"])
-    exclude: list[str] = field(default_factory=lambda: ["lo"])
-    counters: CounterFilter = field(default_factory=CounterFilter)
-
-
-@dataclass
-class EthtoolSource:
-    enabled: bool = True
-    interval: Duration | None = None
-    interfaces: list[str] = field(default_factory=lambda: ["*"])
-    exclude: list[str] = field(default_factory=lambda: ["lo"])
-    counters: CounterFilter = field(default_factory=CounterFilter)
-    per_queue: bool = False  # per-queue/per-channel driver counters (mlx5 has thousands)
-    # A port none of whose counters moved for this long is read once per idle_interval
-    # (turns spread over the polls) until one moves again; 0: every port every poll.
-    idle_interval: Duration = Duration(1.0)
-
-
-@dataclass
-class RdmaSource:
-    enabled: bool = False
-    interval: Duration | None = None
-    root: str = "/sys"
-    devices: list[str] = field(default_factory=lambda: ["*"])
-    counters: CounterFilter = field(default_factory=CounterFilter)
-
-
-@dataclass
-class SystemSource:
-    enabled: bool = True
-    interval: Duration | None = Duration(5.0)
-
-
-@dataclass
-class AsicSource:
-    """Counters read straight from the switch ASIC through a plugin (agent/asic/swtel_asic.h)."""
-
-    enabled: bool = False
-    interval: Duration | None = None
-    plugin: str = "sim"  # a built-in name (sim: the simulated Spectrum switch) or an absolute .so path
-    config: str = ""  # handed to the plugin's open() as is (sim: "role=spine seed=1 scenario=...")
-    interfaces: list[str] = field(default_factory=lambda: ["*"])
-    exclude: list[str] = field(default_factory=list)
-    counters: CounterFilter = field(default_factory=CounterFilter)
-
-
-@dataclass
-class Sources:
-    netdev: NetdevSource = field(default_factory=NetdevSource)
-    ethtool: EthtoolSource = field(default_factory=EthtoolSource)
-    rdma: RdmaSource = field(default_factory=RdmaSource)
-    system: SystemSource = field(default_factory=SystemSource)
-    asic: AsicSource = field(default_factory=AsicSource)
-
-
-# ---------------------------------------------------------------- schema: exporters
-
-
-@dataclass
-class JsonlExporter:
-    path: str = "-"  # "-" is stdout
+    include: list[str] = setting(factory=list, type="globs", shown="`[]` (all)")
+    exclude: list[str] = setting(factory=list, type="globs", shown="`[]`")
 
 
 @dataclass
 class ClientTls:
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    server_name: str | None = None
+    """A TLS client's files (a section's ``tls``; not read when ``insecure: true``)."""
 
-
-@dataclass
-class DialoutExporter:
-    name: str = ""
-    address: HostPort = HostPort("127.0.0.1:57400")
-    protocol: str = "nokia"  # nokia | sonic
-    insecure: bool = False
-    tls: ClientTls = field(default_factory=ClientTls)
-    heartbeat: Duration = Duration(60.0)
-    queue: int = 10000
-    subscription_name: str = "swtel"
-    username: str | None = None
-    password_file: str | None = None
-    # per-tick (default): one Notification per origin per tick, absolute update paths: far
-    # fewer gRPC messages, the only mode within the latency budget at full churn;
-    # per-container: one Notification per container per tick (OpenConfig-style prefixes).
-    notifications: str = "per-tick"
+    ca: str | None = setting(None, type="path or null", shown="`null` (system CAs)")
+    cert: str | None = setting(None, type="path or null", doc="client certificate, for mTLS (with `key`)")
+    key: str | None = setting(None, type="path or null", doc="client key, for mTLS (with `cert`)")
+    server_name: str | None = setting(None, type="string or null", shown="`null` (the host)")
 
 
 @dataclass
 class ServerTls:
-    cert: str | None = None
-    key: str | None = None
-    ca: str | None = None  # client CA: mTLS when set
+    """A TLS server's files (``exporters.server.tls``)."""
 
-
-@dataclass
-class ServerExporter:
-    enabled: bool = True  # the section's presence turns the server on
-    listen: HostPort = HostPort("127.0.0.1:50051")
-    insecure: bool = False
-    # plaintext (insecure: true) on an address other hosts can reach: refused unless true
-    insecure_remote: bool = False
-    tls: ServerTls = field(default_factory=ServerTls)
-    username: str | None = None
-    password_file: str | None = None
-
-
-@dataclass
-class TunnelServer:
-    """A gRPC tunnel server (openconfig grpctunnel) to register with, as NVUE's
-    ``system grpc-tunnel server <name>``; carries the agent's gNMI service."""
-
-    name: str = ""
-    address: str = ""  # host name or IP address of the tunnel server
-    port: int = 0  # required
-    target: str | None = None  # registered target name; None: the agent's target
-    retry_interval: Duration = Duration(30.0)  # longest wait between attempts
-    insecure: bool = False
-    tls: ClientTls = field(default_factory=ClientTls)
-
-
-@dataclass
-class OtlpExporter:
-    """OTLP/gRPC metrics export (agent/exporters/otlp.py, docs/otlp.md)."""
-
-    enabled: bool = True  # the section's presence turns it on
-    endpoint: HostPort = HostPort("127.0.0.1:4317")
-    profile: str = "cumulus"  # cumulus: Cumulus' names, gauges; otel: cumulative Sums
-    interval: Duration = Duration(1.0)  # at least the agent's smallest poll interval
-    insecure: bool = False
-    tls: ClientTls = field(default_factory=ClientTls)
-    queue: int = 60  # requests kept while the receiver is slow or down
-    timeout: Duration = Duration(10.0)  # per Export call
-
-
-@dataclass
-class Exporters:
-    jsonl: JsonlExporter | None = None
-    dialout: list[DialoutExporter] = field(default_factory=list)
-    server: ServerExporter | None = None
-    tunnel: list[TunnelServer] = field(default_factory=list)
-    otlp: OtlpExporter | None = None
+    cert: str | None = setting(None, type="path or null", doc="server certificate")
+    key: str | None = setting(None, type="path or null", doc="server key")
+    ca: str | None = setting(None, type="path or null",
+                             doc="client CA: when set, clients need a certificate it signed (mTLS)")
 
 
 # ---------------------------------------------------------------- schema: control, log
@@ -335,157 +225,84 @@ class Control:
 
 @dataclass
 class Log:
-    level: str = "info"  # debug | info | warning | error
-    format: str = "kv"  # kv | json
+    level: str = setting("info", choices=("debug", "info", "warning", "error"))
+    format: str = setting("kv", choices=("kv", "json"))
     # Repeated identical errors (e.g. a down destination) are logged at most once per period.
     rate_limit: Duration = Duration(10.0)
 
 
-# ---------------------------------------------------------------- schema: insights
-# Detector thresholds (agent/insights/, documented with the reasons for each default in
-# docs/insights.md). A detector raises an event when its rule holds and clears it after the
-# port (or group) has been quiet for `clear_after`. Windows are measured in sample time (the
-# collection timestamps of the counters), so a window never holds less data than it says.
+# ---------------------------------------------------------------- the whole file, from the registries
+# config.Config, .Sources, .Exporters, .Insights: built when first asked for (agent.plugins first).
 
 
-@dataclass
-class ErrorBurst:
-    """Physical-layer errors on a port. Three event types:
-    `symbol-ber` (post-FEC symbol errors over the bits received, warning above `symbol_ber`;
-    any uncorrectable/effective error makes it critical), `pre-fec-ber` (corrected bits over
-    the bits received) and `error-burst` (FCS/CRC and in-errors counted within `window`)."""
-
-    enabled: bool = True
-    # Leaves counted by error-burst. Per sample the largest of them counts (in-errors already
-    # includes FCS errors, so they are not added up).
-    counters: list[str] = field(default_factory=lambda: ["in-fcs-errors", "in-crc-errors", "in-errors"])
-    threshold: int = 10  # error-burst: errors within `window`
-    window: Duration = Duration(1.0)  # window of the BER ratios and of the error count
-    symbol_ber: float = 1e-12  # symbol-ber: warning above this (IEEE 802.3's target BER)
-    pre_fec_ber_warning: float = 5e-7  # pre-fec-ber: warning above this (NVIDIA UFM PDR plugin)
-    pre_fec_ber_critical: float = 1e-6  # pre-fec-ber: critical above this (UFM PDR plugin)
-    clear_after: Duration = Duration(60.0)
+def _interval_of(self: Any, source: str) -> float:
+    """A source's poll interval: its own, else the top-level ``interval``."""
+    own = getattr(self.sources, source).interval
+    return float(own if own is not None else self.interval)
 
 
-@dataclass
-class LinkFlap:
-    """Carrier transitions on a port."""
-
-    enabled: bool = True
-    threshold: int = 2  # carrier transitions within `window` (one down+up is 2)
-    window: Duration = Duration(60.0)
-    clear_after: Duration = Duration(300.0)
+def _min_interval(self: Any) -> float:
+    """The smallest poll interval of any enabled source."""
+    return min((self.interval_of(f.name) for f in fields(self.sources) if getattr(self.sources, f.name).enabled),
+               default=float(self.interval))
 
 
-@dataclass
-class PfcStorm:
-    """Near-continuous pause on one priority of a port, received from its peer: by the share of
-    time paused (where the driver counts pause duration), else by the pause-frame rate."""
-
-    enabled: bool = True
-    pause_rate: float = 1000.0  # received pause/PFC frames per second (ports without a duration)
-    paused_share: float = 0.8  # share of the window paused (ports with a pause duration)
-    window: Duration = Duration(0.1)  # one poll of the PFC watchdog
-    windows: int = 3  # consecutive windows over a threshold before firing (watchdog robustness)
-    clear_after: Duration = Duration(30.0)
+def _section_field(sec: registry.Section) -> tuple[str, Any, Any]:
+    if sec.many:
+        return sec.name, list[sec.config], field(default_factory=list)
+    if sec.optional:
+        return sec.name, sec.config | None, field(default=None)
+    return sec.name, sec.config, field(default_factory=sec.config)
 
 
-@dataclass
-class DropBurst:
-    """Buffer, queue and WRED drops concentrated in a short window (microbursts)."""
-
-    enabled: bool = True
-    threshold: int = 100  # drops within `window`
-    window: Duration = Duration(0.1)
-    clear_after: Duration = Duration(30.0)
+def _make(name: str, items: list[tuple[str, Any, Any]], doc: str, **namespace: Any) -> type:
+    cls = make_dataclass(name, items, namespace={"__doc__": doc, **namespace})
+    cls.__module__ = __name__
+    return cls
 
 
-@dataclass
-class Imbalance:
-    """Uneven transmit load across a group of uplinks (ECMP members)."""
-
-    enabled: bool = True
-    groups: dict[str, list[str]] = field(default_factory=dict)  # name -> ports (globs allowed)
-    max_over_mean: float = 1.5  # fire when max/mean of the members' tx rates exceeds this ...
-    cv: float = 0.5  # ... or their coefficient of variation (std/mean) exceeds this
-    window: Duration = Duration(1.0)
-    windows: int = 3  # consecutive windows over a threshold before firing
-    min_mean_bps: float = 1e8  # ignore groups idler than this mean rate (bits/s per member)
-    clear_after: Duration = Duration(60.0)
+_schema_cache: dict[tuple, dict[str, type]] = {}  # per registries' shape: a class stays the same class
 
 
-@dataclass
-class ThroughputDip:
-    """Transient throughput drops from sub-second utilization (octet deltas over link speed)."""
-
-    enabled: bool = True
-    baseline: Duration = Duration(10.0)  # time constant of the trailing level a sample is compared to
-    dip_ratio: float = 0.75  # fire when utilization falls below this fraction of the trailing level
-    min_utilization: float = 0.2  # ... but only if the trailing level is at least this busy
-    # A dip is reported once the port is back, if it lasted at most this long; a longer drop
-    # is a change of load (job phase, ECMP moving flows), not a dip.
-    max_duration: Duration = Duration(2.0)
-    clear_after: Duration = Duration(10.0)
-
-
-@dataclass
-class RoceRetrans:
-    """RoCE retransmission spikes on hosts (mlx5 hw_counters)."""
-
-    enabled: bool = True
-    # Counter names (as in hw_counters; `-` and `_` are the same) summed per device port.
-    counters: list[str] = field(
-        default_factory=lambda: [
-            "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart",
-            "out_of_sequence", "packet_seq_err",
-        ]
-    )
-    threshold: int = 100  # retransmissions within `window`
-    window: Duration = Duration(1.0)
-    clear_after: Duration = Duration(30.0)
-
-
-@dataclass
-class Insights:
-    enabled: bool = True
-    history: int = 100  # recent (cleared) events kept for `swtel status`
-    error_burst: ErrorBurst = field(default_factory=ErrorBurst)
-    link_flap: LinkFlap = field(default_factory=LinkFlap)
-    pfc_storm: PfcStorm = field(default_factory=PfcStorm)
-    drop_burst: DropBurst = field(default_factory=DropBurst)
-    imbalance: Imbalance = field(default_factory=Imbalance)
-    throughput_dip: ThroughputDip = field(default_factory=ThroughputDip)
-    roce_retrans: RoceRetrans = field(default_factory=RoceRetrans)
+def _schema() -> dict[str, type]:
+    """``Config`` and its plugin sections, built from the registries (cached per content)."""
+    key = tuple(r.shape() for r in registry.ALL)
+    built = _schema_cache.get(key)
+    if built is not None:
+        return built
+    empty = [r.kind for r in registry.ALL if not len(r)]
+    if empty:
+        raise RuntimeError(f"agent.config: no {' or '.join(empty)} registered: import agent.plugins "
+                           "before reading a config (it fills the plugin registries)")
+    sources = _make("Sources", [_section_field(s) for s in registry.SOURCES], "sources: one per source.")
+    exporters = _make("Exporters", [_section_field(s) for s in registry.EXPORTERS], "exporters: one each.")
+    insights = _make("Insights", [
+        ("enabled", bool, setting(True, doc="run the detectors at all")),
+        ("history", int, setting(100, type=f"integer, 1–{MAX_HISTORY}",
+                                 doc="recent events kept for `swtel status`")),
+        *(_section_field(s) for s in registry.DETECTORS)], "insights: the detectors' sections.")
+    cfg = _make("Config", [
+        ("target", str, field(default_factory=socket.gethostname)),
+        ("interval", Duration, field(default=Duration(0.1))),
+        ("sources", sources, field(default_factory=sources)),
+        ("exporters", exporters, field(default_factory=exporters)),
+        ("control", Control, field(default_factory=Control)),
+        ("log", Log, field(default_factory=Log)),
+        ("insights", insights, field(default_factory=insights)),
+        ("path", str | None, field(default=None)),  # the file it was loaded from (not a YAML key)
+    ], "A whole config file.", interval_of=_interval_of, min_interval=_min_interval)
+    built = _schema_cache[key] = {"Config": cfg, "Sources": sources, "Exporters": exporters, "Insights": insights}
+    return built
 
 
-# ---------------------------------------------------------------- the whole file
-
-
-@dataclass
-class Config:
-    target: str = field(default_factory=socket.gethostname)
-    interval: Duration = Duration(0.1)
-    sources: Sources = field(default_factory=Sources)
-    exporters: Exporters = field(default_factory=Exporters)
-    control: Control = field(default_factory=Control)
-    log: Log = field(default_factory=Log)
-    insights: Insights = field(default_factory=Insights)
-    path: str | None = None  # the file it was loaded from (not a YAML key)
-
-    def interval_of(self, source: str) -> float:
-        own = getattr(self.sources, source).interval
-        return float(own if own is not None else self.interval)
+def __getattr__(name: str) -> Any:
+    if name in ("Config", "Sources", "Exporters", "Insights"):
+        return _schema()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------- conversion
 
-_CHOICES = {
-    ("DialoutExporter", "protocol"): ("nokia", "sonic"),
-    ("DialoutExporter", "notifications"): ("per-container", "per-tick"),
-    ("OtlpExporter", "profile"): ("cumulus", "otel"),
-    ("Log", "level"): ("debug", "info", "warning", "error"),
-    ("Log", "format"): ("kv", "json"),
-}
 _NOT_KEYS = {("Config", "path")}  # Config.path is bookkeeping, not a YAML key
 _MISSING = object()  # a conversion failed; its problem is already recorded
 
@@ -600,7 +417,8 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
         problems.append(f"{where or '(top level)'}: expected a mapping, got {_short(data)}")
         return cls()
     hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls) if (cls.__name__, f.name) not in _NOT_KEYS}
+    declared = {f.name: f for f in fields(cls)}
+    known = {name for name in declared if (cls.__name__, name) not in _NOT_KEYS}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -612,7 +430,7 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
         converted = _convert(value, hints[name], sub, problems)
         if converted is _MISSING:
             continue
-        choices = _CHOICES.get((cls.__name__, name))
+        choices = declared[name].metadata.get("choices")
         if choices and converted not in choices:
             problems.append(f"{sub}: expected one of {', '.join(choices)}, got {_short(value)}")
             continue
@@ -623,166 +441,46 @@ def _build(cls: type, data: Any, where: str, problems: list[str]) -> Any:
 # ---------------------------------------------------------------- cross-field rules
 
 
-def _check(cfg: Config, problems: list[str]) -> None:
-    """Rules that the types alone cannot express."""
+def _check(cfg: Any, problems: list[str], plugin_file: bool = False) -> None:
+    """Rules that the types alone cannot express: the whole file's here, each section's by
+    its plugin's ``check`` (and ``validate_check`` for ``swtel validate``)."""
     if cfg.interval < MIN_INTERVAL_S:
         problems.append(f"interval: must be at least 10ms, got {cfg.interval}")
     elif cfg.interval > MAX_INTERVAL_S:
         problems.append(f"interval: must be at most 1h, got {cfg.interval}")
-    for f in fields(Sources):
-        src = getattr(cfg.sources, f.name)
+    for sec in registry.SOURCES:
+        src = getattr(cfg.sources, sec.name)
         if src.interval is not None and src.interval < MIN_INTERVAL_S:
-            problems.append(f"sources.{f.name}.interval: must be at least 10ms, got {src.interval}")
+            problems.append(f"sources.{sec.name}.interval: must be at least 10ms, got {src.interval}")
         elif src.interval is not None and src.interval > MAX_INTERVAL_S:
-            problems.append(f"sources.{f.name}.interval: must be at most 1h, got {src.interval}")
-    if cfg.sources.ethtool.idle_interval > MAX_IDLE_INTERVAL_S:
-        problems.append(f"sources.ethtool.idle_interval: must be at most 1m (a quiet port is still read "
-                        f"that often), got {cfg.sources.ethtool.idle_interval}")
+            problems.append(f"sources.{sec.name}.interval: must be at most 1h, got {src.interval}")
     if not cfg.target.strip():
         problems.append("target: must not be empty")
     elif len(cfg.target) > MAX_TARGET:
         problems.append(f"target: at most {MAX_TARGET} characters, got {len(cfg.target)}")
-    asic = cfg.sources.asic
-    if not asic.plugin or not (asic.plugin in ASIC_BUILTIN or asic.plugin.startswith("/")):
-        problems.append(f"sources.asic.plugin: expected {' or '.join(ASIC_BUILTIN)} or an absolute path "
-                        f"to a plugin's shared library, got {asic.plugin!r}")
-    if len(asic.config) > 4096:
-        problems.append(f"sources.asic.config: at most 4096 characters, got {len(asic.config)}")
-    if not cfg.sources.rdma.root.startswith("/"):
-        problems.append(f"sources.rdma.root: expected an absolute path, got {cfg.sources.rdma.root!r}")
-    _check_exporters(cfg.exporters, problems)
-    _check_otlp(cfg, problems)
+    _check_sections(cfg, "sources", registry.SOURCES, problems, plugin_file)
+    _check_sections(cfg, "exporters", registry.EXPORTERS, problems, plugin_file)
     _check_control(cfg.control, problems)
     if cfg.log.rate_limit <= 0:
         problems.append("log.rate_limit: must be positive")
-    _check_insights(cfg.insights, problems, cfg)
-    _check_sim_config(cfg.sources.asic, problems)
+    if not 1 <= cfg.insights.history <= MAX_HISTORY:
+        problems.append(f"insights.history: must be at least 1 and at most {MAX_HISTORY}, "
+                        f"got {cfg.insights.history}")
+    _check_sections(cfg, "insights", registry.DETECTORS, problems, plugin_file)
 
 
-def _check_exporters(exp: Exporters, problems: list[str]) -> None:
-    if exp.jsonl is not None and not exp.jsonl.path:
-        problems.append("exporters.jsonl.path: must not be empty (use \"-\" for stdout)")
-    names: set[str] = set()
-    for i, d in enumerate(exp.dialout):
-        where = f"exporters.dialout[{i}]"
-        if not d.name:
-            d.name = f"dialout{i}"
-        if d.name in names:
-            problems.append(f"{where}.name: duplicate destination name {d.name!r}")
-        names.add(d.name)
-        if d.queue < 1:
-            problems.append(f"{where}.queue: must be at least 1, got {d.queue}")
-        elif d.queue > MAX_QUEUE:
-            problems.append(f"{where}.queue: must be at most {MAX_QUEUE}, got {d.queue}")
-        if d.heartbeat < 1:
-            problems.append(f"{where}.heartbeat: must be at least 1s, got {d.heartbeat}")
-        if not d.insecure:
-            _check_files(problems, f"{where}.tls", d.tls.ca, d.tls.cert, d.tls.key)
-            if bool(d.tls.cert) != bool(d.tls.key):
-                problems.append(f"{where}.tls: cert and key go together (mTLS)")
-        _check_auth(problems, where, d.username, d.password_file)
-    srv = exp.server
-    if srv is not None and srv.enabled:
-        if srv.listen.port == _FORBIDDEN_PORT:
-            problems.append(
-                "exporters.server.listen: port 9339 belongs to Cumulus' own gNMI server; pick another"
-            )
-        if srv.insecure and not srv.insecure_remote and not _loopback(srv.listen.host):
-            problems.append(
-                f"exporters.server.listen: plaintext gNMI (insecure: true) on {srv.listen.host or '*'}, "
-                "which other hosts can reach: use TLS, listen on 127.0.0.1, or set insecure_remote: true"
-            )
-        if not srv.insecure:
-            if not (srv.tls.cert and srv.tls.key):
-                problems.append(
-                    "exporters.server.tls: cert and key are required unless insecure: true"
-                )
-            _check_files(problems, "exporters.server.tls", srv.tls.ca, srv.tls.cert, srv.tls.key)
-        _check_auth(problems, "exporters.server", srv.username, srv.password_file)
-    _check_tunnels(exp.tunnel, problems)
+def _check_sections(cfg: Any, kind: str, sections: registry.Registry, problems: list[str], plugin_file: bool) -> None:
+    for sec in sections:
+        value = getattr(getattr(cfg, kind), sec.name)
+        for check in (sec.check, sec.validate_check if plugin_file else None):
+            if check is not None:
+                check(value, f"{kind}.{sec.name}", problems, cfg)
 
 
-def _check_otlp(cfg: Config, problems: list[str]) -> None:
-    otlp = cfg.exporters.otlp
-    if otlp is None or not otlp.enabled:
-        return
-    where = "exporters.otlp"
-    fastest = min((cfg.interval_of(f.name) for f in fields(Sources) if getattr(cfg.sources, f.name).enabled),
-                  default=float(cfg.interval))
-    if otlp.interval < fastest:
-        problems.append(f"{where}.interval: must be at least the agent's interval ({Duration(fastest)}), "
-                        f"got {otlp.interval}")
-    if not 1 <= otlp.queue <= 10_000:
-        problems.append(f"{where}.queue: must be at least 1 and at most 10000, got {otlp.queue}")
-    if otlp.timeout < 0.1:
-        problems.append(f"{where}.timeout: must be at least 100ms, got {otlp.timeout}")
-    if not otlp.insecure:
-        _check_files(problems, f"{where}.tls", otlp.tls.ca, otlp.tls.cert, otlp.tls.key)
-        if bool(otlp.tls.cert) != bool(otlp.tls.key):
-            problems.append(f"{where}.tls: cert and key go together (mTLS)")
-
-
-MAX_TUNNELS = 10  # as NVUE's grpc-tunnel
-
-
-def _check_tunnels(tunnels: list[TunnelServer], problems: list[str]) -> None:
-    if len(tunnels) > MAX_TUNNELS:
-        problems.append(f"exporters.tunnel: at most {MAX_TUNNELS} servers, got {len(tunnels)}")
-    names: set[str] = set()
-    seen: set[tuple[str, int, str | None]] = set()
-    for i, t in enumerate(tunnels):
-        where = f"exporters.tunnel[{i}]"
-        if not t.name:
-            t.name = f"tunnel{i}"
-        if t.name in names:
-            problems.append(f"{where}.name: duplicate tunnel server name {t.name!r}")
-        names.add(t.name)
-        host = t.address.strip()
-        if not host or any(c.isspace() for c in host) or "/" in host:
-            problems.append(f"{where}.address: expected a host name or IP address, got {t.address!r}")
-        elif host.startswith("[") or (host.count(":") == 1 and host.rpartition(":")[2].isdigit()):
-            problems.append(f"{where}.address: the port goes in {where}.port, got {t.address!r}")
-        if not 0 < t.port < 65536:
-            problems.append(f"{where}.port: required, 1-65535, got {t.port}")
-        if t.target is not None and not t.target.strip():
-            problems.append(f"{where}.target: must not be empty (null: the agent's target)")
-        if t.retry_interval < 1:
-            problems.append(f"{where}.retry_interval: must be at least 1s, got {t.retry_interval}")
-        key = (host, t.port, t.target)
-        if key in seen:
-            problems.append(f"{where}: registers the same target with {host}:{t.port} twice")
-        seen.add(key)
-        if not t.insecure:
-            _check_files(problems, f"{where}.tls", t.tls.ca, t.tls.cert, t.tls.key)
-            if bool(t.tls.cert) != bool(t.tls.key):
-                problems.append(f"{where}.tls: cert and key go together (mTLS)")
-
-
-def _check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:
-    if password_file and not username:
-        problems.append(f"{where}.password_file: needs username")
-    if password_file:
-        problem = _file_problem(password_file, None)
-        if problem:
-            problems.append(f"{where}.password_file: {problem}")
-        else:
-            try:
-                mode = os.stat(password_file).st_mode & 0o777
-            except OSError:
-                mode = 0
-            if mode & 0o007:  # a secret any local user can read is no secret
-                problems.append(f"{where}.password_file: readable by other users (mode {mode:04o}); "
-                                "chmod 0640 (group swtel) or 0600")
-
-
-def _loopback(host: str) -> bool:
-    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def check_listen(problems: list[str], where: str, listen: HostPort) -> None:
+    """A listening address of the agent: never :data:`FORBIDDEN_PORT`."""
+    if listen.port == FORBIDDEN_PORT:
+        problems.append(f"{where}: port {FORBIDDEN_PORT} belongs to Cumulus' own gNMI server; pick another")
 
 
 def _check_control(ctl: Control, problems: list[str]) -> None:
@@ -794,190 +492,11 @@ def _check_control(ctl: Control, problems: list[str]) -> None:
         problems.append("control.group: must not be empty (use null to keep the agent's group)")
 
 
-def _check_insights(ins: Insights, problems: list[str], cfg: Config | None = None) -> None:
-    def finite(where: str, value: float) -> bool:
-        if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
-            problems.append(f"insights.{where}: must be a finite number, got {value}")
-            return False
-        return True
-
-    def positive(where: str, value: float) -> None:
-        if finite(where, value) and value <= 0:
-            problems.append(f"insights.{where}: must be positive, got {value}")
-
-    def share(where: str, value: float) -> None:
-        if finite(where, value) and not 0 < value <= 1:
-            problems.append(f"insights.{where}: expected 0 < x <= 1, got {value}")
-
-    def ratio(where: str, value: float) -> None:
-        if finite(where, value) and not 0 < value < 1:
-            problems.append(f"insights.{where}: expected a ratio 0 < x < 1 (e.g. 1e-12), got {value}")
-
-    def at_most(where: str, value: float, limit: float) -> None:
-        if _finite(value) and value > limit:
-            problems.append(f"insights.{where}: must be at most {limit:g}, got {value:g}")
-
-    if not 1 <= ins.history <= MAX_HISTORY:
-        problems.append(f"insights.history: must be at least 1 and at most {MAX_HISTORY}, got {ins.history}")
-    for name in ("error_burst", "link_flap", "drop_burst", "roce_retrans"):
-        det = getattr(ins, name)
-        if det.threshold < 1:
-            problems.append(f"insights.{name}.threshold: must be at least 1, got {det.threshold}")
-        elif det.threshold > MAX_COUNT:
-            problems.append(f"insights.{name}.threshold: must be at most {MAX_COUNT}, got {det.threshold}")
-        positive(f"{name}.window", det.window)
-    for name in ("error_burst", "roce_retrans"):
-        det = getattr(ins, name)
-        if not det.counters:
-            problems.append(f"insights.{name}.counters: must not be empty")
-        for i, counter in enumerate(det.counters):
-            if not counter.strip():
-                problems.append(f"insights.{name}.counters[{i}]: must not be empty")
-    for name in ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance", "throughput_dip",
-                 "roce_retrans"):
-        finite(f"{name}.clear_after", getattr(ins, name).clear_after)
-    err = ins.error_burst
-    ratio("error_burst.symbol_ber", err.symbol_ber)
-    ratio("error_burst.pre_fec_ber_warning", err.pre_fec_ber_warning)
-    ratio("error_burst.pre_fec_ber_critical", err.pre_fec_ber_critical)
-    if err.pre_fec_ber_warning > err.pre_fec_ber_critical:
-        problems.append(
-            "insights.error_burst.pre_fec_ber_warning: must not exceed pre_fec_ber_critical, "
-            f"got {err.pre_fec_ber_warning} > {err.pre_fec_ber_critical}"
-        )
-    pfc = ins.pfc_storm
-    positive("pfc_storm.pause_rate", pfc.pause_rate)
-    at_most("pfc_storm.pause_rate", pfc.pause_rate, 1e9)
-    positive("pfc_storm.window", pfc.window)
-    share("pfc_storm.paused_share", pfc.paused_share)
-    imb = ins.imbalance
-    if finite("imbalance.max_over_mean", imb.max_over_mean) and imb.max_over_mean <= 1:
-        problems.append(f"insights.imbalance.max_over_mean: must be greater than 1, got {imb.max_over_mean}")
-    at_most("imbalance.max_over_mean", imb.max_over_mean, 1000)
-    positive("imbalance.cv", imb.cv)
-    at_most("imbalance.cv", imb.cv, 100)
-    at_most("imbalance.min_mean_bps", imb.min_mean_bps, 1e13)
-    positive("imbalance.window", imb.window)
-    if finite("imbalance.min_mean_bps", imb.min_mean_bps) and imb.min_mean_bps < 0:
-        problems.append(f"insights.imbalance.min_mean_bps: must not be negative, got {imb.min_mean_bps}")
-    for group, ports in imb.groups.items():
-        twice = sorted({p for p in ports if ports.count(p) > 1})
-        if twice:
-            problems.append(f"insights.imbalance.groups.{group}: names {', '.join(map(repr, twice))} more than "
-                            "once (a member counts once: list each port once)")
-        if len(set(ports)) < 2 and not any(_is_glob(p) for p in ports):
-            got = repr(ports) if len(ports) <= 4 else _short(ports)
-            problems.append(f"insights.imbalance.groups.{group}: needs at least 2 ports, got {got}")
-        for i, port in enumerate(ports):
-            if not port.strip():
-                problems.append(f"insights.imbalance.groups.{group}[{i}]: must not be empty")
-    for name in ("pfc_storm", "imbalance"):
-        windows = getattr(ins, name).windows
-        if not 1 <= windows <= MAX_WINDOWS:
-            problems.append(f"insights.{name}.windows: must be at least 1 and at most {MAX_WINDOWS}, "
-                            f"got {windows}")
-    dip = ins.throughput_dip
-    positive("throughput_dip.baseline", dip.baseline)
-    share("throughput_dip.dip_ratio", dip.dip_ratio)
-    share("throughput_dip.min_utilization", dip.min_utilization)
-    positive("throughput_dip.max_duration", dip.max_duration)
-    _check_windows(ins, problems, cfg)
-
-
-# Which sources feed each detector with a `window` (agent/insights/classify.py: the paths
-# each semantic is read from): its window is checked against the fastest of them.
-_DETECTOR_SOURCES = {
-    "error_burst": ("netdev", "ethtool", "asic"),
-    "link_flap": ("netdev", "ethtool", "asic"),
-    "pfc_storm": ("ethtool", "asic"),
-    "drop_burst": ("netdev", "ethtool", "asic"),
-    "imbalance": ("netdev", "ethtool", "asic"),
-    "roce_retrans": ("rdma", "asic"),
-}
-
-
-def _is_glob(pattern: str) -> bool:
-    return any(c in pattern for c in "*?[")
-
-
-def _check_windows(ins: Insights, problems: list[str], cfg: Config | None) -> None:
-    """Events that cannot flap and windows that can hold a sample (docs/insights.md,
-    "Windows and clear_after"): a `window` set below the poll interval of the sources the
-    detector reads is refused (it never holds more than one sample; the default windows,
-    shorter than a slow interval, keep counting long samples pro rata as documented), and
-    `clear_after` must be at least `window` (a detector judges its rule once per window at
-    most, so a shorter clear_after clears an ongoing fault between two judgements and raises
-    it again: one fault, many events)."""
-    for name, sources in _DETECTOR_SOURCES.items():
-        det = getattr(ins, name)
-        if not det.enabled or not _finite(det.window) or det.window <= 0:
-            continue
-        if _finite(det.clear_after) and det.clear_after < det.window:
-            problems.append(f"insights.{name}.clear_after: must be at least the window "
-                            f"(insights.{name}.window, {Duration(det.window)}), got {Duration(det.clear_after)}: "
-                            "a shorter one clears an ongoing fault between two judgements and raises it "
-                            "again")
-        if cfg is None or det.window == type(det)().window:
-            continue
-        polled = [(cfg.interval_of(s), s) for s in sources if getattr(cfg.sources, s).enabled]
-        if not polled:
-            continue
-        fastest, source = min(polled, key=lambda item: item[0])
-        if det.window < fastest:
-            problems.append(f"insights.{name}.window: must be at least the poll interval of the sources it "
-                            f"reads ({Duration(fastest)}, sources.{source}), got {Duration(det.window)}")
-
-
-def _check_sim_config(asic: AsicSource, problems: list[str]) -> None:
-    """The built-in sim's config string, judged by the sim's own parser: the sim is opened
-    with it (parse and build, no I/O; it is installed with the package) and closed again, so
-    validate refuses exactly what the agent's open() would."""
-    if asic.plugin not in ASIC_BUILTIN or not (asic.enabled or asic.config.strip()) or len(asic.config) > 4096:
-        return
-    problem = sim_config_problem(asic.config)
-    if problem:
-        problems.append(f"sources.asic.config: {problem}")
-
-
-def sim_config_problem(config: str) -> str | None:
-    """Why the built-in sim's open() refuses ``config``, in its own words, or None."""
-    from agent import _backend
-    from agent.asic import builtin_path
-
-    path = builtin_path("sim")
-    if path is None:
-        return None  # not built: the agent says so at load; nothing to ask here
-    try:
-        handle = _backend.reader.asic_open(path, config)
-    except OSError as exc:
-        text = str(exc)
-        _, sep, reason = text.partition("open failed: ")
-        return reason if sep else text
-    except ValueError as exc:  # an embedded NUL, which no C string carries
-        return f"not a valid plugin config string ({exc})"
-    _backend.reader.asic_close(handle)
-    return None
-
-
-def _check_plugin_file(asic: AsicSource, problems: list[str]) -> None:
-    """An enabled ASIC plugin given by path: the checks made before it is loaded
-    (agent/asic/trust.py: owner, modes, directories, ELF, the entry symbol)."""
-    if not asic.enabled or asic.plugin in ASIC_BUILTIN or not asic.plugin.startswith("/") or \
-            len(asic.plugin) > MAX_STRING:
-        return
-    from agent.asic.trust import check_plugin
-
-    try:
-        check_plugin(asic.plugin)
-    except OSError as exc:
-        problems.append(f"sources.asic.plugin: {exc}")
-
-
 _PEM_KIND = {"ca": "certificate", "cert": "certificate", "key": "private key"}
 _PEM_BEGIN = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
 
 
-def _file_problem(path: str, kind: str | None) -> str | None:
+def file_problem(path: str, kind: str | None) -> str | None:
     """Why ``path`` cannot serve as a file of ``kind`` (a PEM certificate or private key;
     None: any readable regular file), or None if it can."""
     try:
@@ -1007,89 +526,18 @@ def _file_problem(path: str, kind: str | None) -> str | None:
     return None
 
 
-def _check_files(problems: list[str], where: str, *paths: str | None) -> None:
+def check_files(problems: list[str], where: str, *paths: str | None) -> None:
     for label, path in zip(("ca", "cert", "key"), paths, strict=False):
         if path:
-            problem = _file_problem(path, _PEM_KIND[label])
+            problem = file_problem(path, _PEM_KIND[label])
             if problem:
                 problems.append(f"{where}.{label}: {problem}")
 
 
-# ---------------------------------------------------------------- YAML loading
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that keeps ``0660`` as text (YAML 1.1 would make it octal 432), rejects
-    duplicate keys, which plain YAML silently resolves to the last one, and bounds what a
-    file can cost: nesting deeper than :data:`MAX_DEPTH` and more than :data:`MAX_VALUES`
-    values after alias expansion ("billion laughs") are errors, raised while composing,
-    before anything is expanded."""
-
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._values = 0  # values composed so far, an alias counting as everything it stands for
-        self._sizes: dict[int, int] = {}  # id(node) -> its expanded size (nodes are immutable here)
-
-    def _size(self, node: yaml.Node) -> int:
-        size = self._sizes.get(id(node))
-        if size is None:
-            size = 1
-            if isinstance(node, yaml.SequenceNode):
-                size += sum(self._size(n) for n in node.value)
-            elif isinstance(node, yaml.MappingNode):
-                size += sum(self._size(k) + self._size(v) for k, v in node.value)
-            self._sizes[id(node)] = size
-        return size
-
-    def _count(self, n: int, mark: Any) -> None:
-        self._values += n
-        if self._values > MAX_VALUES:
-            raise yaml.composer.ComposerError(
-                None, None, f"too many values: more than {MAX_VALUES} after expanding aliases", mark)
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            node = super().compose_node(parent, index)
-            self._count(self._size(node), event.start_mark)
-            return node
-        self._count(1, event.start_mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nesting too deep (more than {MAX_DEPTH} levels)", event.start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            if isinstance(key, str | int | float | bool):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
-    text = loader.construct_scalar(node)
-    if re.fullmatch(r"0[0-7]+", str(text)):
-        return str(text)  # a file mode; int fields reject it with a clear message
-    return yaml.SafeLoader.construct_yaml_int(loader, node)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-
 # ---------------------------------------------------------------- entry points
 
 
-def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> Config:
+def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> Any:
     """Parse and validate YAML text; raise :class:`ConfigError` listing every problem.
     ``plugin_file`` (``swtel validate``): also check the enabled ASIC plugin's file as the
     agent does before loading it (the agent itself runs on with that source unhealthy)."""
@@ -1105,12 +553,10 @@ def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> C
     except RecursionError:  # not expected with MAX_DEPTH; never a traceback all the same
         raise ConfigError(["YAML: nesting too deep"]) from None
     problems: list[str] = []
-    cfg = _build(Config, data, "", problems)
+    cfg = _build(_schema()["Config"], data, "", problems)
     # The cross-field rules run even when some values were refused (those keep their
     # defaults), so that every problem of a file is reported at once.
-    _check(cfg, problems)
-    if plugin_file:
-        _check_plugin_file(cfg.sources.asic, problems)
+    _check(cfg, problems, plugin_file)
     if problems:
         raise ConfigError(problems)
     cfg.path = path
@@ -1149,6 +595,6 @@ def read_text(path: str) -> str:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason})"]) from None
 
 
-def load(path: str, *, plugin_file: bool = False) -> Config:
+def load(path: str, *, plugin_file: bool = False) -> Any:
     """Read and validate a config file (``plugin_file``: see :func:`parse`)."""
     return parse(read_text(path), path, plugin_file=plugin_file)

@@ -7,7 +7,6 @@ status request never stalls the tick loop.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
@@ -17,10 +16,10 @@ from typing import Any
 
 import psutil
 
-from agent import __version__, _backend, config, logs
+import agent.plugins  # noqa: F401  (fills the registries before any config is read)
+from agent import __version__, _backend, config, logs, registry
 from agent.control.server import ControlServer, ControlServerError
 from agent.engine import Engine
-from agent.exporters.jsonl import JsonlExporter
 from agent.sdnotify import Notifier
 
 log = logs.get("agent")
@@ -29,44 +28,20 @@ STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 
 def min_interval(cfg: config.Config) -> float:
     """The smallest poll interval of any enabled source."""
-    return min(
-        (cfg.interval_of(f.name) for f in dataclasses.fields(cfg.sources)
-         if getattr(cfg.sources, f.name).enabled),
-        default=float(cfg.interval),
-    )
+    return cfg.min_interval()
 
 
 def build_exporters(cfg: config.Config) -> dict[str, Any]:
-    """One listener per configured exporter, keyed by a stable name (for reload)."""
+    """One listener per configured exporter, keyed by a stable name (for reload), in the
+    registry's order: each exporter class builds its own from its section."""
     out: dict[str, Any] = {}
-    ex = cfg.exporters
-    if ex.jsonl is not None:
-        out["jsonl"] = JsonlExporter(ex.jsonl.path, rate_limit_s=float(cfg.log.rate_limit))
-    if ex.dialout:
-        from agent.exporters.dialout import DialoutExporter
-
-        for dest in ex.dialout:
-            exporter = DialoutExporter(dest, cfg.target)
-            exporter.log_limiter.period_s = float(cfg.log.rate_limit)
-            out[f"dialout:{dest.name}"] = exporter
-    if ex.server is not None and ex.server.enabled:
-        from agent.exporters.server import GnmiServer
-
-        out["server"] = GnmiServer(ex.server, cfg.target, min_interval_s=min_interval(cfg))
-    if ex.tunnel:
-        from agent.exporters.tunnel import TunnelExporter
-
-        for tun in ex.tunnel:
-            tunnel = TunnelExporter(tun, cfg.target, min_interval_s=min_interval(cfg))
-            tunnel.log_limiter.period_s = float(cfg.log.rate_limit)
-            out[f"tunnel:{tun.name}"] = tunnel
-    if ex.otlp is not None and ex.otlp.enabled:
-        from agent.exporters.otlp import OtlpExporter
-
-        otlp = OtlpExporter(ex.otlp, cfg.target)
-        otlp.log_limiter.period_s = float(cfg.log.rate_limit)
-        out["otlp"] = otlp
+    for sec in registry.EXPORTERS:
+        out.update(sec.plugin.listeners_for(getattr(cfg.exporters, sec.name), cfg))
     return out
+
+
+def _exporter_class(key: str) -> Any:
+    return registry.EXPORTERS[key.partition(":")[0]].plugin
 
 
 def _insights(cfg: config.Config) -> Any:
@@ -80,18 +55,7 @@ def _insights(cfg: config.Config) -> Any:
 
 def _exporter_config(cfg: config.Config, key: str) -> Any:
     """The config slice an exporter was built from, to tell whether a reload changed it."""
-    ex = cfg.exporters
-    if key == "jsonl":
-        return ex.jsonl
-    if key == "server":
-        # The smallest source interval bounds the server's sample_interval check.
-        return (ex.server, cfg.target, min_interval(cfg))
-    if key == "otlp":
-        return (ex.otlp, cfg.target)
-    kind, name = key.split(":", 1)
-    if kind == "tunnel":
-        return (next((t for t in ex.tunnel if t.name == name), None), cfg.target, min_interval(cfg))
-    return (next((d for d in ex.dialout if d.name == name), None), cfg.target)
+    return _exporter_class(key).built_from(key, cfg)
 
 
 class Agent:
@@ -367,10 +331,7 @@ def _where(key: str) -> str:
 def _shares_resources(key: str, old: config.Config, new: config.Config) -> bool:
     """Whether the new exporter under ``key`` needs what the running one holds, so that
     the running one must stop first: the server on the same port, a tunnel (same name)."""
-    if key == "server":
-        return old.exporters.server is not None and new.exporters.server is not None and \
-            old.exporters.server.listen.port == new.exporters.server.listen.port
-    return key.startswith("tunnel:")
+    return _exporter_class(key).shares_resources(key, old, new)
 
 
 def _load_or_exit(path: str) -> config.Config | None:

@@ -6,7 +6,10 @@ Files are read once when credentials are built; a missing or unreadable file rai
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where credentials are built: parsing a config stays light
+    import grpc
 
 
 class TlsError(RuntimeError):
@@ -32,6 +35,8 @@ def channel_credentials(
     """Client side: verify the server against ``ca`` (system roots when None); mTLS with cert+key."""
     if bool(cert) != bool(key):
         raise TlsError("client cert and key go together")
+    import grpc
+
     return grpc.ssl_channel_credentials(
         root_certificates=read_pem(ca, "CA"),
         private_key=read_pem(key, "client key"),
@@ -52,6 +57,8 @@ def server_credentials(
         raise TlsError("a server needs both a certificate and a key (or run insecure)")
     chain, pkey = read_pem(cert, "certificate"), read_pem(key, "key")
     root = read_pem(client_ca, "client CA")
+    import grpc
+
     return grpc.ssl_server_credentials(
         [(pkey, chain)], root_certificates=root, require_client_auth=root is not None
     )

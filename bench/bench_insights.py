@@ -20,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import agent.plugins  # noqa: E402, F401  (fills the config registries)
 from agent.config import Insights  # noqa: E402
 from agent.insights import InsightsRunner  # noqa: E402
 from tests.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402

@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+import agent.plugins  # noqa: F401  (fills the config registries: every test may read a config)
+
 
 def pytest_report_header(config):
     from agent import _backend

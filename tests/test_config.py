@@ -17,6 +17,8 @@ import yaml
 
 from agent import config
 from agent.config import ConfigError, Duration, FileMode, HostPort
+from agent.exporters.dialout import DialoutConfig
+from agent.exporters.server import ServerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGED = REPO / "packaging" / "swtel.yaml"
@@ -280,10 +282,10 @@ def test_packaged_comments_show_the_real_defaults():
     defaults = config.Config()
     for section in ("interval", "sources", "control", "log", "insights"):
         assert getattr(uncommented, section) == getattr(defaults, section), section
-    d, default_d = uncommented.exporters.dialout[0], config.DialoutExporter()
+    d, default_d = uncommented.exporters.dialout[0], DialoutConfig()
     for key in ("protocol", "insecure", "heartbeat", "queue", "subscription_name", "username"):
         assert getattr(d, key) == getattr(default_d, key), key
-    srv, default_srv = uncommented.exporters.server, config.ServerExporter()
+    srv, default_srv = uncommented.exporters.server, ServerConfig()
     for key in ("enabled", "listen", "insecure", "username", "password_file"):
         assert getattr(srv, key) == getattr(default_srv, key), key
 

@@ -16,9 +16,8 @@ import structlog
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent.config import ClientTls, Duration, HostPort
-from agent.config import DialoutExporter as DialoutConfig
 from agent.control.client import health_problems
-from agent.exporters.dialout import DialoutExporter
+from agent.exporters.dialout import DialoutConfig, DialoutExporter
 from agent.gnmi import paths
 from agent.store import Store
 from agent.tools.collect import NOKIA_METHOD, SONIC_METHOD, Collector

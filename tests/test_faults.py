@@ -243,6 +243,7 @@ def assert_sent_all_arrived(r: Rig, col: Collector, name: str = "col") -> None:
 # ---------------------------------------------------------------- the faults
 
 
+@pytest.mark.libs
 @pytest.mark.slow
 def test_collector_down_30s_then_back(tmp_path):
     """Totals survive an outage: while the collector is away (30 s) the agent polls on,
@@ -309,6 +310,7 @@ def test_two_destinations_one_down(tmp_path):
         r.alive()
 
 
+@pytest.mark.libs
 @pytest.mark.slow
 def test_partition_20s(tmp_path):
     """The collector's link goes down for 20 s (the agent's TCP connection stalls, no error
@@ -340,6 +342,7 @@ def test_partition_20s(tmp_path):
         r.alive()
 
 
+@pytest.mark.libs
 @pytest.mark.slow
 def test_slow_collector_bounded_drops_counted_newest_wins(tmp_path):
     """A collector reading ten times slower than the agent sends (1 s per message against
@@ -437,6 +440,7 @@ def test_200_interface_add_delete_cycles(tmp_path):
         r.alive()
 
 
+@pytest.mark.libs
 @pytest.mark.slow
 def test_50_sighups_in_10s_alternating_valid_and_invalid(tmp_path):
     """SIGHUP 50 times in 10 s, the file alternating between a valid change and an invalid

@@ -41,6 +41,7 @@ FAST = settings(deadline=None, suppress_health_check=list(HealthCheck), database
 # ---------------------------------------------------------------- parsers
 
 
+@pytest.mark.once
 @settings(FAST, max_examples=1500)
 @given(st.one_of(st.binary(max_size=2048),
                  st.tuples(st.sampled_from(fuzz_inputs.seeds()),
@@ -64,6 +65,7 @@ def _parse(impl, buf: bytes, wanted=(3,), seq=1):
     return impl.netdev_parse(buf, idx, out, seen, seq), out.tolist(), bytes(seen)
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("impl", [_backend.reader, _fallback], ids=["active", "python"])
 def test_netdev_parse_bounds(impl):
     ok = fuzz_inputs.stats_msg(3, 1, list(range(25)))
@@ -86,6 +88,7 @@ def test_netdev_parse_bounds(impl):
     assert _parse(impl, ok, seq=2)[0] == 0
 
 
+@pytest.mark.once
 @pytest.mark.parametrize("impl", [_backend.reader, _fallback], ids=["active", "python"])
 def test_ethtool_parse_bounds(impl):
     counts, out, status = array("I", [3, 2, 2]), array("Q", bytes(8 * 7)), array("i", [9, 9, 9])
@@ -99,6 +102,7 @@ def test_ethtool_parse_bounds(impl):
     assert impl.ethtool_strings_parse(b"\0" * 11) == []
 
 
+@pytest.mark.once
 @pytest.mark.slow
 def test_atheris_harness_coverage_guided(tmp_path):
     """bench/fuzz_parsers.py for 25 s: no crash, no hang, no disagreement, coverage grows."""

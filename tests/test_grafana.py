@@ -91,6 +91,7 @@ def _wait(run: _Run, expr: str, timeout: float) -> list[dict]:
     return result
 
 
+@pytest.mark.once
 @needs_prometheus
 @pytest.mark.slow
 def test_dashboard_and_symbol_error_alert_on_the_simulated_fabric(tmp_path):
@@ -105,6 +106,7 @@ def test_dashboard_and_symbol_error_alert_on_the_simulated_fabric(tmp_path):
     assert empty == [], empty
 
 
+@pytest.mark.once
 @needs_prometheus
 @pytest.mark.slow
 def test_no_symbol_error_alert_in_a_clean_run(tmp_path):

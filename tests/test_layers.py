@@ -7,6 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+# a check of the tree itself: the same whichever backend or libraries run it
+pytestmark = pytest.mark.once
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "agent"
 
@@ -14,18 +19,18 @@ PACKAGE = ROOT / "agent"
 FLOORS: list[tuple[str, ...]] = [
     # 0 ground: the data model, logging, the hot path and its fallback, TLS files
     ("agent", "agent.counters", "agent.logs", "agent._backend", "agent._fallback", "agent.tls",
-     "agent.sdnotify"),
+     "agent.sdnotify", "agent.yamlsafe"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
     ("agent.gnmi", "agent.store", "agent.links", "agent.asic", "agent.control.protocol",
      "agent.control.printable"),
-    # 2 configuration
-    ("agent.config",),
+    # 2 configuration: the typed loader and the plugin registries the plugins fill
+    ("agent.config", "agent.registry"),
     # 3 what produces data: sources and detectors
     ("agent.sources", "agent.insights"),
-    # 4 what moves it: the engine and the exporters
-    ("agent.engine", "agent.exporters"),
+    # 4 what moves it: the engine (its port ledger) and the exporters
+    ("agent.engine", "agent.ports", "agent.exporters"),
     # 5 the agent: control plane, the runner, generated docs
-    ("agent.control", "agent.runner", "agent.pathdoc"),
+    ("agent.control", "agent.runner", "agent.pathdoc", "agent.plugins", "agent.configdoc"),
     # 6 around the agent: development tools and the command line
     ("agent.tools", "agent.cli", "agent.__main__"),
 ]
@@ -135,3 +140,17 @@ def test_the_agent_at_run_time_never_loads_the_tools():
         seen.add(m)
         todo.extend(g.get(m, ()))
     assert not [m for m in seen if m.startswith("agent.tools")]
+
+
+def test_parsing_a_config_leaves_the_grpc_stack_unloaded():
+    """Config parsing imports every exporter's file (their sections live there); the gRPC
+    stack, pygnmi and the OTLP messages load only when such an exporter is built, so an agent
+    with jsonl alone does not carry them (about 15 MiB of RSS)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, agent.plugins, agent.config as c; c.parse('exporters: {jsonl: {path: \"-\"}}'); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'pygnmi', 'opentelemetry', 'google'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

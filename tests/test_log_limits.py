@@ -22,11 +22,9 @@ import pytest
 import structlog
 
 from agent import logs
-from agent.config import DialoutExporter as DialoutConfig
 from agent.config import Duration, HostPort
-from agent.config import TunnelServer as TunnelConfig
-from agent.exporters.dialout import DialoutExporter
-from agent.exporters.tunnel import TunnelExporter
+from agent.exporters.dialout import DialoutConfig, DialoutExporter
+from agent.exporters.tunnel import TunnelConfig, TunnelExporter
 from agent.gnmi import tunnel_pb as pb
 from agent.store import Store
 
@@ -192,7 +190,9 @@ def test_random_bytes_peer_logs_once_per_period(random_peer):
         finally:
             tunnel.stop(1.0)
             dialout.stop(1.0)
-    assert len(connections) >= 5 and len(errors - {"None"}) >= 3, (connections, errors)
+    # (current grpcio words each failure differently, "got frame type N"; Debian's 1.51 says
+    # "Failed parsing HTTP/2" every time: either way one line per kind, as below)
+    assert len(connections) >= 5 and errors - {"None"}, (connections, errors)
     down = [e for e in captured if e["event"] in ("tunnel server down", "destination down")]
     assert sorted(e["event"] for e in down) == ["destination down", "tunnel server down"], down
 

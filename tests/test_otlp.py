@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from agent import config
 from agent.counters import F_CHANGED, F_RESET, Batch
 from agent.exporters import otlp_names
-from agent.exporters.otlp import OtlpExporter
+from agent.exporters.otlp import OtlpConfig, OtlpExporter
 from agent.sources.asic import map_name
 from agent.store import Store
 from tests.gnmi_helpers import free_port, make_pki, make_table
@@ -152,7 +152,7 @@ def test_config_defaults_and_limits():
 
 
 def _exporter(rx: Receiver, profile: str = "cumulus", **kw) -> OtlpExporter:
-    cfg = config.OtlpExporter(endpoint=config.HostPort(rx.address if rx else f"127.0.0.1:{free_port()}"),
+    cfg = OtlpConfig(endpoint=config.HostPort(rx.address if rx else f"127.0.0.1:{free_port()}"),
                               profile=profile, insecure=True, interval=config.Duration(0.1), **kw)
     return OtlpExporter(cfg, "leaf01", hostname="leaf01.example")
 
@@ -300,7 +300,7 @@ def test_tls_with_a_test_ca(tmp_path):
     rx = Receiver("127.0.0.1:0", credentials=tls.server_credentials(pki.server_cert, pki.server_key, pki.ca)).start()
     store = Store()
     store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
-    cfg = config.OtlpExporter(endpoint=config.HostPort(rx.address), insecure=False, interval=config.Duration(0.1),
+    cfg = OtlpConfig(endpoint=config.HostPort(rx.address), insecure=False, interval=config.Duration(0.1),
                               tls=config.ClientTls(ca=pki.ca, cert=pki.client_cert, key=pki.client_key,
                                                    server_name="collector.test"))
     exp = OtlpExporter(cfg, "leaf01")

@@ -2,8 +2,13 @@
 
 from pathlib import Path
 
+import pytest
+
 from agent import pathdoc
 from agent.sources.drivers import MLX5, MLXSW, SWITCHD, map_name, table_for
+
+# a check of the tree itself: the same whichever backend or libraries run it
+pytestmark = pytest.mark.once
 
 
 def test_paths_doc_is_current():

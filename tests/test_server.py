@@ -17,7 +17,7 @@ import pytest
 from pygnmi.client import gNMIclient, gNMIException
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from agent.config import HostPort, ServerExporter, ServerTls
+from agent.config import HostPort, ServerTls
 from agent.counters import (
     HIDDEN,
     OPENCONFIG,
@@ -27,7 +27,7 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
-from agent.exporters.server import GnmiServer
+from agent.exporters.server import GnmiServer, ServerConfig
 from agent.gnmi import paths
 from agent.gnmi.get import MAX_PATHS, PathSet, request_pattern
 from agent.gnmi.subscribe import Subscriber
@@ -98,7 +98,7 @@ def feed() -> Feed:
 
 
 def _start(feed: Feed, **cfg_kw) -> GnmiServer:
-    cfg = ServerExporter(listen=HostPort("127.0.0.1:0"), **cfg_kw)
+    cfg = ServerConfig(listen=HostPort("127.0.0.1:0"), **cfg_kw)
     server = GnmiServer(cfg, TARGET, min_interval_s=MIN_INTERVAL)
     server.start(feed.store)
     feed.server = server
@@ -451,8 +451,8 @@ def test_password(feed, tmp_path: Path):
 
 def test_port_9339_and_busy_port_refused(feed, server):
     with pytest.raises(ValueError, match="9339"):
-        GnmiServer(ServerExporter(listen=HostPort("127.0.0.1:9339"), insecure=True), TARGET)
-    twin = GnmiServer(ServerExporter(listen=HostPort(f"127.0.0.1:{server.port}"), insecure=True), TARGET)
+        GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:9339"), insecure=True), TARGET)
+    twin = GnmiServer(ServerConfig(listen=HostPort(f"127.0.0.1:{server.port}"), insecure=True), TARGET)
     with pytest.raises(RuntimeError, match="cannot listen"):
         twin.start(feed.store)
     assert twin.status()["state"] == "failed"
@@ -470,7 +470,7 @@ def _subscriber(path: str, queue_len: int) -> Subscriber:
 
 
 def test_slow_subscriber_drops_oldest_counts_and_resyncs(feed):
-    srv = GnmiServer(ServerExporter(listen=HostPort("127.0.0.1:0"), insecure=True), TARGET)
+    srv = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True), TARGET)
     srv.store = feed.store
     sub = _subscriber("/interfaces", queue_len=3)
     assert srv.register(sub)

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
-from agent.config import HostPort, ServerExporter
+from agent.config import HostPort
 from agent.counters import (
     HIDDEN,
     OPENCONFIG,
@@ -25,7 +25,7 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
-from agent.exporters.server import GnmiServer
+from agent.exporters.server import GnmiServer, ServerConfig
 from agent.gnmi import paths
 from agent.gnmi.get import MAX_PATHS, PathSet
 from agent.store import Store
@@ -55,7 +55,7 @@ class Big:
         self.states = [StateUpdate(self.ts, Container(OPENCONFIG, f"/interfaces/interface[name={p}]/state"),
                                    "oper-status", "UP", "netdev") for p in PORTS]
         self.store.set_states(self.states)
-        self.server = GnmiServer(ServerExporter(listen=HostPort("127.0.0.1:0"), insecure=True), TARGET,
+        self.server = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True), TARGET,
                                  min_interval_s=0.05)
         self.server.start(self.store)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.server.port}")

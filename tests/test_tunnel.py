@@ -17,8 +17,7 @@ from pygnmi.client import gNMIclient
 
 from agent import config
 from agent.config import ClientTls, ConfigError, Duration
-from agent.config import TunnelServer as TunnelConfig
-from agent.exporters.tunnel import TunnelExporter
+from agent.exporters.tunnel import TunnelConfig, TunnelExporter
 from agent.gnmi import tunnel_pb as pb
 from agent.store import Store
 from agent.tls import server_credentials

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from pygnmi.client import gNMIclient
 
-from agent.config import HostPort, ServerExporter
-from agent.exporters.server import GnmiServer
+from agent.config import HostPort
+from agent.exporters.server import GnmiServer, ServerConfig
 from agent.store import Store
 from tests.gnmi_helpers import free_port, make_pki
 from tests.interop_build import CACHE, build_reference
@@ -146,7 +146,7 @@ def test_agent_registers_with_go_tunnel_server_pygnmi_via_tunnel_client(go_bin, 
 @pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "tls"])
 def test_go_tunnel_target_registers_with_swtel_tunnel_server(go_bin, procs, pki, tmp_path, secure):
     feed = Feed(Store())
-    gnmi = GnmiServer(ServerExporter(listen=HostPort("127.0.0.1:0"), insecure=True), "leaf01",
+    gnmi = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True), "leaf01",
                       min_interval_s=0.05)
     gnmi.start(feed.store)
     feed.server = gnmi

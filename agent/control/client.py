@@ -187,6 +187,8 @@ def socket_path(args: Any) -> str:
         return args.socket
     cfg_path = getattr(args, "config", None)
     if cfg_path or os.path.exists(config_mod.DEFAULT_PATH):
+        import agent.plugins  # noqa: F401  (the registries the config is read with; only when one is read)
+
         try:
             return config_mod.load(cfg_path or config_mod.DEFAULT_PATH).control.socket
         except config_mod.ConfigError as exc:
@@ -199,6 +201,8 @@ def _grace_from_config(args: Any) -> float | None:
     path = getattr(args, "config", None)
     if not path:
         return None
+    import agent.plugins  # noqa: F401
+
     try:
         return float(config_mod.load(path).control.health_grace)
     except config_mod.ConfigError:

@@ -14,8 +14,11 @@ import os
 import sys
 from typing import Any
 
+import agent.plugins  # noqa: F401  (fills the registries the config is read with)
 from agent import config
 from agent.control.printable import printable
+from agent.insights.imbalance import is_glob
+from agent.sources.asic import ASIC_BUILTIN
 
 SYS_NET = "/sys/class/net"
 
@@ -48,7 +51,7 @@ def warnings(cfg: config.Config, sys_net: str = SYS_NET) -> list[str]:
     for group, ports in imb.groups.items():
         for port in ports:
             if not any(fnmatch.fnmatchcase(n, port) for n in names):
-                what = "no port matches it" if config._is_glob(port) else "no such port"
+                what = "no port matches it" if is_glob(port) else "no such port"
                 out.append(f"insights.imbalance.groups.{group}: {port!r}: {what} in {where} now; "
                            "the group is judged without it (the agent logs it once if it never appears)")
     return out
@@ -61,7 +64,7 @@ def known_ports(cfg: config.Config, sys_net: str = SYS_NET) -> tuple[set[str], s
     names: set[str] = set()
     where: list[str] = []
     if src.asic.enabled:
-        if src.asic.plugin not in config.ASIC_BUILTIN:
+        if src.asic.plugin not in ASIC_BUILTIN:
             return None
         sim = _sim_ports(src.asic.config)
         if sim is None:

@@ -1,4 +1,5 @@
-"""What the engine calls on every exporter (and on the insights runner).
+"""What the engine calls on every exporter (and on the insights runner), and the registry
+exporters add themselves to.
 
 All ``on_*`` methods run on the engine's tick thread: they must not block
 (enqueue and return). ``start``/``stop``/``status`` run on the main thread.
@@ -6,11 +7,69 @@ All ``on_*`` methods run on the engine's tick thread: they must not block
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+import os
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from agent import registry
+from agent.config import ClientTls, check_files, file_problem
 
 if TYPE_CHECKING:
     from agent.counters import Batch, Container, StateUpdate
     from agent.store import Store
+
+REGISTRY: dict[str, type[Exporter]] = {}
+
+
+def register(cls: type[Exporter]) -> type[Exporter]:
+    """Class decorator: make an exporter available under its config section
+    ``exporters.<cls.config_name>``, which the class carries (see :class:`Exporter`)."""
+    REGISTRY[cls.config_name] = cls
+    registry.EXPORTERS.add(registry.Section(
+        cls.config_name, cls.config_class, check=cls.check, many=cls.many, optional=cls.optional,
+        doc=cls.doc, doc_type=cls.doc_type, doc_default=cls.doc_default, plugin=cls))
+    return cls
+
+
+class Exporter:
+    """What an exporter class carries besides being a :class:`Listener`: its config section
+    and how the runner builds it from that section."""
+
+    config_name: ClassVar[str]  # its section: exporters.<config_name>
+    config_class: ClassVar[type]  # the dataclass of the section's keys
+    many: ClassVar[bool] = False  # a list of destinations (exporters.dialout[])
+    optional: ClassVar[bool] = False  # off until its section is present (exporters.jsonl)
+    #: the section's row in docs/config.md
+    doc: ClassVar[str] = ""
+    doc_type: ClassVar[str] = "mapping"
+    doc_default: ClassVar[str] = ""
+
+    @classmethod
+    def check(cls, section: Any, where: str, problems: list[str], cfg: Any) -> None:
+        """The section's rules that its types cannot express: append one problem per broken
+        rule, each starting with its YAML path (``where``: ``exporters.<name>``; for a list, the
+        whole list)."""
+
+    @classmethod
+    def listeners_for(cls, section: Any, cfg: Any) -> dict[str, Listener]:
+        """The listeners the section asks for (none when it is off), keyed by a name stable
+        across reloads: ``<config_name>`` or, for a list, ``<config_name>:<item name>``."""
+        raise NotImplementedError
+
+    @classmethod
+    def built_from(cls, key: str, cfg: Any) -> Any:
+        """What the listener under ``key`` was built from: a reload that leaves it equal keeps
+        the running listener (no reconnect, no new snapshot)."""
+        section = getattr(cfg.exporters, cls.config_name)
+        if cls.many:
+            name = key.partition(":")[2]
+            section = next((item for item in section if item.name == name), None)
+        return (section, cfg.target)
+
+    @classmethod
+    def shares_resources(cls, key: str, old: Any, new: Any) -> bool:
+        """Whether the new listener under ``key`` needs what the running one holds (a port, a
+        session), so that the running one must stop first."""
+        return False
 
 
 class Listener(Protocol):
@@ -33,3 +92,31 @@ class Listener(Protocol):
 
     def status(self) -> dict[str, Any]:
         """State for ``swtel status``: state, queue depth, sent, dropped, reconnects, last error."""
+
+
+# ---------------------------------------------------------------- rules the exporters share
+
+
+def check_tls(problems: list[str], where: str, insecure: bool, tls: ClientTls) -> None:
+    """A TLS client's files (unless ``insecure``): readable PEM files, cert and key together."""
+    if not insecure:
+        check_files(problems, f"{where}.tls", tls.ca, tls.cert, tls.key)
+        if bool(tls.cert) != bool(tls.key):
+            problems.append(f"{where}.tls: cert and key go together (mTLS)")
+
+
+def check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:
+    if password_file and not username:
+        problems.append(f"{where}.password_file: needs username")
+    if password_file:
+        problem = file_problem(password_file, None)
+        if problem:
+            problems.append(f"{where}.password_file: {problem}")
+        else:
+            try:
+                mode = os.stat(password_file).st_mode & 0o777
+            except OSError:
+                mode = 0
+            if mode & 0o007:  # a secret any local user can read is no secret
+                problems.append(f"{where}.password_file: readable by other users (mode {mode:04o}); "
+                                "chmod 0640 (group swtel) or 0600")

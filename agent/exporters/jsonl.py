@@ -25,17 +25,47 @@ import stat
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from agent import logs
+from agent.config import setting
 from agent.counters import F_JUMP, F_NEW, F_RESET, F_WRAP, Batch, Container, StateUpdate
+from agent.exporters.base import Exporter, register
 
 log = logs.get("jsonl")
 _STOP = object()
 
 
-class JsonlExporter:
+@dataclass
+class JsonlConfig:
+    """``exporters.jsonl``."""
+
+    path: str = setting("-", type="string", doc="output file; `-` is stdout (not for the systemd service)")
+
+
+@register
+class JsonlExporter(Exporter):
     name = "jsonl"
+    config_name = "jsonl"
+    config_class = JsonlConfig
+    optional = True
+    doc, doc_type, doc_default = "one JSON line per change, for debugging", "mapping or absent", "absent (off)"
+
+    @classmethod
+    def check(cls, section: JsonlConfig | None, where: str, problems: list[str], cfg) -> None:
+        if section is not None and not section.path:
+            problems.append(f"{where}.path: must not be empty (use \"-\" for stdout)")
+
+    @classmethod
+    def listeners_for(cls, section: JsonlConfig | None, cfg) -> dict:
+        if section is None:
+            return {}
+        return {"jsonl": cls(section.path, rate_limit_s=float(cfg.log.rate_limit))}
+
+    @classmethod
+    def built_from(cls, key: str, cfg) -> object:
+        return cfg.exporters.jsonl
 
     def __init__(self, path: str = "-", max_queue: int = 100_000, rate_limit_s: float = 10.0) -> None:
         self.path = path

@@ -37,37 +37,48 @@ import socket
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms_pb2
-from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.metrics.v1 import metrics_pb2
-from opentelemetry.proto.resource.v1 import resource_pb2
-
 from agent import __version__, logs, tls
+from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
 from agent.exporters import otlp_names
+from agent.exporters.base import Exporter, check_tls, register
 
 if TYPE_CHECKING:
-    from agent.config import OtlpExporter as OtlpConfig
     from agent.store import Store
 
 METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 5.0  # retries are cheap and values pile up meanwhile: keep them frequent
 MAX_POINTS = 4000  # data points per request: far below a collector's 4 MiB default limit
-# OTLP/gRPC: the statuses worth retrying; any other refuses the request for good.
-RETRYABLE = frozenset({
-    grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.ABORTED, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DATA_LOSS,
-})
+# OTLP/gRPC: the statuses worth retrying (names of grpc.StatusCode); any other refuses the
+# request for good.
+RETRYABLE = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "OUT_OF_RANGE",
+                       "UNAVAILABLE", "DATA_LOSS"})
 _MAX_INT64 = 2**63 - 1
 # bytes.translate table: a flag byte -> 1 if it carries F_RESET, else 0
 _RESET_BIT = bytes(1 if b & F_RESET else 0 for b in range(256))
 
 log = logs.get("otlp")
+
+# gRPC and the OTLP messages are imported when an exporter is built (_load), not when a
+# config is parsed (it imports every exporter's file): an agent without OTLP stays light.
+grpc: Any = None
+ms_pb2: Any = None
+common_pb2: Any = None
+metrics_pb2: Any = None
+resource_pb2: Any = None
+
+
+def _load() -> None:
+    global grpc, ms_pb2, common_pb2, metrics_pb2, resource_pb2
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms_pb2
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.metrics.v1 import metrics_pb2
+    from opentelemetry.proto.resource.v1 import resource_pb2
 
 
 def _identity(b: bytes) -> bytes:
@@ -149,12 +160,68 @@ class _Layout:
             a is b for a, b in zip(tables, self.tables, strict=True))
 
 
-class OtlpExporter:
+@dataclass
+class OtlpConfig:
+    """``exporters.otlp``: OTLP/gRPC metrics export (docs/otlp.md)."""
+
+    enabled: bool = setting(True, doc="lets a present section be switched off")  # its presence turns it on
+    endpoint: HostPort = setting(HostPort("127.0.0.1:4317"), doc="the OTLP/gRPC receiver")
+    profile: str = setting("cumulus", type="`cumulus` or `otel`", choices=("cumulus", "otel"), doc=(
+        "`cumulus`: Cumulus Linux's own export (every value an OTel gauge, `asDouble`, named "
+        "`nvswitch_interface_*` with the attribute `interface`, plus `tc` or `priority`), so a pipeline "
+        "built for a Cumulus switch shows swtel's unchanged; `otel`: counters as monotonic cumulative "
+        "Sums with a start time (a new one after a counter reset), gauges as Gauges. Names in "
+        "[paths.md](paths.md)"))
+    interval: Duration = setting(Duration(1.0), type="duration, at least the agent's interval", doc=(
+        "export period (Cumulus: 1 s at best; swtel down to its poll interval, e.g. 100ms)"))
+    insecure: bool = setting(False, doc="plaintext gRPC; TLS unless this is `true`")
+    tls: ClientTls = setting(factory=ClientTls, sub={
+        "ca": {"doc": "CA that signed the receiver's certificate"},
+        "server_name": {"doc": "name to verify in the receiver's certificate"}})
+    queue: int = setting(60, type="integer, 1–10000", doc=(
+        "export requests kept while the receiver is slow or down (the oldest is dropped and counted); "
+        "values are totals, so a dropped request loses no count"))
+    timeout: Duration = setting(Duration(10.0), type="duration, 100ms–24h", doc=(
+        "deadline of one Export call; a failed call is retried with backoff (0.5 s doubling to 5 s, "
+        "with jitter)"))
+
+
+@register
+class OtlpExporter(Exporter):
     """The Listener for ``exporters.otlp``."""
 
     name = "otlp"
+    config_name = "otlp"
+    config_class = OtlpConfig
+    optional = True
+    doc_type, doc_default = "mapping or absent", "absent (off)"
+    doc = ("OTLP/gRPC metrics export to an OpenTelemetry collector (`MetricsService/Export`): every "
+           "counter once per `interval`; see [otlp.md](otlp.md)")
+
+    @classmethod
+    def check(cls, section: OtlpConfig | None, where: str, problems: list[str], cfg) -> None:
+        if section is None or not section.enabled:
+            return
+        fastest = cfg.min_interval()
+        if section.interval < fastest:
+            problems.append(f"{where}.interval: must be at least the agent's interval ({Duration(fastest)}), "
+                            f"got {section.interval}")
+        if not 1 <= section.queue <= 10_000:
+            problems.append(f"{where}.queue: must be at least 1 and at most 10000, got {section.queue}")
+        if section.timeout < 0.1:
+            problems.append(f"{where}.timeout: must be at least 100ms, got {section.timeout}")
+        check_tls(problems, where, section.insecure, section.tls)
+
+    @classmethod
+    def listeners_for(cls, section: OtlpConfig | None, cfg) -> dict:
+        if section is None or not section.enabled:
+            return {}
+        otlp = cls(section, cfg.target)
+        otlp.log_limiter.period_s = float(cfg.log.rate_limit)
+        return {"otlp": otlp}
 
     def __init__(self, cfg: OtlpConfig, target: str, hostname: str | None = None) -> None:
+        _load()
         self.cfg = cfg
         self.target = target
         self.profile = cfg.profile
@@ -370,7 +437,7 @@ class OtlpExporter:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
             self._failed(f"{code.name if code else 'ERROR'}: {details}")
-            if code in RETRYABLE:
+            if code is not None and code.name in RETRYABLE:
                 return False
             self._pop(data)
             self.dropped += 1  # refused: retrying would be refused again

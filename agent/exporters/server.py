@@ -13,36 +13,62 @@ from gRPC metadata. Never on port 9339 (Cumulus' own gNMI server).
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import threading
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
-import grpc
-from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
-
 from agent import __version__, logs, tls
-from agent.config import ServerExporter
+from agent.config import (
+    FORBIDDEN_PORT,
+    HostPort,
+    ServerTls,
+    check_files,
+    check_listen,
+    setting,
+)
 from agent.counters import Batch, Container, StateUpdate
-from agent.gnmi import get
-from agent.gnmi.get import Counters, RequestError
-from agent.gnmi.subscribe import Subscriber
+from agent.exporters.base import Exporter, check_auth, register
 
 log = logs.get("server")
 
 GNMI_VERSION = "0.8.0"
-FORBIDDEN_PORT = 9339  # Cumulus' own gNMI server and NetQ's gNMI agent
 _SPARE_WORKERS = 4  # threads kept for unary calls when every subscriber slot is taken
 
-CAPABILITIES = gnmi_pb2.CapabilityResponse(
-    supported_models=[
-        gnmi_pb2.ModelData(name="openconfig-interfaces", organization="OpenConfig working group"),
-        gnmi_pb2.ModelData(name="openconfig-if-ethernet", organization="OpenConfig working group"),
-        gnmi_pb2.ModelData(name="openconfig-qos", organization="OpenConfig working group"),
-        gnmi_pb2.ModelData(name="swtel", organization="swtel", version=__version__),
-    ],
-    supported_encodings=list(get.SUPPORTED_ENCODINGS),
-    gNMI_version=GNMI_VERSION,
-)
+# gRPC, the gNMI messages and the Get/Subscribe machinery are imported when a server is
+# built (_load), not when a config is parsed (it imports every exporter's file): an agent
+# without the server stays light.
+grpc: Any = None
+gnmi_pb2: Any = None
+get: Any = None
+Counters: Any = None
+RequestError: Any = None
+Subscriber: Any = None
+CAPABILITIES: Any = None
+
+
+def _load() -> None:
+    global grpc, gnmi_pb2, get, Counters, RequestError, Subscriber, CAPABILITIES
+    if CAPABILITIES is not None:
+        return
+    import grpc
+    from pygnmi.spec.v080 import gnmi_pb2
+
+    from agent.gnmi import get
+    from agent.gnmi.get import Counters, RequestError
+    from agent.gnmi.subscribe import Subscriber
+
+    CAPABILITIES = gnmi_pb2.CapabilityResponse(
+        supported_models=[
+            gnmi_pb2.ModelData(name="openconfig-interfaces", organization="OpenConfig working group"),
+            gnmi_pb2.ModelData(name="openconfig-if-ethernet", organization="OpenConfig working group"),
+            gnmi_pb2.ModelData(name="openconfig-qos", organization="OpenConfig working group"),
+            gnmi_pb2.ModelData(name="swtel", organization="swtel", version=__version__),
+        ],
+        supported_encodings=list(get.SUPPORTED_ENCODINGS),
+        gNMI_version=GNMI_VERSION,
+    )
 
 
 def _read_password(path: str) -> bytes:
@@ -58,7 +84,9 @@ def _passthrough(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
-class _Servicer(gnmi_pb2_grpc.gNMIServicer):
+class _Servicer:
+    """The gNMI service (pygnmi's messages; _handlers binds the methods, Set refused)."""
+
     def __init__(self, owner: GnmiServer):
         self._owner = owner
 
@@ -114,7 +142,35 @@ def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
     })
 
 
-class GnmiServer:
+def is_loopback(host: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServerConfig:
+    """``exporters.server``: the gNMI dial-in server."""
+
+    enabled: bool = setting(True, doc="lets a present section be switched off")  # its presence turns it on
+    listen: HostPort = setting(HostPort("127.0.0.1:50051"), doc=(
+        "never port 9339 (Cumulus' own gNMI server and NetQ use it)"))
+    insecure: bool = setting(False, doc="plaintext; otherwise `tls.cert` and `tls.key` are required")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext on an address other hosts can reach (not 127.0.0.0/8, `::1`, `localhost`) is refused "
+        "unless this is `true`"))
+    tls: ServerTls = setting(factory=ServerTls)
+    username: str | None = setting(None, type="string or null", doc="require this username (with `password_file`)")
+    password_file: str | None = setting(None, type="path or null", doc=(
+        "file holding the password; refused when other users can read it (mode `0640` or `0600`)"))
+
+
+@register
+class GnmiServer(Exporter):
     """The Listener for ``exporters.server``.
 
     ``min_interval_s`` is the agent's smallest source interval: a SAMPLE
@@ -123,16 +179,55 @@ class GnmiServer:
     """
 
     name = "server"
+    config_name = "server"
+    config_class = ServerConfig
+    optional = True
+    doc, doc_type, doc_default = ("gNMI dial-in server: Capabilities, Get, Subscribe", "mapping or absent",
+                                  "absent (off)")
+
+    @classmethod
+    def check(cls, section: ServerConfig | None, where: str, problems: list[str], cfg) -> None:
+        if section is None or not section.enabled:
+            return
+        check_listen(problems, f"{where}.listen", section.listen)
+        if section.insecure and not section.insecure_remote and not is_loopback(section.listen.host):
+            problems.append(
+                f"{where}.listen: plaintext gNMI (insecure: true) on {section.listen.host or '*'}, "
+                "which other hosts can reach: use TLS, listen on 127.0.0.1, or set insecure_remote: true"
+            )
+        if not section.insecure:
+            if not (section.tls.cert and section.tls.key):
+                problems.append(f"{where}.tls: cert and key are required unless insecure: true")
+            check_files(problems, f"{where}.tls", section.tls.ca, section.tls.cert, section.tls.key)
+        check_auth(problems, where, section.username, section.password_file)
+
+    @classmethod
+    def listeners_for(cls, section: ServerConfig | None, cfg) -> dict:
+        if section is None or not section.enabled:
+            return {}
+        return {"server": cls(section, cfg.target, min_interval_s=cfg.min_interval())}
+
+    @classmethod
+    def built_from(cls, key: str, cfg) -> object:
+        # The smallest source interval bounds the server's sample_interval check.
+        return (cfg.exporters.server, cfg.target, cfg.min_interval())
+
+    @classmethod
+    def shares_resources(cls, key: str, old, new) -> bool:
+        """The server on the same port."""
+        return old.exporters.server is not None and new.exporters.server is not None and \
+            old.exporters.server.listen.port == new.exporters.server.listen.port
 
     def __init__(
         self,
-        cfg: ServerExporter,
+        cfg: ServerConfig,
         target: str,
         min_interval_s: float = 0.1,
         *,
         max_subscribers: int = 32,
         queue_len: int = 1000,
     ):
+        _load()
         if cfg.listen.port == FORBIDDEN_PORT:
             raise ValueError("gNMI server: port 9339 belongs to Cumulus' own gNMI server")
         self.cfg = cfg

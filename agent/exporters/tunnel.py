@@ -41,20 +41,30 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from agent import logs, tls
-from agent.config import HostPort, ServerExporter
+from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
-from agent.gnmi import tunnel_pb as pb
+from agent.exporters.base import Exporter, check_tls, register
 
 if TYPE_CHECKING:
-    from agent.config import TunnelServer as TunnelConfig
     from agent.counters import Batch, Container, StateUpdate
 
 log = logs.get("tunnel")
+
+# gRPC and the tunnel's messages are imported when a tunnel is built (_load), not when a
+# config is parsed (it imports every exporter's file): an agent without tunnels stays light.
+grpc: Any = None
+pb: Any = None
+
+
+def _load() -> None:
+    global grpc, pb
+    import grpc
+
+    from agent.gnmi import tunnel_pb as pb
 
 BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads
@@ -74,7 +84,7 @@ class LocalGnmi:
         # The dial-in server's object holds the subscribers, the Store and the target;
         # only its gRPC listener is replaced by the UNIX socket below.
         self.gnmi = gnmi_server.GnmiServer(
-            ServerExporter(listen=HostPort("127.0.0.1:50051"), insecure=True), target,
+            gnmi_server.ServerConfig(listen=HostPort("127.0.0.1:50051"), insecure=True), target,
             min_interval_s=min_interval_s, max_subscribers=max_subscribers)
         self.path = ""
         self._dir = ""
@@ -172,12 +182,93 @@ class _Pipe:
         self.sock.close()
 
 
-class TunnelExporter:
+MAX_TUNNELS = 10  # as NVUE's grpc-tunnel
+
+
+@dataclass
+class TunnelConfig:
+    """One ``exporters.tunnel[]``: a gRPC tunnel server (openconfig grpctunnel) to register
+    with, as NVUE's ``system grpc-tunnel server <name>``; carries the agent's gNMI service."""
+
+    name: str = setting("", type="string", shown="`tunnel<N>`", doc="unique name, shown in status and logs")
+    address: str = setting("", type="host name or IP", shown="required", doc=(
+        "the tunnel server (NVUE `address`); the port goes in `port`"))  # host name or IP address
+    port: int = setting(0, type="integer 1–65535", shown="required", doc="the tunnel server's port (NVUE `port`)")
+    target: str | None = setting(None, type="string or null", shown="`null` (the agent's `target`)",
+                                 doc="target name to register (NVUE `target-name`)")  # None: the agent's
+    retry_interval: Duration = setting(Duration(30.0), type="duration, 1s–24h", doc=(
+        "longest wait between connection attempts (NVUE `retry-interval`); retries start at 0.5 s and "
+        "double up to it"))
+    insecure: bool = setting(False, doc="plaintext gRPC to the tunnel server; TLS unless this is `true`")
+    tls: ClientTls = setting(factory=ClientTls, sub={
+        "ca": {"doc": "CA that signed the tunnel server's certificate (NVUE `ca-certificate`)"},
+        "server_name": {"shown": "`null` (the address)",
+                        "doc": "name to verify in the tunnel server's certificate"}})
+
+
+@register
+class TunnelExporter(Exporter):
     """The Listener for one ``exporters.tunnel[]`` server."""
 
     kind = "tunnel"
+    config_name = "tunnel"
+    config_class = TunnelConfig
+    many = True
+    doc_type, doc_default = f"list (at most {MAX_TUNNELS})", "`[]`"
+    doc = ("gRPC tunnel servers (openconfig grpctunnel, as NVUE's `system grpc-tunnel server`): the agent "
+           "registers a `GNMI_GNOI` target with each and serves its gNMI service (Capabilities, Get, "
+           "Subscribe) through the tunnel, with or without `exporters.server`; see [tunnel.md](tunnel.md)")
+
+    @classmethod
+    def check(cls, section: list[TunnelConfig], where: str, problems: list[str], cfg) -> None:
+        if len(section) > MAX_TUNNELS:
+            problems.append(f"{where}: at most {MAX_TUNNELS} servers, got {len(section)}")
+        names: set[str] = set()
+        seen: set[tuple[str, int, str | None]] = set()
+        for i, t in enumerate(section):
+            item = f"{where}[{i}]"
+            if not t.name:
+                t.name = f"tunnel{i}"
+            if t.name in names:
+                problems.append(f"{item}.name: duplicate tunnel server name {t.name!r}")
+            names.add(t.name)
+            host = t.address.strip()
+            if not host or any(c.isspace() for c in host) or "/" in host:
+                problems.append(f"{item}.address: expected a host name or IP address, got {t.address!r}")
+            elif host.startswith("[") or (host.count(":") == 1 and host.rpartition(":")[2].isdigit()):
+                problems.append(f"{item}.address: the port goes in {item}.port, got {t.address!r}")
+            if not 0 < t.port < 65536:
+                problems.append(f"{item}.port: required, 1-65535, got {t.port}")
+            if t.target is not None and not t.target.strip():
+                problems.append(f"{item}.target: must not be empty (null: the agent's target)")
+            if t.retry_interval < 1:
+                problems.append(f"{item}.retry_interval: must be at least 1s, got {t.retry_interval}")
+            key = (host, t.port, t.target)
+            if key in seen:
+                problems.append(f"{item}: registers the same target with {host}:{t.port} twice")
+            seen.add(key)
+            check_tls(problems, item, t.insecure, t.tls)
+
+    @classmethod
+    def listeners_for(cls, section: list[TunnelConfig], cfg) -> dict:
+        out = {}
+        for tun in section:
+            tunnel = cls(tun, cfg.target, min_interval_s=cfg.min_interval())
+            tunnel.log_limiter.period_s = float(cfg.log.rate_limit)
+            out[f"tunnel:{tun.name}"] = tunnel
+        return out
+
+    @classmethod
+    def built_from(cls, key: str, cfg) -> object:
+        return (*super().built_from(key, cfg), cfg.min_interval())
+
+    @classmethod
+    def shares_resources(cls, key: str, old, new) -> bool:
+        """A tunnel of the same name holds its session with the server."""
+        return True
 
     def __init__(self, cfg: TunnelConfig, target: str, min_interval_s: float = 0.1) -> None:
+        _load()
         self.cfg = cfg
         self.name = cfg.name
         self.target_name = cfg.target or target

@@ -13,6 +13,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from agent import registry
+from agent.config import Duration, _finite
+
+MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
+MAX_WINDOWS = 1000  # consecutive windows (pfc_storm, imbalance)
+
+#: how docs/config.md words the types of the keys most detectors share
+WINDOW_TYPE = "duration, > 0 and ≤ 24h; if set, ≥ the poll interval of the sources it reads"
+CLEAR_AFTER_TYPE = "duration, ≥ `window`, ≤ 24h"
+THRESHOLD_TYPE = "integer, 1–10^9"
+WINDOWS_TYPE = "integer, 1–1000"
+
 REGISTRY: dict[str, type[Detector]] = {}
 
 WARNING = "warning"
@@ -38,9 +50,102 @@ class Context(Protocol):
 
 
 def register(cls: type[Detector]) -> type[Detector]:
-    """Class decorator: make a detector available under ``cls.name`` (its config section)."""
+    """Class decorator: make a detector available under ``cls.name``, and its config section
+    (``insights.<name>``: ``cls.config_class``, ``cls.check``, ``cls.doc``) to the config."""
     REGISTRY[cls.name] = cls
+    registry.DETECTORS.add(registry.Section(cls.name, cls.config_class, check=cls.check, doc=cls.doc,
+                                            plugin=cls))
     return cls
+
+
+# ---------------------------------------------------------------- config rules
+# Detector thresholds are documented with the reasons for each default in docs/insights.md. A
+# detector raises an event when its rule holds and clears it after the port (or group) has been
+# quiet for `clear_after`. Windows are measured in sample time (the collection timestamps of the
+# counters), so a window never holds less data than it says.
+
+
+class Rules:
+    """The number rules of one detector section, each problem named by its YAML path
+    (``where``, e.g. ``insights.pfc_storm``)."""
+
+    def __init__(self, section: Any, where: str, problems: list[str]) -> None:
+        self.section = section
+        self.where = where
+        self.problems = problems
+
+    def finite(self, key: str) -> bool:
+        value = getattr(self.section, key)
+        if not _finite(value):  # NaN or infinite
+            self.problems.append(f"{self.where}.{key}: must be a finite number, got {value}")
+            return False
+        return True
+
+    def positive(self, key: str) -> None:
+        if self.finite(key) and getattr(self.section, key) <= 0:
+            self.problems.append(f"{self.where}.{key}: must be positive, got {getattr(self.section, key)}")
+
+    def share(self, key: str) -> None:
+        if self.finite(key) and not 0 < getattr(self.section, key) <= 1:
+            self.problems.append(f"{self.where}.{key}: expected 0 < x <= 1, got {getattr(self.section, key)}")
+
+    def ratio(self, key: str) -> None:
+        if self.finite(key) and not 0 < getattr(self.section, key) < 1:
+            self.problems.append(f"{self.where}.{key}: expected a ratio 0 < x < 1 (e.g. 1e-12), "
+                                 f"got {getattr(self.section, key)}")
+
+    def at_most(self, key: str, limit: float) -> None:
+        value = getattr(self.section, key)
+        if _finite(value) and value > limit:
+            self.problems.append(f"{self.where}.{key}: must be at most {limit:g}, got {value:g}")
+
+    def count(self, key: str, low: int, high: int) -> None:
+        value = getattr(self.section, key)
+        if not low <= value <= high:
+            self.problems.append(f"{self.where}.{key}: must be at least {low} and at most {high}, got {value}")
+
+    def threshold(self) -> None:
+        """``threshold``: events within ``window``, 1 to MAX_COUNT."""
+        value = self.section.threshold
+        if value < 1:
+            self.problems.append(f"{self.where}.threshold: must be at least 1, got {value}")
+        elif value > MAX_COUNT:
+            self.problems.append(f"{self.where}.threshold: must be at most {MAX_COUNT}, got {value}")
+
+    def names(self, key: str) -> None:
+        """A non-empty list of non-empty names (``counters``)."""
+        names = getattr(self.section, key)
+        if not names:
+            self.problems.append(f"{self.where}.{key}: must not be empty")
+        for i, name in enumerate(names):
+            if not name.strip():
+                self.problems.append(f"{self.where}.{key}[{i}]: must not be empty")
+
+    def window(self, cfg: Any, reads: tuple[str, ...]) -> None:
+        """Events that cannot flap and windows that can hold a sample (docs/insights.md,
+        "Windows and clear_after"): a `window` set below the poll interval of the sources the
+        detector reads (``reads``) is refused (it never holds more than one sample; the
+        default windows, shorter than a slow interval, keep counting long samples pro rata as
+        documented), and `clear_after` must be at least `window` (a detector judges its rule
+        once per window at most, so a shorter clear_after clears an ongoing fault between two
+        judgements and raises it again: one fault, many events)."""
+        det, where = self.section, self.where
+        if not det.enabled or not _finite(det.window) or det.window <= 0:
+            return
+        if _finite(det.clear_after) and det.clear_after < det.window:
+            self.problems.append(f"{where}.clear_after: must be at least the window "
+                                 f"({where}.window, {Duration(det.window)}), got {Duration(det.clear_after)}: "
+                                 "a shorter one clears an ongoing fault between two judgements and raises "
+                                 "it again")
+        if cfg is None or det.window == type(det)().window:
+            return
+        polled = [(cfg.interval_of(s), s) for s in reads if getattr(cfg.sources, s).enabled]
+        if not polled:
+            return
+        fastest, source = min(polled, key=lambda item: item[0])
+        if det.window < fastest:
+            self.problems.append(f"{where}.window: must be at least the poll interval of the sources it "
+                                 f"reads ({Duration(fastest)}, sources.{source}), got {Duration(det.window)}")
 
 
 class Detector:
@@ -54,6 +159,13 @@ class Detector:
     name: ClassVar[str]
     types: ClassVar[tuple[str, ...]]
     sems: ClassVar[frozenset[str]]
+    #: the dataclass of its config section (``insights.<name>``) and the section's meaning in
+    #: docs/config.md
+    config_class: ClassVar[type]
+    doc: ClassVar[str] = ""
+    #: the sources it reads (agent/insights/classify.py: the paths each semantic is read
+    #: from): a `window` set below the fastest one's poll interval is refused
+    reads: ClassVar[tuple[str, ...]] = ()
     #: True when an event's key is one port (its events clear when the port goes away).
     per_port: ClassVar[bool] = True
     #: True: called for every sample of a port whose source it reads (rates, levels);
@@ -63,6 +175,15 @@ class Detector:
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
         self.ctx = ctx
+
+    @classmethod
+    def check(cls, section: Any, where: str, problems: list[str], cfg: Any) -> None:
+        """The section's rules that its types cannot express: append one problem per broken
+        rule, each starting with its YAML path (``where`` is ``insights.<name>``)."""
+        rules = Rules(section, where, problems)
+        rules.finite("clear_after")
+        if cls.reads:
+            rules.window(cfg, cls.reads)
 
     @property
     def clear_after_ns(self) -> int:
@@ -126,6 +247,13 @@ class WindowCount(Detector):
     every_sample = False
     #: a sample longer than the window counts pro rata (rates); False: whole (transitions)
     pro_rata: ClassVar[bool] = True
+
+    @classmethod
+    def check(cls, section: Any, where: str, problems: list[str], cfg: Any) -> None:
+        rules = Rules(section, where, problems)
+        rules.threshold()
+        rules.positive("window")
+        super().check(section, where, problems, cfg)
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         super().__init__(cfg, ctx)

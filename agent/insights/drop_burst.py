@@ -12,13 +12,39 @@ than the window counts pro rata: polled every 10 s, a 200 ms burst is spread ove
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from agent.config import Duration, setting
 from agent.insights import classify as c
-from agent.insights.base import WARNING, WindowCount, fmt_count, fmt_duration, register
+from agent.insights.base import (
+    CLEAR_AFTER_TYPE,
+    THRESHOLD_TYPE,
+    WARNING,
+    WINDOW_TYPE,
+    WindowCount,
+    fmt_count,
+    fmt_duration,
+    register,
+)
+
+
+@dataclass
+class DropBurstConfig:
+    """``insights.drop_burst``: buffer, queue and WRED drops concentrated in a short window
+    (microbursts)."""
+
+    enabled: bool = setting(True)
+    threshold: int = setting(100, type=THRESHOLD_TYPE, doc="drops within `window`")
+    window: Duration = setting(Duration(0.1), type=WINDOW_TYPE)
+    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 @register
 class DropBurst(WindowCount):
     name = "drop_burst"
+    config_class = DropBurstConfig
+    doc = "buffer, queue and WRED drops"
+    reads = ("netdev", "ethtool", "asic")
     types = ("drop-burst",)
     sems = frozenset({c.DROP_IN, c.DROP_OUT})
 

@@ -18,9 +18,23 @@ members never exist can never fire.
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 
+from agent.config import Duration, _short, setting
 from agent.insights import classify as c
-from agent.insights.base import NS, WARNING, Detector, fmt_bps, fmt_duration, register
+from agent.insights.base import (
+    CLEAR_AFTER_TYPE,
+    MAX_WINDOWS,
+    NS,
+    WARNING,
+    WINDOW_TYPE,
+    WINDOWS_TYPE,
+    Detector,
+    Rules,
+    fmt_bps,
+    fmt_duration,
+    register,
+)
 
 MEMBER_GRACE_NS = 10 * NS  # sources report their ports at their first read, within an interval
 
@@ -37,9 +51,63 @@ class _Group:
         self.streak = 0
 
 
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+@dataclass
+class ImbalanceConfig:
+    """``insights.imbalance``: uneven transmit load across a group of uplinks (ECMP members)."""
+
+    enabled: bool = setting(True)
+    groups: dict[str, list[str]] = setting(factory=dict, type="mapping of name → list of ports (globs)", doc=(
+        "port groups, e.g. `{spines: [swp51, swp52, swp53, swp54]}`; a group needs ≥ 2 different ports "
+        "(or a glob), names each port once (a port listed twice is refused) and no empty name; every "
+        "group's problems are reported, also when another group is not a list. A member no port "
+        "matches is a warning of `swtel validate` and logged once by the agent (above)"))
+    max_over_mean: float = setting(1.5, type="number, 1 < x ≤ 1000", doc=(
+        "fire when the busiest member's tx rate exceeds the members' mean by this factor ..."))
+    cv: float = setting(0.5, type="number, 0 < x ≤ 100", doc=(
+        "... or the coefficient of variation (std/mean) of the rates exceeds this"))
+    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE, doc="one measurement window")
+    windows: int = setting(3, type=WINDOWS_TYPE, doc="consecutive windows over a threshold before the event is raised")
+    min_mean_bps: float = setting(1e8, type="number, 0–10^13", shown="`100000000`", doc=(
+        "ignore a group whose mean member rate (bits/s) is below this (idle links are not imbalanced)"))
+    clear_after: Duration = setting(Duration(60.0), type=CLEAR_AFTER_TYPE, shown="`1m`")
+
+
 @register
 class Imbalance(Detector):
     name = "imbalance"
+    config_class = ImbalanceConfig
+    doc = "uneven load across uplinks (the leaf-misconfiguration incident)"
+    reads = ("netdev", "ethtool", "asic")
+
+    @classmethod
+    def check(cls, section: ImbalanceConfig, where: str, problems: list[str], cfg) -> None:
+        rules = Rules(section, where, problems)
+        if rules.finite("max_over_mean") and section.max_over_mean <= 1:
+            problems.append(f"{where}.max_over_mean: must be greater than 1, got {section.max_over_mean}")
+        rules.at_most("max_over_mean", 1000)
+        rules.positive("cv")
+        rules.at_most("cv", 100)
+        rules.at_most("min_mean_bps", 1e13)
+        rules.positive("window")
+        if rules.finite("min_mean_bps") and section.min_mean_bps < 0:
+            problems.append(f"{where}.min_mean_bps: must not be negative, got {section.min_mean_bps}")
+        for group, ports in section.groups.items():
+            twice = sorted({p for p in ports if ports.count(p) > 1})
+            if twice:
+                problems.append(f"{where}.groups.{group}: names {', '.join(map(repr, twice))} more than "
+                                "once (a member counts once: list each port once)")
+            if len(set(ports)) < 2 and not any(is_glob(p) for p in ports):
+                got = repr(ports) if len(ports) <= 4 else _short(ports)
+                problems.append(f"{where}.groups.{group}: needs at least 2 ports, got {got}")
+            for i, port in enumerate(ports):
+                if not port.strip():
+                    problems.append(f"{where}.groups.{group}[{i}]: must not be empty")
+        rules.count("windows", 1, MAX_WINDOWS)
+        super().check(section, where, problems, cfg)
     types = ("imbalance",)
     sems = frozenset({c.TX_OCTETS})
     per_port = False

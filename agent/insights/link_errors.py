@@ -19,12 +19,19 @@ Three event types, all over ``window`` of sample time:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from agent.config import Duration, setting
 from agent.insights import classify as c
 from agent.insights.base import (
+    CLEAR_AFTER_TYPE,
     CRITICAL,
     NS,
+    THRESHOLD_TYPE,
     WARNING,
+    WINDOW_TYPE,
     Detector,
+    Rules,
     Window,
     fmt_count,
     fmt_duration,
@@ -53,11 +60,56 @@ _CORR = (c.CORRECTED, "")
 _RARE = frozenset({c.SYMBOL, c.UNCORRECTABLE, c.ERRORS})
 
 
+@dataclass
+class ErrorBurstConfig:
+    """``insights.error_burst``: physical-layer errors on a port. Three event types:
+    `symbol-ber` (post-FEC symbol errors over the bits received, warning above `symbol_ber`;
+    any uncorrectable/effective error makes it critical), `pre-fec-ber` (corrected bits over
+    the bits received) and `error-burst` (FCS/CRC and in-errors counted within `window`)."""
+
+    enabled: bool = setting(True)
+    # Leaves counted by error-burst. Per sample the largest of them counts (in-errors already
+    # includes FCS errors, so they are not added up).
+    counters: list[str] = setting(
+        factory=lambda: ["in-fcs-errors", "in-crc-errors", "in-errors"],
+        type="list of leaf names, non-empty", shown="`[in-fcs-errors, in-crc-errors, in-errors]`",
+        doc="leaves counted by `error-burst` (per sample the largest: in-errors contains the FCS errors)")
+    threshold: int = setting(10, type=THRESHOLD_TYPE, doc="errors within `window` that raise `error-burst`")
+    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE,
+                               doc="window of the error count and of the BER ratios")
+    symbol_ber: float = setting(1e-12, type="number, 0 < x < 1", shown="`1.0e-12`", doc=(
+        "`symbol-ber` warning above this post-FEC symbol BER (IEEE 802.3 target); any uncorrectable "
+        "error makes it critical"))
+    pre_fec_ber_warning: float = setting(5e-07, type="number, 0 < x < 1", shown="`5.0e-7`",
+                                         doc="`pre-fec-ber` warning above this (UFM PDR plugin)")
+    pre_fec_ber_critical: float = setting(1e-06, type="number, 0 < x < 1, ≥ warning", shown="`1.0e-6`",
+                                          doc="`pre-fec-ber` critical above this")
+    clear_after: Duration = setting(Duration(60.0), type=CLEAR_AFTER_TYPE, shown="`1m`",
+                                    doc="quiet time before the event clears")
+
+
 @register
 class LinkErrors(Detector):
     name = "error_burst"
+    config_class = ErrorBurstConfig
+    doc = ("physical-layer errors on a port (the cable-fault incident): events `symbol-ber`, "
+           "`pre-fec-ber`, `error-burst` (docs/insights.md)")
+    reads = ("netdev", "ethtool", "asic")
     types = ("symbol-ber", "pre-fec-ber", "error-burst")
     sems = _SEMS
+
+    @classmethod
+    def check(cls, section: ErrorBurstConfig, where: str, problems: list[str], cfg) -> None:
+        rules = Rules(section, where, problems)
+        rules.threshold()
+        rules.positive("window")
+        rules.names("counters")
+        for key in ("symbol_ber", "pre_fec_ber_warning", "pre_fec_ber_critical"):
+            rules.ratio(key)
+        if section.pre_fec_ber_warning > section.pre_fec_ber_critical:
+            problems.append(f"{where}.pre_fec_ber_warning: must not exceed pre_fec_ber_critical, "
+                            f"got {section.pre_fec_ber_warning} > {section.pre_fec_ber_critical}")
+        super().check(section, where, problems, cfg)
 
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)

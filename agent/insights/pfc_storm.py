@@ -13,8 +13,24 @@ priority) are judged by rate as priority ``global``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from agent.config import Duration, setting
 from agent.insights import classify as c
-from agent.insights.base import CRITICAL, NS, WARNING, Detector, fmt_count, fmt_duration, register
+from agent.insights.base import (
+    CLEAR_AFTER_TYPE,
+    CRITICAL,
+    MAX_WINDOWS,
+    NS,
+    WARNING,
+    WINDOW_TYPE,
+    WINDOWS_TYPE,
+    Detector,
+    Rules,
+    fmt_count,
+    fmt_duration,
+    register,
+)
 
 
 class _Prio:
@@ -27,9 +43,39 @@ class _Prio:
         self.streak = 0
 
 
+@dataclass
+class PfcStormConfig:
+    """``insights.pfc_storm``: near-continuous pause on one priority of a port, received from
+    its peer: by the share of time paused (where the driver counts pause duration), else by
+    the pause-frame rate."""
+
+    enabled: bool = setting(True)
+    pause_rate: float = setting(1000.0, type="number, 0 < x ≤ 10^9", doc=(
+        "received pause frames per second on one priority, where the driver has no pause duration"))
+    paused_share: float = setting(0.8, type="number, 0 < x ≤ 1", doc=(
+        "share of the window spent paused, where the driver reports pause duration"))
+    window: Duration = setting(Duration(0.1), type=WINDOW_TYPE, doc="one poll of the PFC watchdog")
+    windows: int = setting(3, type=WINDOWS_TYPE, doc=(
+        "consecutive windows over a threshold before the event is raised"))  # watchdog robustness
+    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
+
+
 @register
 class PfcStorm(Detector):
     name = "pfc_storm"
+    config_class = PfcStormConfig
+    doc = "near-continuous pause received on one priority"
+    reads = ("ethtool", "asic")
+
+    @classmethod
+    def check(cls, section: PfcStormConfig, where: str, problems: list[str], cfg) -> None:
+        rules = Rules(section, where, problems)
+        rules.positive("pause_rate")
+        rules.at_most("pause_rate", 1e9)
+        rules.positive("window")
+        rules.share("paused_share")
+        rules.count("windows", 1, MAX_WINDOWS)
+        super().check(section, where, problems, cfg)
     types = ("pfc-storm",)
     every_sample = False
     sems = frozenset({c.PFC_FRAMES, c.PFC_DURATION, c.PAUSE})

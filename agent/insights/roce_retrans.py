@@ -7,13 +7,51 @@ first. A sample longer than the window counts pro rata.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from agent.config import Duration, setting
 from agent.insights import classify as c
-from agent.insights.base import WARNING, WindowCount, fmt_count, fmt_duration, register
+from agent.insights.base import (
+    CLEAR_AFTER_TYPE,
+    THRESHOLD_TYPE,
+    WARNING,
+    WINDOW_TYPE,
+    Rules,
+    WindowCount,
+    fmt_count,
+    fmt_duration,
+    register,
+)
+
+
+@dataclass
+class RoceRetransConfig:
+    """``insights.roce_retrans``: RoCE retransmission spikes on hosts (mlx5 hw_counters)."""
+
+    enabled: bool = setting(True)
+    # Counter names (as in hw_counters; `-` and `_` are the same) summed per device port.
+    counters: list[str] = setting(
+        factory=lambda: ["roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "out_of_sequence",
+                         "packet_seq_err"],
+        type="list of counter names, non-empty",
+        shown="`[roce_adp_retrans, roce_adp_retrans_to, roce_slow_restart, out_of_sequence, packet_seq_err]`",
+        doc="summed per device port (`-` and `_` alike)")
+    threshold: int = setting(100, type=THRESHOLD_TYPE, doc="retransmissions within `window`")
+    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE)
+    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 @register
 class RoceRetrans(WindowCount):
     name = "roce_retrans"
+    config_class = RoceRetransConfig
+    doc = "RoCE retransmission spikes on hosts (`sources.rdma`)"
+    reads = ("rdma", "asic")
+
+    @classmethod
+    def check(cls, section, where, problems, cfg) -> None:
+        super().check(section, where, problems, cfg)
+        Rules(section, where, problems).names("counters")
     types = ("roce-retrans",)
     sems = frozenset({c.ROCE})
 

@@ -19,9 +19,11 @@ which is what this detector exists to show.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+from agent.config import Duration, setting
 from agent.insights import classify as c
-from agent.insights.base import NS, WARNING, Detector, fmt_duration, register
+from agent.insights.base import NS, WARNING, Detector, Rules, fmt_duration, register
 
 WARMUP_NS = NS
 _DIRS = ((c.RX_OCTETS, "rx"), (c.TX_OCTETS, "tx"))
@@ -40,9 +42,39 @@ class _Dir:
         self.quiet_until = 0  # after a change of load: no dip until the level has settled
 
 
+@dataclass
+class ThroughputDipConfig:
+    """``insights.throughput_dip``: transient throughput drops from sub-second utilization
+    (octet deltas over link speed)."""
+
+    enabled: bool = setting(True)
+    baseline: Duration = setting(Duration(10.0), type="duration, > 0 and ≤ 24h", doc=(
+        "time constant of the trailing utilization a sample is compared with"))
+    dip_ratio: float = setting(0.75, type="number, 0 < x ≤ 1", doc=(
+        "fire when utilization falls below this fraction of the trailing level ..."))
+    min_utilization: float = setting(0.2, type="number, 0 < x ≤ 1",
+                                     doc="... if the trailing level is at least this busy")
+    # A longer drop is a change of load (job phase, ECMP moving flows), not a dip.
+    max_duration: Duration = setting(Duration(2.0), type="duration, > 0 and ≤ 24h", doc=(
+        "a dip is reported once the port is back, if it lasted at most this; a longer drop is a "
+        "change of load"))
+    clear_after: Duration = setting(Duration(10.0), type="duration, 0–24h")
+
+
 @register
 class ThroughputDip(Detector):
     name = "throughput_dip"
+    config_class = ThroughputDipConfig
+    doc = "transient throughput drops from sub-second utilization (octet deltas over link speed)"
+
+    @classmethod
+    def check(cls, section: ThroughputDipConfig, where: str, problems: list[str], cfg) -> None:
+        rules = Rules(section, where, problems)
+        rules.positive("baseline")
+        rules.share("dip_ratio")
+        rules.share("min_utilization")
+        rules.positive("max_duration")
+        super().check(section, where, problems, cfg)
     types = ("throughput-dip",)
     sems = frozenset({c.RX_OCTETS, c.TX_OCTETS})
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 import fnmatch
 import time
 from array import array
+from dataclasses import dataclass
 from typing import Any
 
 from agent import _backend, logs
-from agent.asic import resolve
+from agent.asic import builtin_path, resolve
 from agent.asic.proxy import (
     OPEN_WAIT_S,
     READ_PENDING,
@@ -34,7 +35,8 @@ from agent.asic.proxy import (
     read_timeout,
     read_wait,
 )
-from agent.asic.trust import refusal_signature, signature
+from agent.asic.trust import check_plugin, refusal_signature, signature
+from agent.config import MAX_STRING, CounterFilter, setting
 from agent.counters import (
     COUNTER,
     GAUGE,
@@ -48,7 +50,16 @@ from agent.counters import (
     escape_key,
 )
 from agent.sources import drivers
-from agent.sources.base import NO_DATA, Source, counter_wanted, interface, leaf_name, register
+from agent.sources.base import (
+    NO_DATA,
+    Source,
+    SourceConfig,
+    counter_wanted,
+    doc_rule_row,
+    interface,
+    leaf_name,
+    register,
+)
 from agent.sources.drivers import MLXSW, QUEUE, SWITCHD, SWQUEUE, Rule, rules
 
 log = logs.get("asic")
@@ -117,11 +128,95 @@ def map_name(port: str, name: str, host: bool = False) -> tuple[Container, str, 
     return drivers.map_name(RULES, port, name, raw=_RAW)
 
 
+ASIC_BUILTIN = ("sim",)  # built-in ASIC plugins (agent/asic/__init__.py builds the path)
+MAX_CONFIG = 4096  # characters of sources.asic.config
+
+
+@dataclass
+class AsicConfig(SourceConfig):
+    """``sources.asic``: counters read straight from the switch ASIC through a plugin
+    (agent/asic/swtel_asic.h)."""
+
+    enabled: bool = setting(False)
+    plugin: str = setting("sim", type="`sim` or absolute path", doc=(
+        "a built-in plugin or a vendor's shared library implementing `swtel_asic.h`"))
+    config: str = setting("", type="string (≤ 4096 chars)", doc=(
+        "handed to the plugin's `open()` as is; for `sim`: `role=spine\\|leaf\\|host seed=N start=NS ports=N "
+        "uplinks=4\\|8 load=F scenario=NAME@5s-25s:PORT` (see asic-plugin.md). For `sim` (when the source "
+        "is enabled or the string is not empty) the config is checked by the sim's own parser: validate, "
+        "run and a reload open the built-in sim with it and close it again, and refuse what its `open()` "
+        "refuses, in its words (`sources.asic.config: sim: scenario 'imbalance@3s:swp99': no port "
+        "'swp99'`)"))
+    interfaces: list[str] = setting(factory=lambda: ["*"], type="globs", doc="ports of the plugin to report")
+    exclude: list[str] = setting(factory=list, type="globs")
+    counters: CounterFilter = setting(factory=CounterFilter, sub={
+        "include": {"doc": "plugin counter names, e.g. `HwIf*`, `phy_*`"}})
+
+
+def sim_config_problem(config: str) -> str | None:
+    """Why the built-in sim's open() refuses ``config``, in its own words, or None."""
+    path = builtin_path("sim")
+    if path is None:
+        return None  # not built: the agent says so at load; nothing to ask here
+    try:
+        handle = _backend.reader.asic_open(path, config)
+    except OSError as exc:
+        text = str(exc)
+        _, sep, reason = text.partition("open failed: ")
+        return reason if sep else text
+    except ValueError as exc:  # an embedded NUL, which no C string carries
+        return f"not a valid plugin config string ({exc})"
+    _backend.reader.asic_close(handle)
+    return None
+
+
 @register
 class AsicSource(Source):
     name = "asic"
+    config_class = AsicConfig
+    doc = ("counters read straight from the ASIC through a plugin ([asic-plugin.md](asic-plugin.md)); "
+           "`sim` is the built-in simulated Spectrum switch")
     uses_links = False
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        return ["## asic plugin: what the ASIC has beyond `HwIf*`", "",
+                "The asic source maps a plugin's names through this table, then the mlxsw and "
+                "switchd tables of the ethtool source (so `HwIfInOctets` from a plugin lands where ethtool "
+                "puts it). Names no table knows go to `swtel:/interfaces/interface[name=X]/asic/<name>`. "
+                "A host view's RDMA device (`SWTEL_ASIC_PORT_HOST`) uses the RDMA paths. "
+                "State, sent on change: the plugin's `UP` flag as `/interfaces/interface[name=X]/state/oper-status` "
+                "(UP, DOWN) and a breakout port's parent as `.../state/hardware-port`.", "",
+                "| source | name pattern | path | kind |", "|---|---|---|---|",
+                *(doc_rule_row("asic", rule) for rule in PHY), ""]
     _refused: tuple | None = None  # the plugin file's signature when it was refused for what it is
+
+    @classmethod
+    def check(cls, section: AsicConfig, where: str, problems: list[str], cfg) -> None:
+        """The plugin's name, and the built-in sim's config string judged by the sim's own
+        parser: the sim is opened with it (parse and build, no I/O; it is installed with the
+        package) and closed again, so validate refuses exactly what the agent's open() would."""
+        if not section.plugin or not (section.plugin in ASIC_BUILTIN or section.plugin.startswith("/")):
+            problems.append(f"{where}.plugin: expected {' or '.join(ASIC_BUILTIN)} or an absolute path "
+                            f"to a plugin's shared library, got {section.plugin!r}")
+        if len(section.config) > MAX_CONFIG:
+            problems.append(f"{where}.config: at most {MAX_CONFIG} characters, got {len(section.config)}")
+        elif section.plugin in ASIC_BUILTIN and (section.enabled or section.config.strip()):
+            problem = sim_config_problem(section.config)
+            if problem:
+                problems.append(f"{where}.config: {problem}")
+
+    @classmethod
+    def validate_check(cls, section: AsicConfig, where: str, problems: list[str], cfg) -> None:
+        """``swtel validate``: an enabled plugin given by path, checked as the agent checks it
+        before loading it (agent/asic/trust.py: owner, modes, directories, ELF, the entry symbol)."""
+        if not section.enabled or section.plugin in ASIC_BUILTIN or not section.plugin.startswith("/") or \
+                len(section.plugin) > MAX_STRING:
+            return
+        try:
+            check_plugin(section.plugin)
+        except OSError as exc:
+            problems.append(f"{where}.plugin: {exc}")
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agent import registry
+from agent.config import Duration, setting
 from agent.counters import Container, CounterTable, StateUpdate, escape_key
 
 if TYPE_CHECKING:
@@ -20,9 +23,20 @@ REGISTRY: dict[str, type[Source]] = {}
 NO_DATA = -1
 
 
+@dataclass
+class SourceConfig:
+    """What every source's section has; a source's ``config_class`` adds its own keys."""
+
+    enabled: bool = setting(True)
+    interval: Duration | None = setting(None, type="duration (10ms–1h) or null")  # None: the top-level one
+
+
 def register(cls: type[Source]) -> type[Source]:
-    """Class decorator: make a source available under ``cls.name``."""
+    """Class decorator: make a source available under ``cls.name``, and its config section
+    (``sources.<name>``: ``cls.config_class``, ``cls.check``, ``cls.doc``) to the config."""
     REGISTRY[cls.name] = cls
+    registry.SOURCES.add(registry.Section(cls.name, cls.config_class, check=cls.check,
+                                          validate_check=cls.validate_check, doc=cls.doc, plugin=cls))
     return cls
 
 
@@ -35,8 +49,25 @@ class Source:
     """
 
     name: ClassVar[str]
+    #: the dataclass of its config section (``sources.<name>``): ``enabled``, ``interval`` and its own keys
+    config_class: ClassVar[type]
+    #: the section's meaning in docs/config.md
+    doc: ClassVar[str] = ""
     #: True when the table depends on the set of network links.
     uses_links: ClassVar[bool] = True
+    #: ``swtel validate`` only: ``validate_check(section, where, problems, cfg)``, see ``check``
+    validate_check: ClassVar[Any] = None
+
+    @classmethod
+    def check(cls, section: Any, where: str, problems: list[str], cfg: Config) -> None:
+        """The section's rules that its types cannot express: append one problem per broken
+        rule, each starting with its YAML path (``where`` is ``sources.<name>``)."""
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        """Its part of docs/paths.md (agent/pathdoc.py): markdown lines, ending with a blank
+        one; ``doc_row``/``doc_rule_row`` make the table rows."""
+        return []
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -100,6 +131,21 @@ class Source:
     def note_error(self, message: str) -> None:
         self.errors += 1
         self.last_error = message
+
+
+def doc_row(source: str, name: str, path: str, kind: str = "counter") -> str:
+    """A row of docs/paths.md: a source's counter name and the path it is streamed under."""
+    return f"| {source} | `{name}` | `{path}` | {kind} |"
+
+
+def doc_rule_row(source: str, rule: Any) -> str:
+    """A row of docs/paths.md for a driver table's rule (agent/sources/drivers.py)."""
+    origin, container = rule.container
+    path = container.format(port="X", n="N") + "/" + rule.leaf.format(name="<name>", n="N")
+    shown = path if origin == "openconfig" else f"swtel:{path}"
+    pattern = rule.pattern.pattern.strip("^$").replace("(?P<n>[0-7])", "N").replace("(?P<n>\\d+)", "N")
+    pattern = pattern.replace("(?P<n>\\d)", "N").replace("(?P<name>\\w+)", "<name>")
+    return doc_row(source, pattern, shown, "gauge" if rule.kind == 1 else "counter")
 
 
 def counter_wanted(name: str, include: list[str], exclude: list[str]) -> bool:

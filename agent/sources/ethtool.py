@@ -15,13 +15,15 @@ from array import array
 from dataclasses import dataclass
 
 from agent import _backend
+from agent.config import CounterFilter, Duration, setting
 from agent.counters import (
     HIDDEN,
     CounterSpec,
     CounterTable,
 )
 from agent.links import Link, select
-from agent.sources.base import Source, counter_wanted, register
+from agent.sources import drivers
+from agent.sources.base import Source, SourceConfig, counter_wanted, doc_rule_row, register
 from agent.sources.drivers import PER_QUEUE, map_name, table_for
 
 _VANISHING = (errno.ENODEV, errno.ENXIO)
@@ -33,9 +35,49 @@ class _Port:
     names: list[str]
 
 
+MAX_IDLE_INTERVAL_S = 60.0  # idle_interval: at most 1m
+
+
+@dataclass
+class EthtoolConfig(SourceConfig):
+    """``sources.ethtool``."""
+
+    interfaces: list[str] = setting(factory=lambda: ["*"], type="globs")
+    exclude: list[str] = setting(factory=lambda: ["lo"], type="globs")
+    counters: CounterFilter = setting(factory=CounterFilter,
+                                      doc="counter-name filter on driver names (e.g. `HwIfIn*`)")
+    per_queue: bool = setting(False, doc="also read per-queue/per-channel counters (mlx5 exposes thousands)")
+    # A port none of whose counters moved for this long is read once per idle_interval
+    # (turns spread over the polls) until one moves again; 0: every port every poll.
+    idle_interval: Duration = setting(Duration(1.0), type="duration (0–1m)", doc=(
+        "a port none of whose ethtool counters moved for this long is read once per `idle_interval` "
+        "(the idle ports' turns spread evenly over the polls) instead of every poll, and every poll "
+        "again from the first poll that sees one move. One `ETHTOOL_GSTATS` ioctl per port is most of "
+        "a tick's CPU (kernel time; see PERFORMANCE.md), so idle ports cost a tenth at the defaults. "
+        "A change on an idle port is seen within `idle_interval` plus one poll. `0` (or anything not "
+        "above the poll interval): every port every poll"))
+
+
 @register
 class EthtoolSource(Source):
     name = "ethtool"
+    config_class = EthtoolConfig
+    doc = "driver/ASIC counters (`ETHTOOL_GSTATS`, string table cached per port)"
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        out: list[str] = []
+        for title, table in (("Cumulus switchd (`HwIf*`)", drivers.SWITCHD), ("mlxsw (Spectrum)", drivers.MLXSW),
+                             ("mlx5 (ConnectX)", drivers.MLX5), ("every driver", drivers.GENERIC)):
+            out += [f"## ethtool: {title}", "", "| source | name pattern | path | kind |", "|---|---|---|---|"]
+            out += [doc_rule_row("ethtool", rule) for rule in table] + [""]
+        return out
+
+    @classmethod
+    def check(cls, section: EthtoolConfig, where: str, problems: list[str], cfg) -> None:
+        if section.idle_interval > MAX_IDLE_INTERVAL_S:
+            problems.append(f"{where}.idle_interval: must be at most 1m (a quiet port is still read "
+                            f"that often), got {section.idle_interval}")
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import socket
 from array import array
+from dataclasses import dataclass
 
 from agent import _backend
+from agent.config import CounterFilter, setting
 from agent.counters import (
     COUNTER,
     HIDDEN,
@@ -19,7 +21,7 @@ from agent.counters import (
     StateUpdate,
 )
 from agent.links import Link, select
-from agent.sources.base import Source, counter_wanted, interface, register
+from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, interface, register
 
 _OC, _EXT = "state/counters", "netdev"
 
@@ -56,9 +58,31 @@ FIELDS: list[tuple[str, str, str, str]] = [
 CARRIER = ("carrier_changes", OPENCONFIG, _OC, "carrier-transitions")
 
 
+@dataclass
+class NetdevConfig(SourceConfig):
+    """``sources.netdev``."""
+
+    interfaces: list[str] = setting(factory=lambda: ["*"], type="globs", doc="interfaces to read")
+    exclude: list[str] = setting(factory=lambda: ["lo"], type="globs", doc="interfaces to skip")
+    counters: CounterFilter = setting(factory=CounterFilter, doc="counter-name filter", sub={
+        "include": {"doc": "counter names (leaf names, e.g. `in-octets`) to read"},
+        "exclude": {"doc": "counter names to skip"}})
+
+
 @register
 class NetdevSource(Source):
     name = "netdev"
+    config_class = NetdevConfig
+    doc = "interface counters from one netlink `RTM_GETSTATS` dump"
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        out = ["## Interface counters (netdev)", "", "| source | kernel name | path | kind |", "|---|---|---|---|"]
+        for field, origin, tail, leaf in FIELDS + [CARRIER]:
+            path = f"/interfaces/interface[name=X]/{tail}/{leaf}"
+            out.append(doc_row("netdev", field, path if origin == "openconfig" else f"swtel:{path}"))
+        return out + ["", "State, sent on change: `/interfaces/interface[name=X]/state/oper-status` "
+                      "(UP, DOWN, LOWER_LAYER_DOWN, ...) and `.../state/admin-status` (UP, DOWN).", ""]
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

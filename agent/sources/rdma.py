@@ -13,10 +13,12 @@ import fnmatch
 import os
 import time
 from array import array
+from dataclasses import dataclass
 
 from agent import _backend
+from agent.config import CounterFilter, setting
 from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, escape_key
-from agent.sources.base import Source, counter_wanted, leaf_name, register
+from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
 WIDTH_32 = {
@@ -37,10 +39,37 @@ _DIRS = ("hw_counters", "counters")
 RESCAN_S = 30.0  # how often to look for RDMA devices and counter files that came or went
 
 
+@dataclass
+class RdmaConfig(SourceConfig):
+    """``sources.rdma``."""
+
+    enabled: bool = setting(False)
+    root: str = setting("/sys", type="absolute path", doc="sysfs root (tests point it elsewhere)")
+    devices: list[str] = setting(factory=lambda: ["*"], type="globs", doc="RDMA device names, e.g. `mlx5_*`")
+    counters: CounterFilter = setting(factory=CounterFilter)
+
+
 @register
 class RdmaSource(Source):
     name = "rdma"
+    config_class = RdmaConfig
+    doc = "RoCE `hw_counters` of RDMA devices (hosts with mlx5)"
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        return ["## RDMA (sysfs)", "", "| source | file | path | kind |", "|---|---|---|---|",
+                doc_row("rdma", "<root>/class/infiniband/D/ports/P/hw_counters/<name>",
+                        "swtel:/rdma/devices/device[name=D]/ports/port[id=P]/hw-counters/<name>"),
+                doc_row("rdma", "<root>/class/infiniband/D/ports/P/counters/<name>",
+                        "swtel:/rdma/devices/device[name=D]/ports/port[id=P]/counters/<name>"),
+                "", "32-bit (they wrap, and are unwrapped): " + ", ".join(f"`{n}`" for n in sorted(WIDTH_32)),
+                ""]
     uses_links = False
+
+    @classmethod
+    def check(cls, section: RdmaConfig, where: str, problems: list[str], cfg) -> None:
+        if not section.root.startswith("/"):
+            problems.append(f"{where}.root: expected an absolute path, got {section.root!r}")
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
 import psutil
 
+from agent.config import Duration, setting
 from agent.counters import COUNTER, GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
-from agent.sources.base import Source, register
+from agent.sources.base import Source, SourceConfig, doc_row, register
 
 _SYSTEM = Container(SWTEL_ORIGIN, "/system/state")
 _AGENT = Container(SWTEL_ORIGIN, "/agent/state")
@@ -24,9 +26,25 @@ LEAVES = [
 ]
 
 
+@dataclass
+class SystemConfig(SourceConfig):
+    """``sources.system``."""
+
+    interval: Duration | None = setting(Duration(5.0), type="duration (10ms–1h) or null")
+
+
 @register
 class SystemSource(Source):
     name = "system"
+    config_class = SystemConfig
+    doc = "switch CPU and memory, the agent's own CPU and RSS"
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        out = ["## System and agent (psutil)", "", "| source | value | path | kind |", "|---|---|---|---|"]
+        for container, leaf, kind in LEAVES:
+            out.append(doc_row("system", leaf, f"swtel:{container.path}/{leaf}", "gauge" if kind == 1 else "counter"))
+        return out + [""]
     uses_links = False
 
     def __init__(self, cfg) -> None:

@@ -1,0 +1,90 @@
+"""The three plugin registries: sources, exporters and detectors (insights).
+
+Floor 2, beside :mod:`agent.config`, and importing nothing of the agent: dependency
+injection as node_exporter's collectors do it. Each plugin module (one file under
+``agent/sources/``, ``agent/exporters/`` or ``agent/insights/``) registers, when it is
+imported, its config section: the dataclass of its keys (each documented in the field's
+metadata), its ``check()`` and the row of its section in docs/config.md. The config
+loader (:mod:`agent.config`) builds ``sources``, ``exporters`` and ``insights`` from
+these registries, validates by calling each check, and :mod:`agent.configdoc` renders
+the docs tables from them. :mod:`agent.plugins` imports every plugin package: every
+entry point that reads a config imports it first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+#: ``check(section, where, problems, cfg)``: append one problem per rule the section breaks,
+#: each starting with its YAML path (``where`` is the section's, e.g. ``sources.asic``).
+#: ``cfg`` is the whole config (for rules that depend on other sections).
+Check = Callable[[Any, str, list[str], Any], None]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One plugin's config section (``<kind>.<name>``)."""
+
+    name: str
+    config: type  # the dataclass of its keys (e.g. NetdevConfig)
+    check: Check | None = None
+    #: ``swtel validate`` only (``config.parse(..., plugin_file=True)``): checks of what the
+    #: agent itself meets at run time rather than at load (an ASIC plugin's file)
+    validate_check: Check | None = None
+    many: bool = False  # a list of sections (exporters.dialout[])
+    optional: bool = False  # None until the section is present (exporters.jsonl)
+    #: the section's own row in docs/config.md: its type, default and meaning
+    doc: str = ""
+    doc_type: str = "mapping"
+    doc_default: str = ""
+    plugin: Any = None  # the run-time class
+
+
+class Registry:
+    """Sections of one kind, iterated in ``order`` first, then any other in name order."""
+
+    def __init__(self, kind: str, order: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.order = order
+        self._sections: dict[str, Section] = {}
+
+    def add(self, section: Section) -> Section:
+        """Register ``section`` (a module imported again replaces its own section; two
+        modules claiming one name is an error, raised at import)."""
+        old = self._sections.get(section.name)
+        if old is not None and old.plugin is not None and section.plugin is not None and \
+                old.plugin.__module__ != section.plugin.__module__:
+            raise RuntimeError(f"{self.kind}.{section.name}: claimed by both {old.plugin.__module__} "
+                               f"and {section.plugin.__module__}")
+        self._sections[section.name] = section
+        return section
+
+    def __iter__(self) -> Iterator[Section]:
+        names = [n for n in self.order if n in self._sections]
+        names += sorted(set(self._sections) - set(self.order))
+        return (self._sections[n] for n in names)
+
+    def __len__(self) -> int:
+        return len(self._sections)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._sections
+
+    def __getitem__(self, name: str) -> Section:
+        return self._sections[name]
+
+    def names(self) -> list[str]:
+        return [s.name for s in self]
+
+    def shape(self) -> tuple:
+        """What the config schema is built from: the sections' names, classes and kinds."""
+        return tuple((s.name, s.config, s.many, s.optional) for s in self)
+
+
+SOURCES = Registry("sources", ("netdev", "ethtool", "rdma", "system", "asic"))
+EXPORTERS = Registry("exporters", ("jsonl", "dialout", "server", "tunnel", "otlp"))
+DETECTORS = Registry("insights", ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
+                                  "throughput_dip", "roce_retrans"))
+ALL = (SOURCES, EXPORTERS, DETECTORS)
