@@ -107,7 +107,7 @@ class SourceRunner:
             gone = sorted(gone, key=lambda c: (c.origin, c.path))
             ports = ports_of(old) - ports_of(new)
         self.table, self.prev, self.acc, self.known = new, prev, acc, known
-        speeds = getattr(self.source, "port_speeds", None) or {}
+        speeds = self.source.port_speeds
         self.rates = array("Q", [speeds.get(s.port, 0) if s.port else 0 for s in new.specs])
         self.out_idx = array("I", bytes(4 * n))
         self.out_delta = array("q", bytes(8 * n))
@@ -440,10 +440,10 @@ class Engine:
             return None
 
     def _note_speeds(self, source: Source) -> None:
-        speeds = getattr(source, "port_speeds", None)
-        if speeds is None:
+        speeds = dict(source.port_speeds)
+        if self._speeds.get(source.name, {}) == speeds:
             return
-        self._speeds[source.name] = dict(speeds)
+        self._speeds[source.name] = speeds
         if self.insights is not None:
             self._guard("insights", self.insights.set_port_speeds, self.port_speeds())
 

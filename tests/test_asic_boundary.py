@@ -246,6 +246,8 @@ def test_undeclarable_widths_and_kinds_are_refused_at_load(shifty, tmp_path, con
             lambda: (lambda cs: cs if cs[1] and cs[1]["sources"]["asic"].get("fault") else None)(_status(tmp_path)),
             what="layout fault")
         assert message in status["sources"]["asic"]["fault"] and code == 1
+        time.sleep(1.0)  # 20 polls: the refused layout is listed again only after RETRY_OPEN_S
+        assert _status(tmp_path)[1]["sources"]["asic"]["errors"] == 1
     finally:
         assert agent.stop() == 0
     assert not [r for r in agent.records() if "[name=q" in r.get("path", "")]

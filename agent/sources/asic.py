@@ -225,6 +225,7 @@ class AsicSource(Source):
         self._generation = 0
         self._stale = True  # the layout must be listed (first setup, or the plugin said ECHANGED)
         self._retry_at = 0.0
+        self._layout_retry_at = 0.0  # a refused layout is listed again from then on
         self._backoff = Backoff()  # restart delays after a plugin crash or hang
         self._opening: PluginProxy | None = None  # a helper whose open is in flight
         self._interrupted = False  # the agent is stopping: start no helper
@@ -232,14 +233,12 @@ class AsicSource(Source):
         self._oper_sent: dict[str, tuple[str, str]] = {}
         self.layout_changes = 0  # reads answered ECHANGED
         self._changed_in_a_row = 0
-        #: port -> link speed in bits/s, for utilization-based insights
-        self.port_speeds: dict[str, int] = {}
 
     @property
     def needs_setup(self) -> bool:
         if self._handle is None:
             return time.monotonic() >= self._retry_at
-        return self._stale
+        return self._stale and time.monotonic() >= self._layout_retry_at
 
     def _open(self) -> bool:
         sec = self.section
@@ -277,21 +276,25 @@ class AsicSource(Source):
         try:
             gen, ports, counters = self._plugin("layout")
         except OSError as exc:
-            self.note_error(str(exc))
-            self.fault = f"layout refused: {exc}"
-            log_rate.log(log, "error", ("layout", self.section.plugin), "asic layout refused",
-                         plugin=self.section.plugin, error=str(exc))
+            self._refuse_layout(str(exc))
             return
         problem = layout_problem(counters)
         if problem:
-            self.note_error(problem)
-            self.fault = f"layout refused: {problem}"
-            log_rate.log(log, "error", ("layout", self.section.plugin), "asic layout refused",
-                         plugin=self.section.plugin, error=problem)
+            self._refuse_layout(problem)
             return
         self._generation = gen
         self._stale = False
+        self._layout_retry_at = 0.0
         self._build(ports, counters)
+
+    def _refuse_layout(self, problem: str) -> None:
+        """A layout that cannot be streamed: a fault until one can; listed again after
+        RETRY_OPEN_S (a plugin does not fix its layout between two polls), counted once each."""
+        self.note_error(problem)
+        self.fault = f"layout refused: {problem}"
+        self._layout_retry_at = time.monotonic() + RETRY_OPEN_S
+        log_rate.log(log, "error", ("layout", self.section.plugin), "asic layout refused",
+                     plugin=self.section.plugin, error=problem, retry_s=RETRY_OPEN_S)
 
     def _build(self, ports: list[tuple], counters: list[list[tuple]]) -> None:
         sec = self.section

@@ -80,6 +80,9 @@ class Source:
         #: the source's own collection time of the last read, when it has one (an ASIC
         #: plugin's timestamp); 0: the engine stamps the sample with the time it asked
         self.sample_ts_ns = 0
+        #: port -> link speed in bits/s, where the source knows it (an ASIC plugin): the
+        #: engine hands it to the change kernel's jump limits and to the detectors
+        self.port_speeds: dict[str, int] = {}
         #: a condition that makes the source unhealthy while it lasts (a plugin that cannot be
         #: opened, a layout that keeps changing, a crashed plugin); None when all is well
         self.fault: str | None = None
