@@ -1,5 +1,6 @@
 """Tick engine: polls each source at its own interval, diffs in the change kernel,
-and hands what changed to the listeners (exporters, insights).
+and hands what changed to the listeners (the exporters and the insights runner, through
+one contract: agent/exporters/base.py's Listener).
 
 Scheduling uses the monotonic clock; a tick that overruns is counted and the
 missed ticks are skipped, never queued, so the agent never bursts to catch up.
@@ -171,13 +172,12 @@ class SourceRunner:
 
 
 class Engine:
-    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None,
-                 insights: Any = None):
+    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None):
         self.cfg = cfg
+        #: everything that takes the engine's output, through one contract (agent/exporters/
+        #: base.py Listener): the exporters, and the insights runner, whose end_pass returns
+        #: the events it raised or cleared (states, handed on like any other)
         self.listeners: list[Listener] = list(listeners or [])
-        #: the insights runner (agent/insights): fed every batch, evaluated once per pass; its
-        #: events go to the store and every listener like any other state
-        self.insights = insights
         self._speeds: dict[str, dict[str, int]] = {}  # source -> port -> link speed (bits/s)
         self.store = store or Store()
         self.store.primed.clear()  # until every source has tried its first read
@@ -272,7 +272,7 @@ class Engine:
                         self._schedule(runner, now)
                 self._flush_drops()
                 self._first_attempt_done()
-                self._evaluate_insights()
+                self._end_pass()
                 self.ticks += 1
                 if now >= self._next_health:
                     self._publish_health(now)
@@ -316,8 +316,9 @@ class Engine:
                 runner.source.close()
             if name not in still:
                 self._retire(runner, ts_ns)
-        if self.insights is not None and cfg.insights != self.cfg.insights:
-            self._guard("insights", self.insights.reconfigure, cfg.insights)
+        for listener in self.listeners:  # on the tick thread, between two passes
+            if hasattr(listener, "on_config"):
+                self._call(listener, "on_config", cfg)
         self.cfg = cfg
         self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
 
@@ -390,8 +391,6 @@ class Engine:
             if jumps:
                 self._note_jumps(runner, batch, jumps)
             self._tell("on_batch", batch)
-            if self.insights is not None:
-                self._guard("insights", self.insights.on_batch, batch)
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
@@ -429,23 +428,15 @@ class Engine:
                        source=source.name, error=message)
         return agent_ns
 
-    def _guard(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run insights code; its bug must not stop polling (counted like a listener's)."""
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - isolate the detectors from the tick loop
-            self.listener_errors += 1
-            self._rate.log(log, "error", ("insights", getattr(fn, "__name__", "?")), "insights failed",
-                           component=what, error=repr(exc))
-            return None
-
     def _note_speeds(self, source: Source) -> None:
         speeds = dict(source.port_speeds)
         if self._speeds.get(source.name, {}) == speeds:
             return
         self._speeds[source.name] = speeds
-        if self.insights is not None:
-            self._guard("insights", self.insights.set_port_speeds, self.port_speeds())
+        merged = self.port_speeds()
+        for listener in self.listeners:
+            if hasattr(listener, "on_port_speeds"):
+                self._call(listener, "on_port_speeds", merged)
 
     def port_speeds(self) -> dict[str, int]:
         """Link speed (bits/s) of every port a source knows it for (the ASIC plugin's)."""
@@ -454,24 +445,30 @@ class Engine:
             merged.update(per_source)
         return merged
 
-    def _evaluate_insights(self) -> None:
-        if self.insights is None:
-            return
-        updates = self._guard("insights", self.insights.end_pass, time.time_ns())
-        if updates:
-            self.store.set_states(updates)
-            self._tell("on_state", updates)
+    def _end_pass(self) -> None:
+        """The pass is over: a listener that derives state from it (the detectors) returns
+        its updates, which go to the store and every listener like any other state."""
+        for listener in self.listeners:
+            if hasattr(listener, "end_pass"):
+                updates = self._call(listener, "end_pass", time.time_ns())
+                if updates:
+                    self.store.set_states(updates)
+                    self._tell("on_state", updates)
 
     def _tell(self, method: str, *args: Any) -> None:
         """Hand data to every listener; one listener's bug must not stop polling or the others."""
         for listener in self.listeners:
-            try:
-                getattr(listener, method)(*args)
-            except Exception as exc:  # noqa: BLE001 - isolate listeners from the tick loop
-                self.listener_errors += 1
-                self._rate.log(log, "error", ("listener", getattr(listener, "name", "?"), method),
-                               "exporter failed on new data", exporter=getattr(listener, "name", "?"),
-                               method=method, error=repr(exc))
+            self._call(listener, method, *args)
+
+    def _call(self, listener: Listener, method: str, *args: Any) -> Any:
+        try:
+            return getattr(listener, method)(*args)
+        except Exception as exc:  # noqa: BLE001 - isolate listeners from the tick loop
+            self.listener_errors += 1
+            self._rate.log(log, "error", ("listener", getattr(listener, "name", "?"), method),
+                           "listener failed", listener=getattr(listener, "name", "?"),
+                           method=method, error=repr(exc))
+            return None
 
     def _flush_drops(self) -> None:
         """Turn this pass's dropped containers and ports into deletes. A port's whole
@@ -490,8 +487,6 @@ class Engine:
         if out:
             self.store.drop_containers(out)
             self._tell("on_delete", ts_ns, out)
-            if self.insights is not None:
-                self._guard("insights", self.insights.on_delete, out)
 
     def _publish_health(self, now: float) -> None:
         """Every HEALTH_PERIOD_S, each source's interval, measured refresh cadence, read

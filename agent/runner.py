@@ -64,7 +64,8 @@ class Agent:
         self.started = time.monotonic()
         self.notifier = notifier or Notifier()
         self.exporters = build_exporters(cfg)
-        self.engine = Engine(cfg, list(self.exporters.values()), insights=_insights(cfg))
+        self.insights = _insights(cfg)  # a listener like the exporters (None: insights off)
+        self.engine = Engine(cfg, self._listeners())
         self.engine.tick_hooks.append(self.notifier.tick)
         self.control: ControlServer | None = None
         if cfg.control.enabled:
@@ -163,11 +164,13 @@ class Agent:
             if new.control != self.cfg.control:
                 log.warning("control socket settings change at the next restart")
             if new.insights.enabled != self.cfg.insights.enabled:
-                # on/off: a fresh runner (or none); otherwise the engine reconfigures it in place
+                # on/off: a fresh runner (or none); otherwise the engine hands the new config
+                # to the running one on its tick thread (on_config), as to every listener
                 fresh = _insights(new)
                 if fresh is not None:
                     fresh.set_port_speeds(self.engine.port_speeds())
-                self.engine.insights = fresh
+                self.insights = fresh
+                self.engine.listeners = self._listeners()
             self.engine.reload(new)
             self.cfg = new
             self.last_reload = {"ok": True, "ts_ns": time.time_ns(), "error": None}
@@ -219,7 +222,12 @@ class Agent:
                 _guarded(key, old.stop, 1.0)
         merged.update(fresh)
         self.exporters = merged
-        self.engine.listeners = list(merged.values())
+        self.engine.listeners = self._listeners()
+
+    def _listeners(self) -> list[Any]:
+        """What the engine feeds: the detectors first (their events of a pass reach the
+        exporters in the same pass), then every exporter."""
+        return ([self.insights] if self.insights is not None else []) + list(self.exporters.values())
 
     def _restart_old(self, key: str) -> None:
         """A predecessor stopped for its successor, which then failed: run it again as it was."""
@@ -230,7 +238,7 @@ class Agent:
             log.error("exporter failed to restart after a rejected reload", exporter=key, error=str(exc))
             return
         self.exporters[key] = again
-        self.engine.listeners = list(self.exporters.values())
+        self.engine.listeners = self._listeners()
 
     def _reload_cmd(self, _req: dict) -> dict[str, Any]:
         ok = self.reload()
@@ -275,7 +283,7 @@ class Agent:
 
     def events(self) -> dict[str, list]:
         """Open insight events and the last cleared ones (newest first)."""
-        ins = self.engine.insights
+        ins = self.insights
         return ins.status() if ins is not None else {"open": [], "recent": []}
 
     def _own_cost(self) -> dict[str, Any]:

@@ -73,6 +73,12 @@ class Exporter:
 
 
 class Listener(Protocol):
+    """What the engine feeds: every exporter, and the insights runner. Three hooks are
+    optional (the engine calls them where they exist): ``end_pass(ts_ns)`` once per pass,
+    returning state updates derived from it (the detectors' events), which go to the store
+    and every listener; ``on_port_speeds(speeds)`` when a source's port speeds change (port
+    -> bits/s); ``on_config(cfg)`` with a reloaded config, on the tick thread."""
+
     name: str
 
     def start(self, store: Store) -> None:

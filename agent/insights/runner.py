@@ -77,6 +77,26 @@ class InsightsRunner:
         """Port name -> link speed in bits/s; utilization detectors skip other ports."""
         self.speeds = dict(speeds)
 
+    # ------------------------------------------------------------ the engine's Listener contract
+    # (agent/exporters/base.py): the engine feeds the runner as it feeds the exporters, and
+    # takes its events from end_pass.
+    def start(self, store: Any) -> None:
+        """Nothing to open: the detectors keep their own state."""
+
+    def stop(self, timeout: float) -> None:
+        """Nothing to flush."""
+
+    def on_state(self, updates: list[StateUpdate]) -> None:
+        """States (oper-status, the runner's own events) feed no detector."""
+
+    def on_port_speeds(self, speeds: dict[str, int]) -> None:
+        self.set_port_speeds(speeds)
+
+    def on_config(self, cfg: Any) -> None:
+        """A reload, applied on the tick thread: the ``insights`` section, if it changed."""
+        if cfg.insights != self.cfg:
+            self.reconfigure(cfg.insights)
+
     @property
     def detectors(self) -> dict[str, Detector]:
         return self._detectors
