@@ -112,6 +112,13 @@ class Rig:
     def exporter(self, name: str) -> dict:
         return self.status()["exporters"][f"dialout:{name}"]
 
+    def wait_connected(self, name: str, timeout: float = 10.0) -> dict:
+        """The destination's state once "connected": the collector's first reply confirms a
+        stream, and can trail the data it already received on a loaded machine."""
+        return self.agent.wait_for(
+            lambda: (ex := self.exporter(name))["state"] == "connected" and ex, timeout,
+            f"dialout:{name} connected")
+
     def write_rdma(self, value: int) -> None:
         """Rewrite the counter file in place, as sysfs would show it."""
         fd = os.open(self.rdma_file, os.O_WRONLY)
@@ -267,6 +274,7 @@ def test_collector_down_30s_then_back(tmp_path):
         r.wait_equal(col)
         r.traffic(7)
         r.wait_equal(col)
+        r.wait_connected("col")
         after = r.status()
         ex = after["exporters"]["dialout:col"]
         assert ex["state"] == "connected" and ex["reconnects"] == 1 and ex["queue"] == 0
@@ -331,6 +339,7 @@ def test_partition_20s(tmp_path):
         finally:
             sh("ip", "link", "set", r.ctl_b, "up", ns=r.pair.b)
         r.wait_equal(col, timeout=90)  # TCP retransmission backoff, or a reconnect
+        r.wait_connected("col")
         after = r.status()
         ex = after["exporters"]["dialout:col"]
         assert ex["state"] == "connected"
