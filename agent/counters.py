@@ -17,6 +17,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+# the path grammar is agent/pathgrammar.py; escape_key stays importable from here
+from agent.pathgrammar import escape_key as escape_key
+
 OPENCONFIG = "openconfig"
 #: Origin of the agent's own extension paths (PFC, RDMA, raw driver counters,
 #: insights, agent health); documented in docs/paths.md.
@@ -32,12 +35,6 @@ F_WRAP = 0x02
 F_RESET = 0x04
 F_NEW = 0x08
 F_JUMP = 0x10  # with F_RESET: a move larger than the counter's limit (see jump_limits)
-
-
-def escape_key(value: str) -> str:
-    """A key value as it stands inside ``[k=...]`` in a path string: ``\\`` and ``]`` escaped
-    (gNMI path conventions), so any interface name survives a round trip."""
-    return value.replace("\\", "\\\\").replace("]", "\\]")
 
 
 @dataclass(frozen=True, slots=True)

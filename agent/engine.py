@@ -27,7 +27,7 @@ from agent.counters import (
     escape_key,
 )
 from agent.links import Link, LinkTracker
-from agent.ports import PortLedger, deletes, ports_of
+from agent.ports import Moves, PortLedger, deletes, elect, ports_of, relabel
 from agent.sources import REGISTRY, Source
 from agent.sources.base import NO_DATA
 from agent.store import Store
@@ -49,8 +49,17 @@ JUMP_WINDOW_MIN_S = 10.0
 MAX_CLOCK_SKEW_NS = 5_000_000_000
 
 
-def _containers(table: CounterTable) -> set[Container]:
-    return {s.container for s in table.specs}
+def _containers(table: CounterTable) -> frozenset[Container]:
+    """Every container of ``table`` (its hidden counters' too), computed once per table."""
+    out = table.cache.get("containers")
+    if out is None:
+        out = table.cache["containers"] = frozenset(s.container for s in table.specs)
+    return out
+
+
+def _rank(source: Source) -> int:
+    """The source's rank on a path two sources give (``sources.<name>.rank``; 0: none)."""
+    return int(getattr(source.section, "rank", 0) or 0)
 
 
 class SourceRunner:
@@ -62,7 +71,15 @@ class SourceRunner:
         self.next_due = 0.0
         self.link_gen = -1
         self.link_gen_valid = False  # False until the source's setup() has run
-        self.table: CounterTable | None = None
+        self.table: CounterTable | None = None  # the source's own: the change kernel's state follows it
+        #: what the store and the listeners get: ``table`` with the paths elected across the
+        #: sources (agent/ports.py elect; ``table`` itself when no counter of it moved)
+        self.published: CounterTable | None = None
+        self.moves: Moves = {}
+        self.published_of: CounterTable | None = None  # the own table ``published`` was made from
+        #: the paths published before an election changed them, until the counters moved
+        #: have been announced under their new paths
+        self.announce_from: set[tuple[Container, str]] | None = None
         self.prev = array("Q")
         self.acc = array("Q")
         self.known = bytearray()
@@ -119,6 +136,8 @@ class SourceRunner:
         """Take over a replaced runner's counter state (config reload): adopt_table then
         maps it onto the new table by path, so reloading causes no resets."""
         self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
+        self.published, self.moves, self.announce_from = old.published, old.moves, old.announce_from
+        self.published_of = old.published_of
         self.source.inherit(old.source)
         self.reads, self.changes, self._change_times = old.reads, old.changes, old._change_times
         self.attempts, self.republish = old.attempts, old.republish
@@ -316,6 +335,9 @@ class Engine:
                 runner.source.close()
             if name not in still:
                 self._retire(runner, ts_ns)
+        gone = self._elect(ts_ns)  # ranks may have changed, a source may be gone
+        if gone:
+            self._drops.append(("", ts_ns, gone, set()))
         for listener in self.listeners:  # on the tick thread, between two passes
             if hasattr(listener, "on_config"):
                 self._call(listener, "on_config", cfg)
@@ -326,7 +348,13 @@ class Engine:
         """A source was turned off: its data is gone, so collectors get deletes."""
         self.store.drop_source(runner.name)
         if runner.table is not None:
-            self._drops.append((runner.name, ts_ns, _containers(runner.table), ports_of(runner.table)))
+            # containers another source also publishes stay (their counters go on)
+            others = set()
+            for r in self._runners:
+                if r is not runner and r.published is not None:
+                    others |= _containers(r.published)
+            mine = _containers(runner.published or runner.table) - others
+            self._drops.append((runner.name, ts_ns, mine, ports_of(runner.table)))
         health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(runner.name)}]")
         self._health_sent = {k: v for k, v in self._health_sent.items() if not k[0].path.startswith(health.path)}
         self._drops.append((runner.name, ts_ns, {health}, set()))
@@ -344,10 +372,11 @@ class Engine:
                 log.warning("source selects no interface", source=source.name,
                             interfaces=list(getattr(source.section, "interfaces", [])))
         if source.table is not runner.table:
-            gone, gone_ports = runner.adopt_table()
+            _own_gone, gone_ports = runner.adopt_table()
             runner.republish = True  # the store gets the new table with the next good read
             self._ledger.hold(source.name, runner.table)
             self._note_speeds(source)
+            gone = self._elect(ts_ns)  # what each path carries, across the sources' new tables
             if gone or gone_ports:
                 # The layout lost them whatever this read brings: their deletes go out now.
                 self._drops.append((source.name, ts_ns, set(gone), gone_ports))
@@ -370,7 +399,9 @@ class Engine:
         if n or rebuilt:
             # Listeners may hold the batch past this tick: give them a copy.
             values = array("Q", runner.acc)
-            self.store.set_source(source.name, runner.table, values, ts_ns)
+            self.store.set_source(source.name, runner.published, values, ts_ns)
+            if rebuilt and runner.announce_from is not None:
+                self._announce(runner, values, ts_ns, set(runner.out_idx[:n].tolist()))
         else:
             self.store.touch_source(source.name, ts_ns)
         states = source.states(ts_ns)
@@ -380,7 +411,7 @@ class Engine:
         if n:
             idx = runner.out_idx[:n].tolist()
             flags = bytes(runner.out_flags[:n])
-            batch = Batch(source.name, ts_ns, runner.table, idx, values, runner.out_delta[:n].tolist(), flags)
+            batch = Batch(source.name, ts_ns, runner.published, idx, values, runner.out_delta[:n].tolist(), flags)
             # The first read of a counter is its baseline, not a change seen on the wire.
             fresh = jumps = 0
             for f in flags:
@@ -394,6 +425,68 @@ class Engine:
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
+
+    def _elect(self, ts_ns: int) -> set[Container]:
+        """Elect again what each path carries (agent/ports.py elect) after a source's table or
+        the config changed; a source whose published table changes has it stored and its
+        moved counters announced under their new paths (their value, delta 0, flagged new),
+        now or with its next good read. Returns the containers no source publishes any more;
+        leaves that left a container that stays are deleted one by one (in ``_drops``)."""
+        runners = [r for r in self._runners if r.table is not None]
+        all_moves = elect([(r.name, r.table, _rank(r.source)) for r in runners])
+        changed: list[tuple[SourceRunner, CounterTable | None, Moves]] = []
+        for r, moves in zip(runners, all_moves, strict=True):
+            if r.published is not None and r.published_of is r.table and moves == r.moves:
+                continue
+            old, old_moves = r.published, r.moves
+            r.published, r.moves, r.published_of = relabel(r.table, moves), moves, r.table
+            changed.append((r, old, old_moves))
+        if not changed:
+            return set()
+        now: set[Container] = set()
+        for r in runners:
+            now |= _containers(r.published)
+        gone: set[Container] = set()
+        # leaves no longer there in a container that stays: one an election had moved, or one
+        # in a container only another source still publishes (sources never share one else)
+        stale: set[tuple[Container, str]] = set()
+        for r, old, old_moves in changed:
+            if old is None:
+                continue
+            gone |= _containers(old) - now
+            mine = _containers(r.published)
+            for i in old.visible:
+                spec = old.specs[i]
+                if spec.container in now and (i in old_moves or spec.container not in mine):
+                    stale.add((spec.container, spec.leaf))
+            if r.announce_from is None and (old_moves or r.moves):  # paths an election moved
+                r.announce_from = {(s.container, s.leaf) for s in (old.specs[i] for i in old.visible)}
+            if r.announce_from is not None and not r.republish and r.reads:  # stored: announce now
+                values = array("Q", r.acc)
+                self.store.set_source(r.name, r.published, values, r.last_ok_ns)
+                self._announce(r, values, r.last_ok_ns, set())
+        if stale:
+            for r in runners:
+                specs = r.published.specs
+                for i in r.published.visible:
+                    stale.discard((specs[i].container, specs[i].leaf))
+            leaves = [Container(c.origin, f"{c.path}/{leaf}") for c, leaf in sorted(
+                stale, key=lambda x: (x[0].origin, x[0].path, x[1]))]
+            if leaves:
+                self._drops.append(("", ts_ns, set(leaves), set()))
+        return gone
+
+    def _announce(self, runner: SourceRunner, values: array, ts_ns: int, sent: set[int]) -> None:
+        """The counters an election moved, under their new paths: their current value, delta
+        0, flagged new (a collector holds the path from now on). ``sent``: already in this
+        read's batch."""
+        before, runner.announce_from = runner.announce_from or set(), None
+        table = runner.published
+        idx = [i for i in table.visible if runner.known[i] and i not in sent
+               and (table.specs[i].container, table.specs[i].leaf) not in before]
+        if idx:
+            n = len(idx)
+            self._tell("on_batch", Batch(runner.name, ts_ns, table, idx, values, [0] * n, bytes([F_NEW]) * n))
 
     def _note_jumps(self, runner: SourceRunner, batch: Batch, jumps: int) -> None:
         """Moves larger than a counter can make (port speed x time since the last read): not

@@ -7,19 +7,29 @@ which of them no source holds any more; :func:`deletes` turns those and the cont
 dropped in the same pass into the deletes that go out: each vanished interface's subtree
 in both origins, then the other containers one by one (those of an interface that another
 source still reads).
+
+It also elects which source's counter a path carries when two sources give the same counter
+of one port (:func:`elect`): the kernel's ``rx_bytes`` and an ASIC plugin's ``HwIfInOctets``
+are both the port's ``/interfaces/interface[name=X]/state/counters/in-octets``; the one of
+higher rank (``sources.<name>.rank``) is published there, the other under the swtel origin
+with its source's name in the path (:func:`yielded`). Only the labels published change:
+each source's change-kernel state stays keyed by its own table, so a new winner never
+corrupts a delta. docs/paths.md ("One counter, one path") says it for users.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
-from agent.counters import OPENCONFIG, SWTEL_ORIGIN, Container, CounterTable
-from agent.sources.base import interface_path
+from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.pathgrammar import INTERFACE_PREFIX, interface_path, read_key
+from agent.sources.drivers import HW_STANDARD
 
 
 def ports_of(table: CounterTable) -> set[str]:
     """Interfaces this table has data for (their subtree is deleted when the last source drops them)."""
-    return {s.port for s in table.specs if s.port and s.container.path.startswith("/interfaces/interface[")}
+    return {s.port for s in table.specs if s.port and s.container.path.startswith(INTERFACE_PREFIX)}
 
 
 class PortLedger:
@@ -65,3 +75,147 @@ def deletes(vanished: set[str], containers: set[Container]) -> list[Container]:
     out += sorted((c for c in containers if not any(c.path.startswith(p + "/") for p in whole)),
                   key=lambda c: (c.origin, c.path))
     return out
+
+
+# ---------------------------------------------------------------- one counter, one path
+
+#: a counter's group, the path it stands for: ``origin NUL container-path NUL leaf`` (a
+#: string: its hash is computed once, so the sets below cost no loop per counter)
+Key = str
+#: a table's relabelled counters: index -> (container, leaf) published instead of its own
+Moves = dict[int, tuple[Container, str]]
+
+_HW_TAIL = "/hw/state/counters"
+
+
+def standard_key(spec: CounterSpec) -> tuple[Key, bool] | None:
+    """The path a reported counter of a port stands for, and whether that is another path
+    than its own: a switch's hardware counter (``swtel:.../hw/state/counters/in-octets``,
+    switchd's ``HwIfInOctets``) stands for the interface's OpenConfig leaf
+    (``.../state/counters/in-octets``, drivers.HW_STANDARD); any other counter for its own
+    path. None: not a port's reported counter."""
+    if spec.kind == HIDDEN or not spec.port:
+        return None
+    c = spec.container
+    std = HW_STANDARD.get(spec.leaf)
+    if std is not None and c.origin == SWTEL_ORIGIN and c.path.endswith(_HW_TAIL):
+        base = c.path[:-len(_HW_TAIL)]
+        if base == interface_path(spec.port):
+            return f"{OPENCONFIG}\0{base}/state/counters\0{std}", True
+    return f"{c.origin}\0{c.path}\0{spec.leaf}", False
+
+
+def key_path(key: Key) -> tuple[Container, str]:
+    """The (container, leaf) a :func:`standard_key` names."""
+    origin, rest = key.split("\0", 1)
+    path, leaf = rest.rsplit("\0", 1)
+    return Container(origin, path), leaf
+
+
+def keys_of(table: CounterTable) -> dict[Key, list[tuple[int, bool]]]:
+    """Per :func:`standard_key` of ``table``'s reported counters, their (index, alias?);
+    computed once per table (a table is rebuilt, never changed)."""
+    out = table.cache.get("standard")
+    if out is not None:
+        return out
+    out = {}
+    targets: dict[Key, tuple[Container, str]] = {}  # a hardware counter's key -> its standard leaf
+    std: dict[Container, Container] = {}
+    prefix: dict[Container, str] = {}  # the key's start, per container (a port's counters share a few)
+    specs = table.specs
+    for i in table.visible:
+        spec = specs[i]
+        if not spec.port:
+            continue
+        c = spec.container
+        if spec.leaf in HW_STANDARD and c.path.endswith(_HW_TAIL):
+            hit = standard_key(spec)
+            if hit is not None and hit[1]:
+                out.setdefault(hit[0], []).append((i, True))
+                to = std.get(c)
+                if to is None:
+                    to = std[c] = Container(OPENCONFIG, c.path[:-len(_HW_TAIL)] + "/state/counters")
+                targets[hit[0]] = (to, HW_STANDARD[spec.leaf])
+                continue
+        start = prefix.get(c)
+        if start is None:
+            start = prefix[c] = f"{c.origin}\0{c.path}\0"
+        out.setdefault(start + spec.leaf, []).append((i, False))
+    table.cache["standard"] = out
+    table.cache["standard_to"] = targets
+    return out
+
+
+def yielded(container: Container, source: str) -> Container:
+    """Where a counter that lost its path to another source's is published: under the swtel
+    origin, with its source's name after the path's first keyed element
+    (``/interfaces/interface[name=X]/state/counters`` of netdev ->
+    ``swtel:/interfaces/interface[name=X]/netdev/state/counters``)."""
+    path = container.path
+    end = path.find("[")
+    if end < 0:
+        return Container(SWTEL_ORIGIN, f"/{source}{path}")
+    while end < len(path) and path[end] == "[":  # every key of that element
+        _value, end = read_key(path, path.find("=", end) + 1)
+        end += 1
+    return Container(SWTEL_ORIGIN, f"{path[:end]}/{source}{path[end:]}")
+
+
+def elect(tables: list[tuple[str, CounterTable, int]]) -> list[Moves]:
+    """``tables``: (source name, its own table, its rank) in the sources' order. Per group of
+    counters of one port that stand for one path (:func:`standard_key`), from two sources or
+    more: when a source of rank > 0 holds one of them and the paths as they are would not
+    do (two of rank > 0; the best of them is a hardware counter standing for a standard leaf;
+    or another source's counter is on the very same path), the counter of highest rank (then
+    a counter on its own path, then the later source) is published on the group's path and
+    every other one on its :func:`yielded` path. A source of rank 0 never takes a path (its
+    counters move aside where one of rank > 0 takes theirs). Returns per table the counters
+    published elsewhere than their own path (empty: as they are)."""
+    keyed = [keys_of(table) for _name, table, _rank in tables]
+    seen: set[Key] = set()
+    shared: set[Key] = set()  # keys of two tables or more (set operations: no loop per counter)
+    for keys in keyed:
+        shared |= seen & keys.keys()
+        seen |= keys.keys()
+    moves: list[Moves] = [{} for _ in tables]
+    aside: dict[tuple[Container, str], Container] = {}  # (container, source) -> yielded container
+    ranks = [rank for _name, _table, rank in tables]
+    gets = list(enumerate(k.get for k in keyed))
+    for key in shared:
+        members = []
+        part = []
+        for pos, get in gets:
+            for i, alias in get(key, ()):
+                m = (pos, i, alias)
+                members.append(m)
+                if ranks[pos] > 0:
+                    part.append(m)
+        if not part:
+            continue
+        top = max(part, key=lambda m: (ranks[m[0]], not m[2], m[0])) if len(part) > 1 else part[0]
+        if len(part) < 2 and not top[2] and all(m[2] for m in members if m is not top):
+            continue  # the one that takes part is on its own path, alone there: as it is
+        for m in members:
+            pos, i, alias = m
+            if m is top:
+                if alias:
+                    moves[pos][i] = tables[pos][1].cache["standard_to"][key]
+                continue
+            spec = tables[pos][1].specs[i]
+            name = tables[pos][0]
+            where = aside.get((spec.container, name))
+            if where is None:
+                where = aside[(spec.container, name)] = yielded(spec.container, name)
+            moves[pos][i] = (where, spec.leaf)
+    return moves
+
+
+def relabel(table: CounterTable, moves: Moves) -> CounterTable:
+    """The table listeners see: ``table`` with the elected paths (itself when none moved).
+    Index-aligned with the source's values; only containers and leaves differ."""
+    if not moves:
+        return table
+    specs = list(table.specs)
+    for i, (container, leaf) in moves.items():
+        specs[i] = replace(specs[i], container=container, leaf=leaf)
+    return CounterTable(table.source, specs)

@@ -14,11 +14,12 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CLONE_NEWNET = 0x40000000
@@ -144,15 +145,16 @@ class AgentProcess:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=self._log_fh, stderr=subprocess.STDOUT)
 
     def wait_for(self, predicate, timeout: float = 10.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """``wait_until`` that fails at once when the agent has exited, and shows its log."""
+
+        def alive_and():
             result = predicate()
-            if result:
-                return result
-            if self.proc.poll() is not None:
+            if not result and self.proc.poll() is not None:
                 raise AssertionError(f"agent exited ({self.proc.returncode}) waiting for {what}:\n{self.log.read_text()}")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}; agent log:\n{self.log.read_text()}")
+            return result
+
+        return wait_until(alive_and, timeout, what, interval=0.05,
+                          detail=lambda: f"agent log:\n{self.log.read_text()}")
 
     def records(self) -> list[dict]:
         if not self.jsonl.exists():

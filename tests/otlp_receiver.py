@@ -31,6 +31,7 @@ class Point:
     value_type: str  # as_double | as_int
     monotonic: bool = False
     temporality: int = 0
+    bounds: tuple[float, ...] = ()  # a histogram's explicit bounds (its value: the bucket counts)
 
     @property
     def attr(self) -> dict[str, str]:
@@ -87,11 +88,17 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
                     kind = m.WhichOneof("data")
                     data = getattr(m, kind)
                     for dp in data.data_points:
-                        vt = dp.WhichOneof("value")
+                        attrs = tuple((a.key, a.value.string_value) for a in dp.attributes)
+                        if kind == "histogram":  # no value oneof: the bucket counts are its value
+                            value, vt, bounds = tuple(dp.bucket_counts), "bucket_counts", tuple(dp.explicit_bounds)
+                            assert dp.count == sum(value), (dp.count, value)
+                        else:
+                            vt = dp.WhichOneof("value")
+                            value, bounds = getattr(dp, vt), ()
                         points.append(Point(
-                            m.name, kind, tuple((a.key, a.value.string_value) for a in dp.attributes),
-                            dp.time_unix_nano, dp.start_time_unix_nano, getattr(dp, vt), vt,
-                            getattr(data, "is_monotonic", False), getattr(data, "aggregation_temporality", 0)))
+                            m.name, kind, attrs, dp.time_unix_nano, dp.start_time_unix_nano, value, vt,
+                            getattr(data, "is_monotonic", False), getattr(data, "aggregation_temporality", 0),
+                            bounds))
         with self._cond:
             self.requests += 1
             self.resources.append(resource)

@@ -1,7 +1,7 @@
 """Reference model of the simulated Spectrum switch (``agent/asic/sim/``), the test oracle.
 
 Every value is a pure function of (config, t), t = read time - ``start`` in ns (t < 0 reads
-as 0). Integer arithmetic only, so this file and the C plugin agree bit for bit; C truncates
+as 0), except the peaks, which also depend on the previous read's t. Integer arithmetic only, so this file and the C plugin agree bit for bit; C truncates
 to 64 (or 32) bits at the very end of each counter, so does :meth:`Model.values`.
 
 The model
@@ -32,9 +32,15 @@ line rate (``R + J <= CAP`` is enforced, for load > 5/6 J shrinks). Leaf uplinks
 idles included). ``phy_corrected_bits`` is a process at pre-FEC BER 1e-9 (``S*1024//100000``
 sub-units per slot), ``phy_raw_errors_laneN`` splits it evenly over ``S // 100G`` lanes.
 ``ecn_marked_tc_3 = tx_oct >> 23``. Drops, pause, symbol and effective errors: 0.
+``phy_rs_fec_histogram`` (a HISTOGRAM of 16 bins, bin b = codewords with b corrected symbols):
+bin k >= 1 = ``phy_corrected_bits >> (3k - 2)``, bin 0 = ``phy_received_bits // 5440`` minus
+the others (at least 0), both from the 64-bit values; cleared with the counters.
 Gauges: TC 3's occupancy is ``hash(cell) % 64 KiB`` per 100 ms cell, other TCs 0;
 ``tc_watermark_N`` = max occupancy of the cells of the current 1 s epoch (t // 1 s) up to
-now (a watermark cleared every second).
+now (a watermark cleared every second). ``tc_peak_occupancy_N`` (kind PEAK, cleared by
+reading): max occupancy of the cells from the previous successful read's cell to now (at most
+the last 600 cells; a handle's first read: its own cell), the one value that depends on
+the reads before it.
 
 **Scenarios** (window [a, b) in slots, b open-ended = infinite):
 
@@ -82,7 +88,10 @@ PERIOD = 600  # cells in a scenario table (60 s), then it repeats
 INF = MASK64  # open-ended window end, in slots
 DEN = SLOT << 20  # numerator -> counter
 
-COUNTER, GAUGE = 0, 1
+COUNTER, GAUGE, HISTOGRAM, PEAK = 0, 1, 2, 3
+FEC_BINS = 16  # RS(544,514) codewords by corrected symbols, 0..15 (one HISTOGRAM descriptor)
+CW_BITS = 5440  # bits of one codeword
+PEAK_CELLS = 600  # a peak reaches back at most 60 s of cells
 PORT_UP, PORT_HOST = 1, 2
 
 # hash keys (one stream per quantity)
@@ -121,13 +130,38 @@ def _counter_names() -> list[str]:
 SWITCH_COUNTERS = [(name, 64, COUNTER) for name in _counter_names()]
 SWITCH_COUNTERS += [(f"tc_curr_occupancy_{i}", 64, GAUGE) for i in range(8)]
 SWITCH_COUNTERS += [(f"tc_watermark_{i}", 64, GAUGE) for i in range(8)]
+SWITCH_COUNTERS += [(f"tc_peak_occupancy_{i}", 64, PEAK) for i in range(8)]
+SWITCH_COUNTERS += [("phy_rs_fec_histogram", 64, HISTOGRAM)]  # FEC_BINS values: bins [b, b]
 HOST_COUNTERS = [(name, 32, COUNTER) for name in (
     "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "out_of_sequence",
     "packet_seq_err", "local_ack_timeout_err")]
 HOST_COUNTERS += [(name, 64, COUNTER) for name in (
     "np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "port_xmit_data",
     "port_rcv_data")]
-IDX = {name: i for i, (name, _, _) in enumerate(SWITCH_COUNTERS)}
+IDX = {name: i for i, (name, _, _) in enumerate(SWITCH_COUNTERS)}  # the histogram is last: its bins
+# take value indices IDX["phy_rs_fec_histogram"] .. + FEC_BINS - 1
+
+
+def slots(counters: list[tuple]) -> int:
+    """Values of one port's descriptors in a read (a histogram's bins each)."""
+    return sum(FEC_BINS if c[2] == HISTOGRAM else 1 for c in counters)
+
+
+def value_kinds(layout_counters: list[list[tuple]]) -> list[int]:
+    """The kind of every value of a read (a histogram's bins are counters)."""
+    return [COUNTER if c[2] == HISTOGRAM else c[2]
+            for cs in layout_counters for c in cs for _ in range(FEC_BINS if c[2] == HISTOGRAM else 1)]
+
+
+SWITCH_VALUES = slots(SWITCH_COUNTERS)  # values of a switch port in one read (the stride)
+
+
+def descriptors(counters: list[tuple]) -> list[tuple]:
+    """One port's descriptors as the loader lists them: (name, width, kind, nbins, bins), a
+    histogram's bins [b, b] (b corrected symbols per codeword)."""
+    return [(name, width, kind, FEC_BINS, tuple((b, b) for b in range(FEC_BINS)))
+            if kind == HISTOGRAM else (name, width, kind, 0, ())
+            for name, width, kind in counters]
 
 
 # --- hashing --------------------------------------------------------------------------------
@@ -465,11 +499,12 @@ class Port:
                 )
                 self.corr.over.append((sc.a, sc.b, self.speed * 1024 * 2 // 100))
 
-    def raw(self, t: int) -> list[int]:
-        """Every counter at t, before clears and truncation (full precision)."""
+    def raw(self, t: int, since: int | None = None) -> list[int]:
+        """Every counter at t, before clears and truncation (full precision); the peaks since
+        the previous read at ``since`` (None: the first read, its own cell)."""
         if self.host:
             return self._raw_host(t)
-        v = [0] * len(SWITCH_COUNTERS)
+        v = [0] * (len(SWITCH_COUNTERS) - 1 + FEC_BINS)
         n_rx = self.rx.X(self, t) << 10
         n_tx = self.tx.X(self, t) << 10
         n_corr = self.corr.X(self, t) << 10
@@ -521,13 +556,29 @@ class Port:
             v[lane0 + i] = corr // self.lanes
         v[IDX["carrier_changes"]] = changes
         c = t // CELL
-        occ0, wm0 = IDX["tc_curr_occupancy_0"], IDX["tc_watermark_0"]
+        c0 = max(min(t if since is None else since, t) // CELL, c - PEAK_CELLS + 1, 0)
+        occ0, wm0, pk0 = IDX["tc_curr_occupancy_0"], IDX["tc_watermark_0"], IDX["tc_peak_occupancy_0"]
         tcs = {3} | {sc.prio for sc in self.wins if sc.name == "pfc-storm"}
         for tc in tcs:
             levels = [self.occupancy(tc, x) for x in range(c - c % EPOCH_CELLS, c + 1)]
             v[occ0 + tc] = levels[-1]
             v[wm0 + tc] = max(levels)
+            v[pk0 + tc] = max(self.occupancy(tc, x) for x in range(c0, c + 1))
+        self._fec_bins(v)
         return v
+
+    @staticmethod
+    def _fec_bins(v: list[int]) -> None:
+        """The RS-FEC histogram (``phy_rs_fec_histogram``, bins S0..S15) from the PHY's
+        counters as the plugin holds them (64-bit): bin k >= 1 = corrected >> (3k - 2), bin 0
+        the other codewords received (bits // 5440)."""
+        corr = v[IDX["phy_corrected_bits"]] & MASK64
+        fec0 = IDX["phy_rs_fec_histogram"]
+        errored = 0
+        for k in range(1, FEC_BINS):
+            v[fec0 + k] = corr >> (3 * k - 2)
+            errored += v[fec0 + k]
+        v[fec0] = max((v[IDX["phy_received_bits"]] & MASK64) // CW_BITS - errored, 0)
 
     def _raw_host(self, t: int) -> list[int]:
         scn = 0
@@ -550,18 +601,19 @@ class Port:
             self.rx.value(self, t) >> 2,
         ]
 
-    def values(self, t: int) -> list[int]:
-        v = self.raw(t)
+    def values(self, t: int, since: int | None = None) -> list[int]:
+        v = self.raw(t, since)
         base = None
         for i, ts in enumerate(self.clears):
             if ts <= t:
                 base = self.clear_vals[i]
         out = []
         for i, (_, width, kind) in enumerate(self.counters):
-            x = v[i]
-            if base is not None and kind == COUNTER:
-                x -= base[i]
-            out.append(x & (MASK32 if width == 32 else MASK64))
+            for j in range(i, i + (FEC_BINS if kind == HISTOGRAM else 1)):  # a histogram: its bins
+                x = v[j]
+                if base is not None and kind not in (GAUGE, PEAK):
+                    x -= base[j]
+                out.append(x & (MASK32 if width == 32 else MASK64))
         return out
 
 
@@ -710,9 +762,12 @@ class Model:
         return (self.generation(t), [(p.name, p.parent, p.speed, p.flags) for p in ports],
                 [list(p.counters) for p in ports])
 
-    def values(self, t: int) -> list[int]:
+    def values(self, t: int, since: int | None = None) -> list[int]:
+        """Every value of a read at t; ``since``: the previous successful read's t (the
+        PEAK kind clears on read), None for the handle's first read."""
         t = max(t, 0)
+        since = None if since is None else max(since, 0)
         out: list[int] = []
         for p in self.ports_at(t):
-            out += p.values(t)
+            out += p.values(t, since)
         return out

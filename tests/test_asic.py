@@ -3,7 +3,6 @@ here from examples/asic-plugin/mini_plugin.c (the plugin author's example), and 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from array import array
@@ -14,6 +13,7 @@ import pytest
 from agent import _backend
 from agent.asic import HEADER
 from agent.sources.asic import map_name
+from tests.helpers import asic_yaml, status_doc
 from tests.netns import AgentProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,8 +50,8 @@ def test_layout_and_bulk_read(plugins):
         gen, ports, counters = reader.asic_layout(h)
         assert gen == 3
         assert ports == [(f"p{i}", "", 100000, 1) for i in range(3)]
-        assert counters == [[("HwIfInOctets", 64, 0, 0), ("phy_symbol_errors", 64, 0, 0),
-                             ("HwIfOutQLen", 64, 1, 0)]] * 3
+        assert counters == [[("HwIfInOctets", 64, 0, 0, ()), ("phy_symbol_errors", 64, 0, 0, ()),
+                             ("HwIfOutQLen", 64, 1, 0, ())]] * 3
         for k in (1, 2):
             status, ts, out = _read(h, gen, 9)
             assert status == 0 and ts > 1.6e18
@@ -125,23 +125,7 @@ def test_names_map_through_the_driver_tables():
 
 
 def _config(tmp_path, plugin: str, asic_config: str, extra: str = "") -> str:
-    return (
-        "interval: 50ms\n"
-        "sources:\n"
-        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n"
-        "  system: {interval: 100ms}\n"
-        f"  asic: {{enabled: true, plugin: {plugin}, config: '{asic_config}'}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n" + extra
-    )
-
-
-def _status(tmp_path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "agent", "status", "--json", "--socket", str(tmp_path / "swtel.sock")],
-        cwd=ROOT, capture_output=True, text=True, timeout=10,
-    )
-    return json.loads(out.stdout)
+    return asic_yaml(tmp_path, plugin, asic_config, extra=extra)
 
 
 def test_port_set_change_adds_and_deletes_subtrees(plugins, tmp_path):
@@ -153,8 +137,8 @@ def test_port_set_change_adds_and_deletes_subtrees(plugins, tmp_path):
         # drop=30 takes the last port (p2) away again: one subtree delete per origin
         agent.wait_for(lambda: any(r.get("delete") and r["path"] == "/interfaces/interface[name=p2]"
                                    for r in agent.records()), what="port p2 deleted")
-        status = _status(tmp_path)["sources"]["asic"]
-        assert status["ports"] == 2 and status["errors"] == 0 and status["open"] is True
+        asic = status_doc(tmp_path)["sources"]["asic"]
+        assert asic["ports"] == 2 and asic["errors"] == 0 and asic["open"] is True
     finally:
         assert agent.stop() == 0
     records = agent.records()
@@ -176,11 +160,11 @@ def test_broken_plugin_leaves_other_sources_running(tmp_path):
         agent.wait_ready()
         agent.wait_for(lambda: any("/system/" in r.get("path", "") for r in agent.records()),
                        what="system source values")
-        status = agent.wait_for(lambda: _status(tmp_path), what="status")
-        asic = status["sources"]["asic"]
+        doc = agent.wait_for(lambda: status_doc(tmp_path), what="status")
+        asic = doc["sources"]["asic"]
         assert asic["open"] is False and asic["errors"] >= 1
         assert asic["last_error"] == f"asic plugin {bad}: no such file"
-        assert status["sources"]["system"]["reads"] > 0
+        assert doc["sources"]["system"]["reads"] > 0
         assert "asic plugin unavailable" in agent.log.read_text()
     finally:
         assert agent.stop() == 0

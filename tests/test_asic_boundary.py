@@ -7,9 +7,7 @@ the agent streams is checked exactly. Runs on both backends (the suite runs twic
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 from agent.asic import HEADER
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
+from tests.helpers import asic_yaml, status_json
 from tests.netns import AgentProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,23 +40,8 @@ def shifty(tmp_path_factory) -> str:
 
 
 def _config(tmp_path: Path, plugin: str, asic_config: str, extra: str = "") -> str:
-    return (
-        "interval: 50ms\n"
-        "sources:\n"
-        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n"
-        "  system: {interval: 100ms}\n"
-        f"  asic: {{enabled: true, plugin: {plugin}, config: '{asic_config}'}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n" + extra +
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null, health_grace: 1s}}\n"
-    )
-
-
-def _status(tmp_path: Path) -> tuple[int, dict]:
-    out = subprocess.run(
-        [sys.executable, "-m", "agent", "status", "--json", "--socket", str(tmp_path / "swtel.sock")],
-        cwd=ROOT, capture_output=True, text=True, timeout=10,
-    )
-    return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {})
+    """``extra``: more exporters (lines of that section)."""
+    return asic_yaml(tmp_path, plugin, asic_config, exporters=extra, control=", health_grace: 1s")
 
 
 def _series(records: list[dict], path: str) -> list[dict]:
@@ -72,7 +56,7 @@ def test_consecutive_generation_changes_keep_every_value_exact(shifty, tmp_path)
         agent.wait_ready()
         agent.wait_for(lambda: len(_series(agent.records(), OCTETS.format(p="q3"))) >= 5,
                        what="q3's octets streaming", timeout=15)
-        code, status = _status(tmp_path)
+        code, status = status_json(tmp_path)
         asic = status["sources"]["asic"]
         assert asic["layout_changes"] == 2 and asic["ports"] == 4
         assert asic["fault"] is None and code == 0, status.get("health")
@@ -108,7 +92,7 @@ def test_a_layout_that_never_settles_is_a_fault(shifty, tmp_path):
         agent.wait_ready()
         code, status = agent.wait_for(
             lambda: (lambda cs: cs if cs[0] == 1 and cs[1]["sources"]["asic"].get("fault") else None)(
-                _status(tmp_path)), what="asic fault in status", timeout=15)
+                status_json(tmp_path)), what="asic fault in status", timeout=15)
         asic = status["sources"]["asic"]
         assert "layout keeps changing" in asic["fault"] and asic["errors"] >= 1
         assert any("layout keeps changing" in p for p in status["health"]["problems"])
@@ -129,7 +113,7 @@ def test_an_unopenable_plugin_is_unhealthy_while_others_run(shifty, tmp_path):
     agent = AgentProcess(None, _config(tmp_path, shifty, "colour=red"), tmp_path)
     try:
         agent.wait_ready()
-        code, status = agent.wait_for(lambda: (lambda cs: cs if cs[1] else None)(_status(tmp_path)),
+        code, status = agent.wait_for(lambda: (lambda cs: cs if cs[1] else None)(status_json(tmp_path)),
                                       what="status")
         asic = status["sources"]["asic"]
         assert asic["open"] is False and "unknown key 'colour=red'" in asic["fault"]
@@ -145,7 +129,7 @@ def test_a_timestamp_on_the_wrong_clock_is_refused(shifty, tmp_path):
     try:
         agent.wait_ready()
         agent.wait_for(lambda: len(_series(agent.records(), OCTETS.format(p="q0"))) >= 3, what="values")
-        code, status = _status(tmp_path)
+        code, status = status_json(tmp_path)
         asic = status["sources"]["asic"]
         assert asic["clock_refused"] >= 3 and "not CLOCK_REALTIME" in asic["last_error"]
         # health is judged on the agent's clock: the source is fresh
@@ -204,7 +188,7 @@ def test_a_jump_beyond_the_port_speed_is_reported_not_credited(shifty, tmp_path)
     try:
         agent.wait_ready()
         agent.wait_for(lambda: len(_series(agent.records(), OCTETS.format(p="q0"))) >= 10, what="q0")
-        code, status = _status(tmp_path)
+        code, status = status_json(tmp_path)
         assert status["sources"]["asic"]["jumps"] == 1
     finally:
         assert agent.stop() == 0
@@ -235,19 +219,20 @@ def test_oper_status_breakout_parent_and_wider_widths(shifty, tmp_path):
 
 @pytest.mark.parametrize("config,message", [
     ("width=24", "counter 'phy_symbol_errors': width 24 (supported: 32, 40, 48, 64)"),
-    ("kind=2", "counter 'HwIfOutQLen': kind 2 (HISTOGRAM is not implemented by this swtel)"),
-    ("kind=7", "counter 'HwIfOutQLen': kind 7 (unknown kind)"),
+    ("kind=2", "counter 'HwIfOutQLen': a HISTOGRAM, but the plugin has no bin_info"),
+    ("kind=7", "counter 'HwIfOutQLen': kind 7 (unknown; this swtel knows 0 COUNTER, 1 GAUGE, 2 HISTOGRAM, "
+               "3 PEAK)"),
 ])
 def test_undeclarable_widths_and_kinds_are_refused_at_load(shifty, tmp_path, config, message):
     agent = AgentProcess(None, _config(tmp_path, shifty, config), tmp_path)
     try:
         agent.wait_ready()
         code, status = agent.wait_for(
-            lambda: (lambda cs: cs if cs[1] and cs[1]["sources"]["asic"].get("fault") else None)(_status(tmp_path)),
+            lambda: (lambda cs: cs if cs[1] and cs[1]["sources"]["asic"].get("fault") else None)(status_json(tmp_path)),
             what="layout fault")
         assert message in status["sources"]["asic"]["fault"] and code == 1
         time.sleep(1.0)  # 20 polls: the refused layout is listed again only after RETRY_OPEN_S
-        assert _status(tmp_path)[1]["sources"]["asic"]["errors"] == 1
+        assert status_json(tmp_path)[1]["sources"]["asic"]["errors"] == 1
     finally:
         assert agent.stop() == 0
     assert not [r for r in agent.records() if "[name=q" in r.get("path", "")]

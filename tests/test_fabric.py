@@ -4,7 +4,6 @@ events over dial-out, pygnmi and status, ``swtel demo`` and ``swtel top``."""
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import select
@@ -16,8 +15,10 @@ from pathlib import Path
 import pytest
 from pygnmi.client import gNMIclient
 
-from agent.sources.asic import map_name
+from agent.sources.asic import bin_container, map_name
+from tests import sim_model
 from tests.gnmi_helpers import free_port
+from tests.helpers import OFF, asic_yaml, status_doc, wait_until
 from tests.netns import AgentProcess
 from tests.sim_model import Model
 
@@ -25,15 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = 1_000_000_000
 
 
-def _config(tmp_path, sim: str, extra: str = "", interval: str = "100ms") -> str:
-    return (
-        f"target: sim-1\ninterval: {interval}\n"
-        "sources:\n"
-        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n  system: {enabled: false}\n"
-        f"  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n" + extra
-    )
+def _config(tmp_path, sim: str, exporters: str = "", interval: str = "100ms") -> str:
+    return asic_yaml(tmp_path, "sim", sim, netdev=OFF, system=OFF, interval=interval, exporters=exporters,
+                     head="target: sim-1\n")
 
 
 def _paths(model: Model, t_ns: int) -> list[str | None]:
@@ -41,16 +36,13 @@ def _paths(model: Model, t_ns: int) -> list[str | None]:
     _gen, ports, counters = model.layout(t_ns)
     out: list[str | None] = []
     for (name, _parent, _speed, flags), descs in zip(ports, counters, strict=True):
-        for cname, *_ in descs:
+        for cname, _width, kind in descs:
             container, leaf, _kind = map_name(name, cname, host=bool(flags & 2))
-            out.append(container.full(leaf))
+            if kind == sim_model.HISTOGRAM:  # the FEC bins [b, b], one value each
+                out += [bin_container(container, leaf, b, b, b).full("count") for b in range(sim_model.FEC_BINS)]
+            else:
+                out.append(container.full(leaf))
     return out
-
-
-def _status(tmp_path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "agent", "status", "--json", "--socket", str(tmp_path / "swtel.sock")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=10)
-    return json.loads(out.stdout)
 
 
 def test_every_value_equals_the_model(tmp_path):
@@ -76,9 +68,11 @@ def test_every_value_equals_the_model(tmp_path):
     assert len(by_ts) >= 8  # about 15 reads at 100 ms
     first_paths = set()
     prev: dict[str, int] = {}
+    since = None  # every read changes octets, so every read's time is here: the peaks' since
     for ts in sorted(by_ts):
         paths = _paths(model, ts - start)
-        values = model.values(ts - start)
+        values = model.values(ts - start, since)
+        since = ts - start
         where = {p: i for i, p in enumerate(paths)}
         for r in by_ts[ts]:
             i = where[r["path"]]
@@ -156,7 +150,7 @@ def test_events_reach_dialout_pygnmi_and_status(tmp_path):
     sim = f"role=spine seed=1 start={start} scenario=symbol-errors@1s:swp11s1"
     extra = (f"  dialout: [{{name: c, address: '127.0.0.1:{collector.port}', insecure: true, notifications: per-tick}}]\n"
              f"  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n")
-    text = _config(tmp_path, sim).replace("exporters:\n", "exporters:\n" + extra)
+    text = _config(tmp_path, sim, exporters=extra)
     agent = AgentProcess(None, text, tmp_path)
     try:
         agent.wait_ready()
@@ -175,7 +169,7 @@ def test_events_reach_dialout_pygnmi_and_status(tmp_path):
             t == "sim-1" and p.startswith("swtel:/insights/events/event[") and p.endswith("/interfaces")
             and "swp11s1" in str(v["value"]) for (t, p), v in list(c.latest.items())), timeout=10)
         assert got, sorted(k for k in collector.latest if "insights" in k[1])[:20]
-        status = _status(tmp_path)
+        status = status_doc(tmp_path)
         opened = status["events"]["open"]
         assert any("swp11s1" in ev["interfaces"] for ev in opened), opened
         assert "event raised" in agent.log.read_text() or "raised" in agent.log.read_text()
@@ -330,14 +324,15 @@ def _agents_running(parent_pid: int, tmp: Path, prefix: str, timeout: float = 40
     control socket, and the temporary directory they run in."""
     import psutil
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def running() -> tuple[list, Path] | None:
         dirs = sorted(tmp.glob(f"{prefix}*"))
         kids = [k for k in psutil.Process(parent_pid).children() if "run" in k.cmdline()]
         if dirs and len(kids) == 3 and len(list(dirs[0].glob("*.sock"))) == 3:
             return kids, dirs[0]
-        time.sleep(0.2)
-    raise AssertionError(f"agents not running: {list(tmp.iterdir())}")
+        return None
+
+    return wait_until(running, timeout, "three agents running", interval=0.2,
+                      detail=lambda: f"agents not running: {list(tmp.iterdir())}")
 
 
 def _assert_nothing_left(kids: list, workdir: Path) -> None:

@@ -36,7 +36,7 @@ def run(config: str, seconds: float, step: float = 0.1, ins: Insights | None = N
     model = sim_model.Model(f"start={T0} {config}")
     src = AsicSource(Config())
     _gen, ports, counters = model.layout(0)
-    src._build(ports, [[(d[0], d[1], d[2], 0) for d in descs] for descs in counters])
+    src._build(ports, [sim_model.descriptors(descs) for descs in counters])
     sr = SourceRunner(src, step)
     sr.adopt_table()
     runner = InsightsRunner(ins or Insights(), log=Quiet())
@@ -45,7 +45,7 @@ def run(config: str, seconds: float, step: float = 0.1, ins: Insights | None = N
     seen: set[int] = set()
     for k in range(round(seconds / step) + 1):
         t = round(k * step * NS)
-        src.values[:] = array("Q", model.values(t))
+        src.values[:] = array("Q", model.values(t, round((k - 1) * step * NS) if k else None))
         n = sr.diff()
         ts = T0 + t
         if n:

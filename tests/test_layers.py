@@ -17,9 +17,9 @@ PACKAGE = ROOT / "agent"
 
 #: floors, lowest first: a module matches the longest prefix listed
 FLOORS: list[tuple[str, ...]] = [
-    # 0 ground: the data model, logging, the hot path and its fallback, TLS files
-    ("agent", "agent.counters", "agent.logs", "agent._backend", "agent._fallback", "agent.tls",
-     "agent.sdnotify", "agent.yamlsafe"),
+    # 0 ground: the data model, the path grammar, logging, the hot path and its fallback, TLS files
+    ("agent", "agent.counters", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
+     "agent.tls", "agent.sdnotify", "agent.yamlsafe"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
     ("agent.gnmi", "agent.store", "agent.links", "agent.asic", "agent.control.protocol",
      "agent.control.printable"),

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from agent import _backend, _fallback, links
 from agent.links import LinkTracker
+from tests.helpers import wait_until
 from tests.netns import ROOT, delete_namespace, in_namespace, new_namespace, sh
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -348,13 +349,9 @@ def parsed_dump(ns: str, parser: ModuleType) -> dict[int, tuple]:
     return out
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := predicate():
-            return result
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+def until_event(predicate: Callable[[], object], what: str):
+    """A link event's effect, seen within 2 s (polled every 10 ms)."""
+    return wait_until(predicate, 2.0, what, interval=0.01)
 
 
 @root
@@ -378,11 +375,11 @@ def test_real_dump_follows_ip_link_set_up_and_down(ns, parser):
 
     assert state("la") == state("lb") == (False, IF_OPER_DOWN)
     sh("ip", "link", "set", "la", "up", ns=ns)  # its peer is down: no carrier
-    wait_until(lambda: state("la") == (True, IF_OPER_LOWERLAYERDOWN), "la up, lower layer down")
+    until_event(lambda: state("la") == (True, IF_OPER_LOWERLAYERDOWN), "la up, lower layer down")
     sh("ip", "link", "set", "lb", "up", ns=ns)
-    wait_until(lambda: state("la") == state("lb") == (True, IF_OPER_UP), "both ends up")
+    until_event(lambda: state("la") == state("lb") == (True, IF_OPER_UP), "both ends up")
     sh("ip", "link", "set", "la", "down", ns=ns)
-    wait_until(
+    until_event(
         lambda: (
             state("la") == (False, IF_OPER_DOWN) and state("lb") == (True, IF_OPER_LOWERLAYERDOWN)
         ),
@@ -423,14 +420,14 @@ def test_tracker_follows_add_rename_down_and_delete(ns):
 
         gen = tracker.generation
         sh("ip", "link", "add", "lc", "type", "veth", "peer", "name", "ld", ns=ns)
-        wait_until(
+        until_event(
             lambda: tracker.generation > gen and {"lc", "ld"} <= set(_names(tracker).values()),
             "add",
         )
 
         gen = tracker.generation
         sh("ip", "link", "set", "lc", "name", "le", ns=ns)
-        wait_until(
+        until_event(
             lambda: (
                 tracker.generation > gen
                 and "le" in _names(tracker).values()
@@ -441,12 +438,12 @@ def test_tracker_follows_add_rename_down_and_delete(ns):
 
         sh("ip", "link", "set", "le", "up", ns=ns)
         sh("ip", "link", "set", "ld", "up", ns=ns)
-        wait_until(
+        until_event(
             lambda: (le := _by_name(tracker, "le")) and le.admin_up and le.oper_status == "UP", "up"
         )
         gen = tracker.generation
         sh("ip", "link", "set", "le", "down", ns=ns)
-        wait_until(
+        until_event(
             lambda: (
                 tracker.generation > gen
                 and (le := _by_name(tracker, "le"))
@@ -458,7 +455,7 @@ def test_tracker_follows_add_rename_down_and_delete(ns):
 
         gen = tracker.generation
         sh("ip", "link", "del", "le", ns=ns)
-        wait_until(
+        until_event(
             lambda: tracker.generation > gen and not {"le", "ld"} & set(_names(tracker).values()),
             "delete (both ends of the veth)",
         )
@@ -483,7 +480,7 @@ def test_tracker_ignores_a_bridge_ports_own_messages(ns):
             sh("ip", "link", "set", "la", *cmd, ns=ns)
             # Events arrive in order: once this marker is seen, the step's messages were applied.
             sh("ip", "link", "add", f"m{step}", "type", "veth", "peer", "name", f"n{step}", ns=ns)
-            wait_until(lambda s=step: f"n{s}" in _names(tracker).values(), f"marker {step}")
+            until_event(lambda s=step: f"n{s}" in _names(tracker).values(), f"marker {step}")
             la = _by_name(tracker, "la")
             assert la is not None and la.kind == "veth", (cmd, la)
     finally:
@@ -514,10 +511,10 @@ def test_tracker_rereads_everything_after_the_event_queue_overflows(ns):
         with tracker._lock:
             batch = "".join(f"link add o{i} type veth peer name p{i}\n" for i in range(40))
             subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
-        wait_until(lambda: refreshes, "a full re-read after ENOBUFS")
+        until_event(lambda: refreshes, "a full re-read after ENOBUFS")
         kernel = dict(in_namespace(ns, socket.if_nameindex))
         assert len(kernel) == 81
-        wait_until(lambda: _names(tracker) == kernel, "the tracker to match the kernel")
+        until_event(lambda: _names(tracker) == kernel, "the tracker to match the kernel")
     finally:
         _stop_promptly(tracker)
 
@@ -530,11 +527,11 @@ def test_tracker_survives_messages_larger_than_its_buffer(ns, monkeypatch):
     try:
         assert _names(tracker) == dict(in_namespace(ns, socket.if_nameindex))
         sh("ip", "link", "add", "la", "type", "veth", "peer", "name", "lb", ns=ns)
-        wait_until(lambda: refreshes, "a full re-read after a cut event")
+        until_event(lambda: refreshes, "a full re-read after a cut event")
         kernel = dict(in_namespace(ns, socket.if_nameindex))
-        wait_until(lambda: _names(tracker) == kernel, "the tracker to match the kernel")
+        until_event(lambda: _names(tracker) == kernel, "the tracker to match the kernel")
         sh("ip", "link", "set", "la", "name", "lc", ns=ns)  # the grown buffer takes whole events
-        wait_until(lambda: "lc" in _names(tracker).values(), "rename")
+        until_event(lambda: "lc" in _names(tracker).values(), "rename")
     finally:
         _stop_promptly(tracker)
 

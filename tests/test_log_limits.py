@@ -27,19 +27,10 @@ from agent.exporters.dialout import DialoutConfig, DialoutExporter
 from agent.exporters.tunnel import TunnelConfig, TunnelExporter
 from agent.gnmi import tunnel_pb as pb
 from agent.store import Store
+from tests.helpers import wait_until
 
 TARGET = "leaf01"
 HOSTILE = "swp1\x1b]0;owned\x07\x1b[2J\x1b[H\r\nlevel=error event=forged\x9b31m\x85\x7f\x00\u2028"
-
-
-def wait(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _raw_controls(text: str) -> list[str]:
@@ -129,8 +120,8 @@ def test_500_refused_sessions_log_one_warning():
         exporter.start(Store())
         try:
             sent.get(timeout=15)
-            wait(lambda: exporter.status()["sessions_refused"] == 500, what="500 refusals")
-            wait(lambda: sum(1 for a in answers if a.session.error) == 500, what="500 errors on the stream")
+            wait_until(lambda: exporter.status()["sessions_refused"] == 500, 15, "500 refusals")
+            wait_until(lambda: sum(1 for a in answers if a.session.error) == 500, 15, "500 errors on the stream")
         finally:
             exporter.stop(1.0)
             server.stop(0)

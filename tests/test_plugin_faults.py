@@ -30,6 +30,7 @@ import pytest
 
 from agent.asic import HEADER, resolve
 from agent.asic.proxy import READ_PENDING, Backoff, PluginFault, PluginProxy
+from tests.helpers import OFF, asic_yaml, swtel_status, wait_until
 from tests.netns import AgentProcess, sh, veth_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,18 +140,21 @@ def faulty(plugin_dir) -> str:
 
 
 def _gone(pid: int | None, within: float = 2.0) -> bool:
-    """The process no longer exists (reaped, or at least dead: a zombie)."""
+    """The process no longer exists (reaped, or at least dead: a zombie) within ``within`` s."""
     if pid is None:
         return True
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.02)
-    return False
+    try:
+        wait_until(lambda: _dead(pid), within, f"process {pid} to end")
+    except AssertionError:
+        return False
+    return True
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 # ---------------------------------------------------------------- the proxy alone
@@ -169,7 +173,7 @@ def test_crash_in_read_after_five_reads(faulty):
     proxy.open(faulty, "ports=3 crash=read")
     gen, ports, counters = proxy.layout()
     assert gen == 1 and [p[0] for p in ports] == ["fp0", "fp1", "fp2"]
-    assert counters == [[("HwIfInOctets", 64, 0, 0)]] * 3
+    assert counters == [[("HwIfInOctets", 64, 0, 0, ())]] * 3
     values = array("Q", bytes(24))
     for k in range(1, 6):
         status, ts = proxy.read(gen, values)
@@ -339,21 +343,13 @@ def test_backoff_doubles_to_a_minute():
 # ---------------------------------------------------------------- a real agent
 
 def _config(tmp_path: Path, ifname: str, plugin: str, asic_config: str, asic_interval: str) -> str:
-    return (
-        "interval: 100ms\n"
-        "sources:\n"
-        f"  netdev: {{interfaces: [{ifname}]}}\n"
-        "  ethtool: {enabled: false}\n  system: {enabled: false}\n"
-        f"  asic: {{enabled: true, plugin: '{plugin}', config: '{asic_config}', interval: {asic_interval}}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
-    )
+    return asic_yaml(tmp_path, plugin, asic_config, asic=f", interval: {asic_interval}",
+                     netdev=f"{{interfaces: [{ifname}]}}", system=OFF, interval="100ms")
 
 
 def _swtel_status(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "agent", "status", "--socket", str(tmp_path / "swtel.sock"), *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=10)
+    out = swtel_status(tmp_path, *extra)
     assert time.monotonic() - t0 < 5, "swtel status was slow to answer"
     return out
 

@@ -15,7 +15,6 @@ the other sources keep running, and SIGTERM still ends it within 2 s.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -36,6 +35,7 @@ from agent.asic import HEADER, builtin_path, resolve
 from agent.asic.trust import PluginRefused, check_plugin
 from agent.control.validate import validate_main
 from agent.sources.asic import AsicSource
+from tests.helpers import asic_yaml, status_json, wait_until
 from tests.netns import AgentProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,17 +176,10 @@ def test_the_loader_refuses_before_dlopen(lab, which, reason):
     assert not os.path.exists(lab["ctor"])
 
 
-def _asic_config(tmp_path: Path, plugin: str, asic_config: str = "", extra: str = "") -> Path:
+def _asic_config(tmp_path: Path, plugin: str, asic_config: str = "", **kw: str) -> Path:
+    """The config file of an agent with the asic source on ``plugin`` (health_grace 1 s)."""
     f = tmp_path / "swtel.yaml"
-    f.write_text(
-        "interval: 50ms\n"
-        "sources:\n"
-        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n"
-        "  system: {interval: 100ms}\n"
-        f"  asic: {{enabled: true, plugin: '{plugin}', config: '{asic_config}'}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n" + extra +
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null, health_grace: 1s}}\n"
-    )
+    f.write_text(asic_yaml(tmp_path, plugin, asic_config, control=", health_grace: 1s", **kw))
     return f
 
 
@@ -306,10 +299,13 @@ def test_a_refused_file_is_tried_again_only_when_it_changes(lab, tmp_path):
         assert src.errors == 1 and src.fault is not None, (src.fault, src.last_error, src.errors)
         path.chmod(0o755)  # fixed: the next retry opens it
         src._retry_at = 0.0
-        deadline = time.monotonic() + 10
-        while src._handle is None and time.monotonic() < deadline:
+
+        def opened() -> bool:
             src.setup({})  # the plugin's helper process starts and opens it over a few passes
-            time.sleep(0.01)
+            return src._handle is not None
+
+        wait_until(opened, 10, "the fixed plugin to open", interval=0.01,
+                   detail=lambda: repr((src.fault, src.last_error, src.errors)))
         assert src._handle is not None and src.fault is None and src.ports == ["h0", "h1"], (
             src.fault, src.last_error, src.errors)
     finally:
@@ -373,6 +369,15 @@ LAYOUTS = [
     ("ports=2 utf8=port", r"port 1: name is not UTF-8$"),
     ("nbins=65", r"port 'h0' counter 'c0': nbins 65, more than the 64 bins swtel accepts$"),
     ("nbins=4294967295", r"port 'h0' counter 'c0': nbins 4294967295, more than the 64 bins swtel accepts$"),
+    # ABI 1.1 histograms: bins that do not ascend, or cannot be listed, or none
+    ("kind=2 nbins=0", r"port 'h0' counter 'c0': nbins 0 \(a HISTOGRAM has 1 to 64 bins\)$"),
+    ("kind=2 nbins=4 bins=overlap", r"port 'h0' counter 'c0': bin 1 \[1, 3\]: it does not start above the "
+                                    r"previous bin's high bound \(bins ascend, no overlap\)$"),
+    ("kind=2 nbins=4 bins=inverted", r"port 'h0' counter 'c0': bin 1 \[2, 0\]: its low bound is above its high "
+                                     r"bound$"),
+    ("kind=2 nbins=4 bins=fail", r"port 'h0' counter 'c0': bin_info\(0, 0, 1\) failed$"),
+    ("ports=5 counters=1024 kind=2 nbins=52", r"more than the 262144 values swtel accepts in one layout \(bins "
+                                              r"included; by port 'h4' counter 'c945'\)$"),
 ]
 
 
@@ -425,16 +430,8 @@ def test_an_error_buffer_without_nul_is_bounded(lab):
 # ---------------------------------------------------------------- in a running agent
 
 
-def _status(tmp_path: Path) -> tuple[int, dict]:
-    out = subprocess.run(
-        [sys.executable, "-m", "agent", "status", "--json", "--socket", str(tmp_path / "swtel.sock")],
-        cwd=ROOT, capture_output=True, text=True, timeout=10,
-    )
-    return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {})
-
-
 def _faulted(tmp_path: Path):
-    code, status = _status(tmp_path)
+    code, status = status_json(tmp_path)
     asic = status.get("sources", {}).get("asic", {})
     if code == 1 and asic.get("fault") and status["sources"]["system"]["reads"] > 0:
         return code, status
@@ -465,15 +462,14 @@ def test_refused_plugin_in_a_running_agent(lab, tmp_path, which, asic_config, re
     from tests.netns import sh, veth_pair
 
     with veth_pair() as pair:
-        netdev = f"  netdev: {{interfaces: [{pair.b_if}]}}\n"
-        text = _asic_config(tmp_path, lab[which], asic_config).read_text().replace(
-            "  netdev: {enabled: false}\n", netdev)
+        netdev = f"{{interfaces: [{pair.b_if}]}}"
+        text = _asic_config(tmp_path, lab[which], asic_config, netdev=netdev).read_text()
         agent = AgentProcess(pair.b, text, tmp_path)
         in_pkts = f"/interfaces/interface[name={pair.b_if}]/state/counters/in-pkts"
         try:
             agent.wait_ready()
             def unhealthy():
-                code, status = _status(tmp_path)
+                code, status = status_json(tmp_path)
                 asic = status.get("sources", {}).get("asic", {})
                 text = (asic.get("fault") or "") + (asic.get("last_error") or "")
                 return (code, status) if code == 1 and reason in text else None

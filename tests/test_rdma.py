@@ -8,6 +8,7 @@ from pathlib import Path
 from agent import config
 from agent.counters import F_NEW, F_WRAP
 from agent.engine import Engine
+from tests.helpers import wait_until
 
 DEV = "class/infiniband/mlx5_0/ports/1"
 
@@ -56,15 +57,6 @@ def _rdma_only(root: Path, rdma: str = "enabled: true") -> config.Config:
     )
 
 
-def _wait(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_rdma_counters_wrap_and_count(tmp_path):
     for sub in ("hw_counters", "counters"):
         (tmp_path / DEV / sub).mkdir(parents=True)
@@ -76,10 +68,11 @@ def test_rdma_counters_wrap_and_count(tmp_path):
     engine = Engine(_rdma_only(tmp_path), [sink])
     engine.start()
     try:
-        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 1)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 1, 5, "the first roce-adp-retrans change")
         _write(tmp_path, "hw_counters", "roce_adp_retrans", 5)  # wrapped: +11
         _write(tmp_path, "hw_counters", "np_cnp_sent", 25)
-        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 2 and len(sink.changes("np-cnp-sent")) == 2)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 2 and len(sink.changes("np-cnp-sent")) == 2,
+                   5, "second changes of both counters")
         status = engine.status()["sources"]["rdma"]
     finally:
         engine.stop()
@@ -101,13 +94,13 @@ def test_rdma_device_appearing_later_is_picked_up(tmp_path, monkeypatch):
     engine = Engine(_rdma_only(tmp_path), [sink])
     engine.start()
     try:
-        assert _wait(lambda: engine.status()["sources"]["rdma"]["reads"] > 3)
+        wait_until(lambda: engine.status()["sources"]["rdma"]["reads"] > 3, 5, "four rdma reads")
         assert engine.status()["sources"]["rdma"]["counters"] == 0
         (tmp_path / DEV / "hw_counters").mkdir(parents=True)  # mlx5_ib loads late
         _write(tmp_path, "hw_counters", "roce_adp_retrans", 3)
-        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 1)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 1, 5, "the first roce-adp-retrans change")
         _write(tmp_path, "hw_counters", "roce_adp_retrans", 9)
-        assert _wait(lambda: len(sink.changes("roce-adp-retrans")) == 2)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 2, 5, "the second roce-adp-retrans change")
     finally:
         engine.stop()
     assert sink.changes("roce-adp-retrans")[1][:2] == (9, 6)
@@ -126,17 +119,18 @@ def test_reload_changing_a_source_keeps_its_data_and_disabling_it_deletes(tmp_pa
     engine = Engine(cfg("enabled: true, interval: 50ms"), [sink])
     engine.start()
     try:
-        assert _wait(lambda: len(sink.changes("np-cnp-sent")) == 1)
+        wait_until(lambda: len(sink.changes("np-cnp-sent")) == 1, 5, "the first np-cnp-sent change")
         engine.reload(cfg("enabled: true, interval: 60ms"))  # the section changed: a new runner
-        assert _wait(lambda: engine.status()["sources"]["rdma"]["interval_s"] == 0.06)
+        wait_until(lambda: engine.status()["sources"]["rdma"]["interval_s"] == 0.06, 5, "the reloaded interval")
         time.sleep(0.2)
         # The quiet counter is still in the store (snapshots, gNMI Get), unchanged, not reset.
         snap = {b.source: b for b in engine.store.snapshot_batches()}
         assert [snap["rdma"].values[i] for i in snap["rdma"].indices] == [41]
         assert len(sink.changes("np-cnp-sent")) == 1  # no new baseline after the reload
         engine.reload(cfg("enabled: false"))
-        assert _wait(lambda: "rdma" not in engine.status()["sources"])
-        assert _wait(lambda: any(c.path.startswith("/rdma/devices/device[name=mlx5_0]") for c in deletes))
+        wait_until(lambda: "rdma" not in engine.status()["sources"], 5, "the rdma source gone")
+        wait_until(lambda: any(c.path.startswith("/rdma/devices/device[name=mlx5_0]") for c in deletes),
+                   5, "mlx5_0's delete")
         assert "rdma" not in {b.source for b in engine.store.snapshot_batches()}
     finally:
         engine.stop()

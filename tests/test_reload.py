@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.control import client
+from tests.helpers import wait_until
 from tests.test_control import chunks, connect, read_replies
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,17 +31,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="needs root and iproute2"),
 ]
-
-
-def wait_for(predicate, timeout=10.0, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture
@@ -127,7 +117,7 @@ class Agent:
                 return None
             return st if st["sources"].get("netdev", {}).get("last_ok_ns") else None
 
-        return wait_for(ready, 20, what="agent ready")
+        return wait_until(ready, 20, what="agent ready")
 
     def reloaded(self, after_ns: int) -> dict:
         def done():
@@ -135,7 +125,7 @@ class Agent:
             ts = st["config"]["last_reload"]["ts_ns"]
             return st if ts and ts > after_ns else None
 
-        return wait_for(done, 10, what="reload result")
+        return wait_until(done, 10, what="reload result")
 
     def traffic(self, n: int = N_PACKETS) -> None:
         """n UDP datagrams over the namespace's loopback: exactly n more in-pkts and out-pkts on lo."""
@@ -211,7 +201,7 @@ def test_sighup_with_invalid_file_keeps_the_running_config(agent):
     assert after["sources"]["netdev"]["interval_s"] == 0.1, "old config still in force"
     assert after["config"]["path"] == str(agent.cfg)
     reads = after["sources"]["netdev"]["reads"]
-    wait_for(lambda: agent.status()["sources"]["netdev"]["reads"] > reads + 3, what="polling goes on")
+    wait_until(lambda: agent.status()["sources"]["netdev"]["reads"] > reads + 3, what="polling goes on")
     assert any(e.get("event", "").startswith("reload rejected") for e in agent.logged())
     # The human summary says so too.
     r = status_cli("--socket", agent.sock)
@@ -221,7 +211,7 @@ def test_sighup_with_invalid_file_keeps_the_running_config(agent):
 def test_sighup_with_valid_file_changes_interval_without_resets(agent):
     agent.wait_ready()
     agent.traffic()
-    wait_for(lambda: agent.value("in-pkts") >= N_PACKETS, what="first traffic seen")
+    wait_until(lambda: agent.value("in-pkts") >= N_PACKETS, what="first traffic seen")
     in_before = agent.value("in-pkts")
     st = agent.status()
     reads_before = st["sources"]["netdev"]["reads"]
@@ -233,11 +223,11 @@ def test_sighup_with_valid_file_changes_interval_without_resets(agent):
     assert after["config"]["last_reload"] == {"ok": True, "ts_ns": after["config"]["last_reload"]["ts_ns"],
                                                "error": None}
     assert after["config"]["reloads"] == {"applied": 1, "rejected": 0}
-    wait_for(lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.25, what="new interval")
+    wait_until(lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.25, what="new interval")
     assert agent.status()["sources"]["netdev"]["reads"] >= reads_before, "source state kept"
 
     agent.traffic()
-    wait_for(lambda: agent.value("in-pkts") >= in_before + N_PACKETS, what="traffic after reload")
+    wait_until(lambda: agent.value("in-pkts") >= in_before + N_PACKETS, what="traffic after reload")
     recs = agent.records("in-pkts")
     values = [r["value"] for r in recs]
     assert values == sorted(values), "cumulative counters never go back"
@@ -251,7 +241,7 @@ def test_reload_over_the_control_socket(agent):
     agent.write_config(interval="200ms")
     result = client.request(agent.sock, "reload")
     assert result["ok"] is True
-    assert agent.status()["sources"]["netdev"]["interval_s"] == 0.2 or wait_for(
+    assert agent.status()["sources"]["netdev"]["interval_s"] == 0.2 or wait_until(
         lambda: agent.status()["sources"]["netdev"]["interval_s"] == 0.2, what="new interval")
     agent.write_config(interval="200ms", broken=True)
     result = client.request(agent.sock, "reload")
@@ -296,7 +286,7 @@ def test_swtel_status_unhealthy_when_every_dialout_is_down(tmp_path, netns):
             r = status_cli("-c", str(a.cfg), "--json")
             return r if r.returncode == 1 else None
 
-        r = wait_for(unhealthy, 20, 0.3, what="unhealthy after health_grace")
+        r = wait_until(unhealthy, 20, interval=0.3, what="unhealthy after health_grace")
         st = json.loads(r.stdout)
         assert st["exporters"]["dialout:down1"]["down_since_ns"] is not None
         assert any("every dial-out destination" in p for p in st["health"]["problems"]), st["health"]
@@ -370,14 +360,14 @@ def test_sd_notify_ready_watchdog_reloading_stopping(tmp_path, netns):
     a = Agent(tmp_path, netns, notify=listener)
     try:
         a.wait_ready()
-        wait_for(lambda: listener.seen("READY=1"), what="READY=1")
-        wait_for(lambda: listener.seen("WATCHDOG=1") >= 3, what="periodic WATCHDOG=1")
+        wait_until(lambda: listener.seen("READY=1"), what="READY=1")
+        wait_until(lambda: listener.seen("WATCHDOG=1") >= 3, what="periodic WATCHDOG=1")
         a.write_config(interval="200ms")
         a.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: listener.seen("RELOADING=1"), what="RELOADING=1")
-        wait_for(lambda: listener.seen("READY=1") >= 2, what="READY=1 after the reload")
+        wait_until(lambda: listener.seen("RELOADING=1"), what="RELOADING=1")
+        wait_until(lambda: listener.seen("READY=1") >= 2, what="READY=1 after the reload")
         watchdogs = listener.seen("WATCHDOG=1")
-        wait_for(lambda: listener.seen("WATCHDOG=1") > watchdogs, what="watchdog continues after reload")
+        wait_until(lambda: listener.seen("WATCHDOG=1") > watchdogs, what="watchdog continues after reload")
         assert a.stop() == 0
         msgs = listener.drain()
         assert msgs[-1] == "STOPPING=1", msgs[-5:]
@@ -403,11 +393,11 @@ def reload_and_wait(agent: Agent) -> dict:
 
 def exact_traffic_still_counted(agent: Agent) -> None:
     """N_PACKETS datagrams on lo: exactly N_PACKETS more in-pkts in the (old) jsonl output."""
-    wait_for(lambda: agent.value("in-pkts") >= 0, what="a first in-pkts record")
+    wait_until(lambda: agent.value("in-pkts") >= 0, what="a first in-pkts record")
     time.sleep(0.3)
     before = agent.value("in-pkts")
     agent.traffic()
-    wait_for(lambda: agent.value("in-pkts") >= before + N_PACKETS, what="traffic after the rejected reload")
+    wait_until(lambda: agent.value("in-pkts") >= before + N_PACKETS, what="traffic after the rejected reload")
     time.sleep(0.5)
     assert agent.value("in-pkts") == before + N_PACKETS
 
@@ -512,9 +502,9 @@ def test_a_failing_jsonl_output_shows_and_turns_health_red(tmp_path, netns):
             e = a.status()["exporters"]["jsonl"]
             return e if e["dropped"] > 0 and e["down_since_ns"] else None
 
-        e = wait_for(failing, what="jsonl drops")
+        e = wait_until(failing, what="jsonl drops")
         assert e["sent"] == 0 and e["state"] == "failing" and "No space left on device" in e["last_error"], e
-        r = wait_for(lambda: (lambda r: r if r.returncode == 1 else None)(status_cli("--socket", a.sock, "--json")),
+        r = wait_until(lambda: (lambda r: r if r.returncode == 1 else None)(status_cli("--socket", a.sock, "--json")),
                      what="unhealthy after health_grace (1s)")
         problems = json.loads(r.stdout)["health"]["problems"]
         assert any(p.startswith("exporter jsonl failing") and "No space left" in p for p in problems), problems

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import sim_model  # noqa: E402
-from sim_model import IDX, SLOT, ConfigError, Model  # noqa: E402
+from sim_model import IDX, SLOT, SWITCH_VALUES, ConfigError, Model  # noqa: E402
 
 NAME_MAX = 64
 OK, ERROR, ECHANGED = 0, -1, -2
@@ -50,6 +50,7 @@ class AsicOps(ctypes.Structure):
                                   ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p,
                                   ctypes.c_size_t)),
         ("close", ctypes.CFUNCTYPE(None, ctypes.c_void_p)),
+        ("bin_info", ctypes.c_void_p),  # ABI 1.1 (the sim has no histogram yet: NULL)
     ]
 
 
@@ -78,6 +79,8 @@ class Sim:
         self.h = ops.open(config.encode(), err, len(err))
         if not self.h:
             raise ConfigError(err.value.decode())
+        self.last_ts: int | None = None  # the previous successful read's time (PEAK clears on read)
+        self.prev_ts: int | None = None  # and the one before it
         self.list()
 
     def list(self) -> None:
@@ -93,8 +96,9 @@ class Sim:
                 c = AsicCounter()
                 assert ops.counter_info(h, i, j, ctypes.byref(c)) == 0
                 cs.append((c.name.decode(), c.width, c.kind))
+                assert c.nbins == (sim_model.FEC_BINS if c.kind == sim_model.HISTOGRAM else 0)
             self.counters.append(cs)
-        self.n = sum(len(c) for c in self.counters)
+        self.n = sum(sim_model.slots(c) for c in self.counters)
         self.buf = (ctypes.c_uint64 * self.n)()
 
     def read_raw(self, gen: int | None = None, n: int | None = None) -> tuple[int, int]:
@@ -107,7 +111,12 @@ class Sim:
     def read(self) -> tuple[int, list[int]]:
         rc, ts = self.read_raw()
         assert rc == OK
+        self.prev_ts, self.last_ts = self.last_ts, ts
         return ts, list(self.buf)
+
+    def since(self, start: int) -> int | None:
+        """The model's ``since`` for the last read: the read before it, relative to start."""
+        return None if self.prev_ts is None else self.prev_ts - start
 
     def close(self) -> None:
         if self.h:
@@ -130,8 +139,8 @@ def port_slice(layout_ports, counters, name: str) -> slice:
     off = 0
     for (pname, *_), cs in zip(layout_ports, counters, strict=True):
         if pname == name:
-            return slice(off, off + len(cs))
-        off += len(cs)
+            return slice(off, off + sim_model.slots(cs))
+        off += sim_model.slots(cs)
     raise KeyError(name)
 
 
@@ -157,13 +166,14 @@ def test_spine_layout(ops):
         assert info["swp13"][1:] == ("", 400_000, 1)
         for cs in sim.counters:
             assert cs == sim_model.SWITCH_COUNTERS
-        assert len(sim.counters[0]) == 100
+        assert len(sim.counters[0]) == 109 and sim_model.slots(sim.counters[0]) == 124
         assert [c[0] for c in sim.counters[0][:3]] == ["HwIfInOctets", "HwIfInUcastPkts",
                                                         "HwIfInMcastPkts"]
         kinds = {c[0]: c[2] for c in sim.counters[0]}
         assert kinds["tc_watermark_7"] == 1 and kinds["carrier_changes"] == 0
+        assert kinds["phy_rs_fec_histogram"] == sim_model.HISTOGRAM
         assert sim.ops.port_info(sim.h, len(sim.ports), ctypes.byref(AsicPort())) == -1
-        assert sim.ops.counter_info(sim.h, 0, 100, ctypes.byref(AsicCounter())) == -1
+        assert sim.ops.counter_info(sim.h, 0, 109, ctypes.byref(AsicCounter())) == -1
         assert sim.ops.counter_count(sim.h, -1) == -1
         assert sim.gen == 1
         model = Model("role=spine")
@@ -197,7 +207,7 @@ def test_host_and_flat_layouts(ops):
     sim, _ = opened(ops, "ports=256", 1)
     try:
         assert [p[0] for p in sim.ports] == [f"swp{i}" for i in range(1, 257)]
-        assert sim.n == 256 * 100
+        assert sim.n == 256 * SWITCH_VALUES
     finally:
         sim.close()
 
@@ -235,7 +245,7 @@ def test_values_equal_model(ops, config, times):
                 t = ts - start
                 gen, ports, counters = model.layout(t)
                 assert (gen, ports, counters) == (sim.gen, sim.ports, sim.counters)
-                expected = model.values(t)
+                expected = model.values(t, sim.since(start))
                 if values != expected:
                     names = [f"{p[0]}.{c[0]}" for p, cs in zip(ports, counters, strict=True)
                              for c in cs]
@@ -252,7 +262,7 @@ def test_run_is_monotone_and_below_line_rate(ops):
               "microburst@0s:swp2,link-flap@0s:swp3")
     sim, _ = opened(ops, config, 0.5)
     try:
-        kinds = [c[2] for cs in sim.counters for c in cs]
+        kinds = sim_model.value_kinds(sim.counters)
         prev_ts, prev = sim.read()
         for _ in range(200):
             ts, cur = sim.read()
@@ -260,7 +270,7 @@ def test_run_is_monotone_and_below_line_rate(ops):
                 if k == 0:
                     assert cur[i] >= prev[i], i
             for j, (name, _, speed, _) in enumerate(sim.ports):
-                base = j * 100
+                base = j * SWITCH_VALUES
                 for i in (0, 4):
                     delta_bits = (cur[base + i] - prev[base + i]) * 8
                     assert delta_bits * 1000 <= speed * (ts - prev_ts), name
@@ -301,7 +311,7 @@ def rate(model: Model, port: str, counter: str, t0: float, t1: float) -> float:
 def test_monotone_and_line_rate_dense(config):
     model = Model(config)
     _, ports, counters = model.layout(0)
-    kinds = [c[2] for cs in counters for c in cs]
+    kinds = sim_model.value_kinds(counters)
     prev_t, prev = 0, model.values(0)
     for t, cur in grid(model, 0.0037, 4, 0.0131):
         for i, k in enumerate(kinds):
@@ -309,7 +319,7 @@ def test_monotone_and_line_rate_dense(config):
                 assert cur[i] >= prev[i]
         for j, p in enumerate(ports):
             for i in (0, 4):
-                assert (cur[j * 100 + i] - prev[j * 100 + i]) * 8 * 1000 <= p[2] * (t - prev_t)
+                assert (cur[j * SWITCH_VALUES + i] - prev[j * SWITCH_VALUES + i]) * 8 * 1000 <= p[2] * (t - prev_t)
         prev_t, prev = t, cur
 
 
@@ -319,7 +329,7 @@ def test_clean_fabric_raises_no_alarm():
         _, ports, counters = model.layout(0)
         a, b = model.values(1 * S), model.values(3 * S)
         for j, p in enumerate(ports):
-            d = {c[0]: b[j * 100 + i] - a[j * 100 + i] for i, c in enumerate(counters[j])}
+            d = {c[0]: b[j * SWITCH_VALUES + i] - a[j * SWITCH_VALUES + i] for i, c in enumerate(counters[j])}
             bits = d["phy_received_bits"]
             assert bits == p[2] * 1_000_000 * 2
             assert d["phy_symbol_errors"] / bits <= 1e-12
@@ -351,10 +361,10 @@ def test_symbol_errors_scenario():
     for t0 in (1, 26):  # outside: nothing anywhere
         a, b = model.values(t0 * S), model.values((t0 + 2) * S)
         for j in range(len(names)):
-            assert b[j * 100 + IDX["phy_symbol_errors"]] == a[j * 100 + IDX["phy_symbol_errors"]]
+            assert b[j * SWITCH_VALUES + IDX["phy_symbol_errors"]] == a[j * SWITCH_VALUES + IDX["phy_symbol_errors"]]
     a, b = model.values(10 * S), model.values(12 * S)
     for j, name in enumerate(names):
-        d = {c[0]: b[j * 100 + i] - a[j * 100 + i] for i, c in enumerate(counters[j])}
+        d = {c[0]: b[j * SWITCH_VALUES + i] - a[j * SWITCH_VALUES + i] for i, c in enumerate(counters[j])}
         if name != "swp11s1":
             assert d["phy_symbol_errors"] == 0 and d["phy_effective_errors"] == 0
             continue
@@ -474,7 +484,7 @@ def test_counter_clear_scenario(ops):
     sim, start = opened(ops, config, 3.02)  # the plugin agrees right after the clear
     try:
         ts, values = sim.read()
-        assert values == model.values(ts - start)
+        assert values == model.values(ts - start, sim.since(start))
         assert values[sl][0] < values[other][0] // 10
     finally:
         sim.close()
@@ -497,7 +507,7 @@ def test_breakout_changes_generation(ops):
         assert names[i - 1: i + 5] == ["swp5", "swp6s0", "swp6s1", "swp6s2", "swp6s3", "swp7"]
         assert sim.ports[i][1:] == ("swp6", 100_000, 1)
         ts, values = sim.read()
-        assert values == Model(config).values(ts - start)
+        assert values == Model(config).values(ts - start, sim.since(start))
         sl = port_slice(sim.ports, sim.counters, "swp6s1")
         assert 0 < values[sl][0] < 100e9 / 8 * (ts - start - S) / S
     finally:
@@ -520,8 +530,8 @@ def test_start_in_future_reads_zero(ops):
     sim, _ = opened(ops, "role=spine", -100)
     try:
         _, values = sim.read()
-        gauges = {i for i, c in enumerate(sim_model.SWITCH_COUNTERS) if c[2] == 1}
-        assert all(v == 0 for i, v in enumerate(values) if i % 100 not in gauges)
+        gauges = {i for i, c in enumerate(sim_model.SWITCH_COUNTERS) if c[2] in (sim_model.GAUGE, sim_model.PEAK)}
+        assert all(v == 0 for i, v in enumerate(values) if i % SWITCH_VALUES not in gauges)
     finally:
         sim.close()
 
@@ -601,6 +611,70 @@ def test_far_past_start_wraps_like_the_model(ops):
     sim = Sim(ops, config)
     try:
         ts, values = sim.read()
-        assert values == Model(config).values(ts)
+        assert values == Model(config).values(ts, sim.since(0))
     finally:
         sim.close()
+
+
+def test_rs_fec_histogram_is_the_phy_counters_shape():
+    """ABI 1.1's HISTOGRAM on the simulated switch: bins S0..S15 (codewords by corrected
+    symbols) consistent with the PHY counters, mass in bins 0-2 on a healthy link, a longer
+    tail on the port with symbol errors."""
+    model = Model("role=spine scenario=symbol-errors@5s-25s:swp11s1")
+    _, ports, counters = model.layout(0)
+    fec0 = IDX["phy_rs_fec_histogram"]
+    v = model.values(20 * S)
+    tails = {}
+    for j, (name, *_rest) in enumerate(ports):
+        at = j * SWITCH_VALUES
+        bins = v[at + fec0:at + fec0 + sim_model.FEC_BINS]
+        corrected, bits = v[at + IDX["phy_corrected_bits"]], v[at + IDX["phy_received_bits"]]
+        assert sum(bins) == bits // sim_model.CW_BITS  # every codeword received is in one bin
+        assert sum(k * n for k, n in enumerate(bins)) <= corrected  # corrected symbols, at most
+        assert bins[0] > bins[1] > bins[2] > 0
+        tails[name] = max(k for k, n in enumerate(bins) if n)
+    assert tails["swp11s1"] > max(t for n, t in tails.items() if n != "swp11s1")
+
+
+def test_tc_peak_occupancy_is_the_highest_level_since_the_previous_read(ops):
+    """ABI 1.1's PEAK on the simulated switch: each read gives the highest TC occupancy of
+    every cell since the previous read (so a burst between two reads is never missed), and
+    reading clears it; a handle's first read gives its own cell's level."""
+    config = "role=leaf seed=3 scenario=microburst@0s:swp2"
+    model = Model(config)
+    sim, start = opened(ops, config, 1.0)
+    try:
+        sl = port_slice(sim.ports, sim.counters, "swp2")
+        occ, peak = IDX["tc_curr_occupancy_3"], IDX["tc_peak_occupancy_3"]
+        assert dict((c[0], c[2]) for c in sim.counters[0])["tc_peak_occupancy_3"] == sim_model.PEAK
+        ts, first = sim.read()
+        assert first[sl][peak] == first[sl][occ]  # nothing before the first read
+        time.sleep(1.5)  # about 15 cells
+        ts, values = sim.read()
+        t, since = ts - start, sim.since(start)
+        port = next(p for p in model.ports_at(t) if p.name == "swp2")
+        cells = range(since // sim_model.CELL, t // sim_model.CELL + 1)
+        assert len(cells) >= 10
+        assert values[sl][peak] == max(port.occupancy(3, c) for c in cells)
+        assert values[sl][peak] >= values[sl][occ]
+        assert values == model.values(t, since)
+        ts, again = sim.read()  # read at once: the peak starts again from the last read's cell
+        assert again == model.values(ts - start, sim.since(start))
+        assert again[sl][peak] <= values[sl][peak]
+    finally:
+        sim.close()
+
+
+def test_the_peak_sees_bursts_the_instantaneous_level_misses():
+    """Over 60 s of microbursts read every second, the peak shows every burst's level; the
+    instantaneous level at the read shows few of them."""
+    model = Model("role=leaf seed=4 scenario=microburst@0s:swp2")
+    port = next(p for p in model.ports_at(0) if p.name == "swp2")
+    occ, peak = IDX["tc_curr_occupancy_3"], IDX["tc_peak_occupancy_3"]
+    burst = 8 << 20  # a microburst fills the queue to 15-16 MiB; the idle level stays < 64 KiB
+    seen_peak = seen_level = 0
+    for k in range(1, 61):
+        v = port.values(k * S, (k - 1) * S)
+        seen_peak += v[peak] > burst
+        seen_level += v[occ] > burst
+    assert seen_peak >= 15 and seen_level <= seen_peak // 3, (seen_peak, seen_level)

@@ -14,6 +14,7 @@ typedef struct {
     void *dl;
     const struct swtel_asic_ops *ops;
     void *h;
+    int minor;       /* the ABI minor the plugin was built against (from its ops_size) */
     char label[256]; /* plugin path, for error messages */
 } asic_plugin;
 
@@ -87,12 +88,14 @@ static PyObject *asic_open(PyObject *self, PyObject *args)
             else if (ops->abi_version != SWTEL_ASIC_ABI_VERSION)
                 snprintf(err, sizeof(err), "ABI version %u, this swtel speaks %u", ops->abi_version,
                          SWTEL_ASIC_ABI_VERSION);
-            else if (ops->ops_size < sizeof(struct swtel_asic_ops) || !ops_complete(ops))
-                snprintf(err, sizeof(err), "incomplete ops table (size %u, expected %zu)", ops->ops_size,
-                         sizeof(struct swtel_asic_ops));
+            else if (ops->ops_size < SWTEL_ASIC_OPS_SIZE_1_0 || !ops_complete(ops))
+                snprintf(err, sizeof(err), "incomplete ops table (size %u, expected %zu or more)", ops->ops_size,
+                         (size_t)SWTEL_ASIC_OPS_SIZE_1_0);
             else {
                 char perr[384] = "";
                 p->ops = ops;
+                /* 1.0's table ends before bin_info: never read past the plugin's ops_size */
+                p->minor = ops->ops_size >= sizeof(struct swtel_asic_ops) ? 1 : 0;
                 p->h = ops->open(config, perr, sizeof(perr));
                 perr[sizeof(perr) - 1] = '\0'; /* the plugin's text may lack its NUL */
                 if (p->h == NULL)
@@ -162,12 +165,58 @@ static PyObject *checked_name(const asic_plugin *p, PyObject *what, const char *
 PyDoc_STRVAR(asic_layout_doc,
 "asic_layout(handle) -> (generation, ports, counters)\n\n"
 "ports: [(name, parent, speed_mbps, flags)]; counters: one list per port of\n"
-"(name, width, kind, nbins). Read it again after asic_read returns ECHANGED.\n"
+"(name, width, kind, nbins, bins), bins a tuple of (low, high) per bin of a\n"
+"HISTOGRAM, () otherwise. Read it again after asic_read returns ECHANGED.\n"
 "A layout beyond the limits (ASIC_MAX_PORTS, ASIC_MAX_COUNTERS per port,\n"
-"ASIC_MAX_VALUES in all, ASIC_MAX_BINS), with a negative count or a bad or\n"
-"duplicate name raises OSError naming the port and counter; the counts are\n"
-"checked before the descriptors are listed, so nothing is allocated for a\n"
-"layout that is refused.");
+"ASIC_MAX_VALUES in all, bins included, ASIC_MAX_BINS), with a negative count,\n"
+"a bad or duplicate name, a 1.1 kind from a 1.0 plugin or bins that do not\n"
+"ascend raises OSError naming the port and counter; the counts are checked\n"
+"before the descriptors are listed, so nothing is allocated for a layout that\n"
+"is refused.");
+
+/* The bins of HISTOGRAM counter j of port i as a tuple of (low, high), checked; NULL with
+ * OSError when the plugin cannot describe them or they do not ascend. */
+static PyObject *histogram_bins(const asic_plugin *p, PyObject *pname, PyObject *cname, int i, int j,
+                                uint32_t nbins)
+{
+    const struct swtel_asic_ops *o = p->ops;
+    if (p->minor < 1)
+        return refuse(p, NULL, "port %R counter %R: HISTOGRAM needs ABI 1.1 (the plugin was built against 1.0)",
+                      pname, cname);
+    if (o->bin_info == NULL)
+        return refuse(p, NULL, "port %R counter %R: a HISTOGRAM, but the plugin has no bin_info", pname, cname);
+    if (nbins == 0 || nbins > SWTEL_ASIC_MAX_BINS)
+        return refuse(p, NULL, "port %R counter %R: nbins %u (a HISTOGRAM has 1 to %d bins)", pname, cname,
+                      nbins, SWTEL_ASIC_MAX_BINS);
+    PyObject *bins = PyTuple_New(nbins);
+    if (bins == NULL)
+        return NULL;
+    for (uint32_t b = 0; b < nbins; b++) {
+        struct swtel_asic_bin bin = {0, 0};
+        if (o->bin_info(p->h, i, j, (int)b, &bin) != 0) {
+            Py_DECREF(bins);
+            return refuse(p, NULL, "port %R counter %R: bin_info(%d, %d, %u) failed", pname, cname, i, j, b);
+        }
+        const char *bad = bin.low > bin.high ? "its low bound is above its high bound" : NULL;
+        if (bad == NULL && b > 0) {
+            PyObject *prev = PyTuple_GET_ITEM(PyTuple_GET_ITEM(bins, b - 1), 1);
+            if (bin.low <= PyLong_AsUnsignedLongLong(prev))
+                bad = "it does not start above the previous bin's high bound (bins ascend, no overlap)";
+        }
+        if (bad != NULL) {
+            Py_DECREF(bins);
+            return refuse(p, NULL, "port %R counter %R: bin %u [%llu, %llu]: %s", pname, cname, b,
+                          (unsigned long long)bin.low, (unsigned long long)bin.high, bad);
+        }
+        PyObject *t = Py_BuildValue("(KK)", (unsigned long long)bin.low, (unsigned long long)bin.high);
+        if (t == NULL) {
+            Py_DECREF(bins);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(bins, b, t);
+    }
+    return bins;
+}
 
 static PyObject *asic_layout(PyObject *self, PyObject *cap)
 {
@@ -247,6 +296,7 @@ static PyObject *asic_layout(PyObject *self, PyObject *cap)
     names = PySet_New(NULL);
     if (names == NULL)
         goto fail;
+    long long slots = 0; /* values in one read: a HISTOGRAM takes nbins */
     for (int i = 0; i < nports; i++) {
         PyObject *pname = PyTuple_GET_ITEM(PyList_GET_ITEM(ports, i), 0);
         int nc = ncs[i];
@@ -278,14 +328,34 @@ static PyObject *asic_layout(PyObject *self, PyObject *cap)
                 Py_DECREF(cname);
                 goto fail;
             }
-            /* (width and kind are judged by the asic source, which knows what it can unwrap) */
+            /* (width and kind are judged by the asic source, which knows what it can unwrap;
+             * here what the ABI version allows and what a histogram's bins must be) */
             if (c.nbins > SWTEL_ASIC_MAX_BINS) {
                 refuse(p, NULL, "port %R counter %R: nbins %u, more than the %d bins swtel accepts", pname, cname,
                        c.nbins, SWTEL_ASIC_MAX_BINS);
                 Py_DECREF(cname);
                 goto fail;
             }
-            PyObject *ct = Py_BuildValue("(NiiI)", cname, (int)c.width, (int)c.kind, c.nbins);
+            if (c.kind == SWTEL_ASIC_PEAK && p->minor < 1) {
+                refuse(p, NULL, "port %R counter %R: PEAK needs ABI 1.1 (the plugin was built against 1.0)", pname,
+                       cname);
+                Py_DECREF(cname);
+                goto fail;
+            }
+            slots += c.kind == SWTEL_ASIC_HISTOGRAM ? (long long)c.nbins : 1;
+            if (slots > SWTEL_ASIC_MAX_VALUES) { /* judged before the bins are listed */
+                refuse(p, NULL, "more than the %d values swtel accepts in one layout (bins included; by port %R "
+                       "counter %R)", SWTEL_ASIC_MAX_VALUES, pname, cname);
+                Py_DECREF(cname);
+                goto fail;
+            }
+            PyObject *bins = c.kind == SWTEL_ASIC_HISTOGRAM ? histogram_bins(p, pname, cname, i, j, c.nbins)
+                                                            : PyTuple_New(0);
+            if (bins == NULL) {
+                Py_DECREF(cname);
+                goto fail;
+            }
+            PyObject *ct = Py_BuildValue("(NiiIN)", cname, (int)c.width, (int)c.kind, c.nbins, bins);
             if (ct == NULL)
                 goto fail;
             PyList_SET_ITEM(list, j, ct);

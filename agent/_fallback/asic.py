@@ -12,6 +12,7 @@ import ctypes
 from typing import Any
 
 ASIC_ABI_VERSION = 1
+ASIC_HISTOGRAM, ASIC_PEAK = 2, 3  # the kinds of ABI 1.1 (swtel_asic.h)
 ASIC_OK, ASIC_ERROR, ASIC_ECHANGED = 0, -1, -2
 _NAME_MAX = 64
 # What one layout may hold (agent/asic/swtel_asic.h, SWTEL_ASIC_MAX_*; the C loader's limits)
@@ -59,15 +60,31 @@ _Ops_fields = [
 ]
 
 
+class _Bin(ctypes.Structure):
+    _fields_ = [("low", ctypes.c_uint64), ("high", ctypes.c_uint64)]
+
+
 class _Ops(ctypes.Structure):
+    """The 1.0 table: what every plugin has (its size is SWTEL_ASIC_OPS_SIZE_1_0)."""
+
     _fields_ = _Ops_fields
+
+
+class _Ops11(ctypes.Structure):
+    """1.1's table: 1.0's plus bin_info; read only from a plugin whose ops_size covers it."""
+
+    _fields_ = _Ops_fields + [
+        ("bin_info", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                      ctypes.POINTER(_Bin))),
+    ]
 
 
 class _Plugin:
     """What the C loader keeps in its capsule: the library, its ops table, the handle."""
 
-    def __init__(self, lib: ctypes.CDLL, ops: _Ops, handle: int, label: str) -> None:
+    def __init__(self, lib: ctypes.CDLL, ops: _Ops | _Ops11, handle: int, label: str) -> None:
         self.lib, self.ops, self.h, self.label = lib, ops, handle, label
+        self.minor = 1 if isinstance(ops, _Ops11) else 0
 
     def __del__(self) -> None:
         if getattr(self, "h", None):
@@ -105,9 +122,12 @@ def asic_open(path: str, config: str) -> _Plugin:
     head = ctypes.cast(addr, ctypes.POINTER(ctypes.c_uint32 * 2)).contents
     if head[0] != ASIC_ABI_VERSION:
         raise OSError(f"asic plugin {path}: ABI version {head[0]}, this swtel speaks {ASIC_ABI_VERSION}")
-    ops = ctypes.cast(addr, ctypes.POINTER(_Ops)).contents
+    # 1.0's table ends before bin_info: never read past the plugin's ops_size
+    table = _Ops11 if head[1] >= ctypes.sizeof(_Ops11) else _Ops
+    ops = ctypes.cast(addr, ctypes.POINTER(table)).contents
     if head[1] < ctypes.sizeof(_Ops) or not all(getattr(ops, f) for f, _ in _Ops_fields[3:]):
-        raise OSError(f"asic plugin {path}: incomplete ops table (size {head[1]}, expected {ctypes.sizeof(_Ops)})")
+        raise OSError(f"asic plugin {path}: incomplete ops table (size {head[1]}, expected "
+                      f"{ctypes.sizeof(_Ops)} or more)")
     err = ctypes.create_string_buffer(384)
     handle = ops.open(config.encode(), err, len(err))
     if not handle:
@@ -188,6 +208,7 @@ def asic_layout(handle: _Plugin) -> tuple[int, list[tuple], list[list[tuple]]]:
                           f"port {name!r}, {i + 1} of {nports})")
         counts.append(nc)
     counters: list[list[tuple]] = []
+    slots = 0  # values in one read: a HISTOGRAM takes nbins
     for i, nc in enumerate(counts):
         pname = ports[i][0]
         row: list[tuple] = []
@@ -202,13 +223,47 @@ def asic_layout(handle: _Plugin) -> tuple[int, list[tuple], list[list[tuple]]]:
                 raise _refuse(p, f"port {pname!r}: counter {cname!r} listed twice: every counter of a port needs "
                               "its own name")
             names.add(cname)
-            # (width and kind are judged by the asic source, which knows what it can unwrap)
+            # (width and kind are judged by the asic source, which knows what it can unwrap;
+            # here what the ABI version allows and what a histogram's bins must be)
             if counter.nbins > ASIC_MAX_BINS:
                 raise _refuse(p, f"port {pname!r} counter {cname!r}: nbins {counter.nbins}, more than the "
                               f"{ASIC_MAX_BINS} bins swtel accepts")
-            row.append((cname, counter.width, counter.kind, counter.nbins))
+            if counter.kind == ASIC_PEAK and p.minor < 1:
+                raise _refuse(p, f"port {pname!r} counter {cname!r}: PEAK needs ABI 1.1 (the plugin was built "
+                              "against 1.0)")
+            hist = counter.kind == ASIC_HISTOGRAM
+            slots += counter.nbins if hist else 1
+            if slots > ASIC_MAX_VALUES:  # judged before the bins are listed
+                raise _refuse(p, f"more than the {ASIC_MAX_VALUES} values swtel accepts in one layout (bins "
+                              f"included; by port {pname!r} counter {cname!r})")
+            bins = _bins(p, pname, cname, i, j, counter.nbins) if hist else ()
+            row.append((cname, counter.width, counter.kind, counter.nbins, bins))
         counters.append(row)
     return gen, ports, counters
+
+
+def _bins(p: _Plugin, pname: str, cname: str, i: int, j: int, nbins: int) -> tuple[tuple[int, int], ...]:
+    """The bins of a HISTOGRAM as (low, high) pairs, checked as agent/_ext/asic.c does."""
+    what = f"port {pname!r} counter {cname!r}"
+    if p.minor < 1:
+        raise _refuse(p, f"{what}: HISTOGRAM needs ABI 1.1 (the plugin was built against 1.0)")
+    if not p.ops.bin_info:
+        raise _refuse(p, f"{what}: a HISTOGRAM, but the plugin has no bin_info")
+    if not 1 <= nbins <= ASIC_MAX_BINS:
+        raise _refuse(p, f"{what}: nbins {nbins} (a HISTOGRAM has 1 to {ASIC_MAX_BINS} bins)")
+    out: list[tuple[int, int]] = []
+    b = _Bin()
+    for k in range(nbins):
+        b.low = b.high = 0
+        if p.ops.bin_info(p.h, i, j, k, ctypes.byref(b)) != 0:
+            raise _refuse(p, f"{what}: bin_info({i}, {j}, {k}) failed")
+        bad = "its low bound is above its high bound" if b.low > b.high else None
+        if bad is None and out and b.low <= out[-1][1]:
+            bad = "it does not start above the previous bin's high bound (bins ascend, no overlap)"
+        if bad:
+            raise _refuse(p, f"{what}: bin {k} [{b.low}, {b.high}]: {bad}")
+        out.append((b.low, b.high))
+    return tuple(out)
 
 
 def asic_read(handle: _Plugin, generation: int, out) -> tuple[int, int]:

@@ -174,7 +174,9 @@ class PluginProxy:
     def layout(self) -> tuple[int, list[tuple], list[list[tuple]]]:
         payload = self._call(b"L", b"", "layout", time.monotonic() + LAYOUT_TIMEOUT_S)
         gen, ports, counters = msgpack.unpackb(payload, raw=False)
-        return gen, [tuple(p) for p in ports], [[tuple(c) for c in row] for row in counters]
+        # msgpack gives lists: back to the reader's tuples ((low, high) pairs for the bins)
+        return gen, [tuple(p) for p in ports], [
+            [(*c[:4], tuple(tuple(b) for b in c[4])) for c in row] for row in counters]
 
     def read(self, generation: int, values: Any, wait_s: float | None = None) -> tuple[int, int]:
         """One bulk read into ``values`` (a writable buffer of u64, the layout's length).

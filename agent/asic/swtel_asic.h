@@ -1,4 +1,4 @@
-/* swtel ASIC plugin ABI, version 1.
+/* swtel ASIC plugin ABI, version 1.1 (a version 1.0 plugin loads unchanged).
  *
  * A plugin is a shared library that swtel's reader loads with dlopen(). It
  * exports one symbol, `swtel_asic_plugin`, a function returning a pointer to a
@@ -18,8 +18,9 @@
  *    or removed), the plugin bumps the generation; the next `read` for the old
  *    layout returns SWTEL_ASIC_ECHANGED and swtel lists the layout again.
  *  - `read` fills the caller-owned buffer with every counter of every port, in
- *    port order and, within a port, in descriptor order (the sum of
- *    `counter_count` over all ports). Counters are cumulative; gauges are levels.
+ *    port order and, within a port, in descriptor order: one value per descriptor,
+ *    `nbins` values for a HISTOGRAM (1.1), bin 0 first. Counters are cumulative;
+ *    gauges are levels; a PEAK (1.1) is the highest level since the previous read.
  *  - The timestamp is the collection time of the values, in nanoseconds since
  *    the Unix epoch (CLOCK_REALTIME).
  */
@@ -33,7 +34,8 @@
 extern "C" {
 #endif
 
-#define SWTEL_ASIC_ABI_VERSION 1u
+#define SWTEL_ASIC_ABI_VERSION 1u /* the major version: a plugin of another is refused */
+#define SWTEL_ASIC_ABI_MINOR 1u   /* 1.1: the PEAK kind, HISTOGRAM with bin bounds (bin_info) */
 #define SWTEL_ASIC_SYMBOL "swtel_asic_plugin"
 
 #define SWTEL_ASIC_NAME_MAX 64 /* port and counter names, including the NUL */
@@ -44,20 +46,27 @@ extern "C" {
  * anything is allocated for it. */
 #define SWTEL_ASIC_MAX_PORTS 4096    /* port_count */
 #define SWTEL_ASIC_MAX_COUNTERS 4096 /* counter_count of one port */
-#define SWTEL_ASIC_MAX_VALUES 262144 /* the sum of counter_count over all ports (2 MiB of values) */
-#define SWTEL_ASIC_MAX_BINS 64       /* nbins of one descriptor */
+#define SWTEL_ASIC_MAX_VALUES 262144 /* values in one read, bins included (2 MiB of values) */
+#define SWTEL_ASIC_MAX_BINS 64       /* nbins of one HISTOGRAM descriptor */
 
 /* read() results */
 #define SWTEL_ASIC_OK 0
 #define SWTEL_ASIC_ERROR (-1)   /* err holds the reason; the values are not valid */
 #define SWTEL_ASIC_ECHANGED (-2) /* the layout changed: list ports and counters again */
 
-/* Counter kinds. HISTOGRAM is reserved for occupancy histograms (a later ABI
- * minor addition: `nbins` values per descriptor); version 1 plugins must not use it. */
+/* Counter kinds. PEAK and HISTOGRAM are 1.1's: a plugin built against 1.0 (its ops_size
+ * is SWTEL_ASIC_OPS_SIZE_1_0) that declares them is refused. */
 enum swtel_asic_kind {
     SWTEL_ASIC_COUNTER = 0, /* cumulative, never decreases except on a reset or a wrap */
-    SWTEL_ASIC_GAUGE = 1,   /* a level (queue occupancy, watermark, temperature) */
+    SWTEL_ASIC_GAUGE = 1,   /* a level (queue occupancy, a watermark the plugin clears, temperature) */
+    /* `nbins` cumulative counts (1..SWTEL_ASIC_MAX_BINS), one value each in the read, in bin
+     * order; each bin's bounds come from bin_info (FEC codewords by corrected symbols,
+     * queue-depth samples by occupancy) */
     SWTEL_ASIC_HISTOGRAM = 2,
+    /* the highest level since the previous read, cleared by the read itself (Spectrum's
+     * READ_CLEAR watermarks, devlink's occ max with max_clear): swtel reads it exactly
+     * once per poll, so each value covers the poll interval before it */
+    SWTEL_ASIC_PEAK = 3,
 };
 
 struct swtel_asic_port {
@@ -77,6 +86,14 @@ struct swtel_asic_counter {
     uint8_t kind;                   /* enum swtel_asic_kind */
     uint16_t reserved;
     uint32_t nbins; /* HISTOGRAM only; 0 otherwise */
+};
+
+/* One histogram bin (1.1): the values it counts, both bounds inclusive, in the histogram's
+ * unit (symbol errors per codeword, bytes of occupancy). The bins of a histogram ascend and
+ * do not overlap (bin i's low is above bin i-1's high); UINT64_MAX as `high`: no upper bound. */
+struct swtel_asic_bin {
+    uint64_t low;
+    uint64_t high;
 };
 
 struct swtel_asic_ops {
@@ -106,7 +123,16 @@ struct swtel_asic_ops {
                 char *err, size_t errlen);
 
     void (*close)(void *h);
+
+    /* --- 1.1: a plugin built against 1.0 ends here (ops_size SWTEL_ASIC_OPS_SIZE_1_0). --- */
+
+    /* Bin `bin` (0..nbins-1) of HISTOGRAM counter `counter` of `port`: 0, or -1 when out of
+     * range. Needed only by a plugin that declares a HISTOGRAM; NULL otherwise. */
+    int (*bin_info)(void *h, int port, int counter, int bin, struct swtel_asic_bin *out);
 };
+
+/* The ops_size of a plugin built against the 1.0 header: it loads unchanged, as 1.0. */
+#define SWTEL_ASIC_OPS_SIZE_1_0 offsetof(struct swtel_asic_ops, bin_info)
 
 typedef const struct swtel_asic_ops *(*swtel_asic_plugin_fn)(void);
 

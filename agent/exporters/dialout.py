@@ -21,10 +21,8 @@ of every counter still arrives.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +32,7 @@ from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import Container
 from agent.exporters.base import Exporter, check_auth, check_tls, register
+from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
     from agent.counters import Batch, StateUpdate
@@ -61,8 +60,6 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 # A stream up this long without an error proves the collector serves the RPC.
 HEALTHY_AFTER_S = 5.0
-# Identical "destination down" warnings: one per period (log.rate_limit's default).
-LOG_RATE_LIMIT_S = 10.0
 # Queue item kinds: counter changes (superseded by a snapshot), states, deletes.
 _COUNTERS, _EVENTS, _DELETES = 0, 1, 2
 
@@ -161,7 +158,7 @@ class DialoutConfig:
 
 
 @register
-class DialoutExporter(Exporter):
+class DialoutExporter(ReconnectingSender, Exporter):
     """The Listener for one dial-out destination."""
 
     config_name = "dialout"
@@ -200,33 +197,24 @@ class DialoutExporter(Exporter):
 
     def __init__(self, cfg: DialoutConfig, target: str) -> None:
         _load()
+        super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S)
         self.cfg = cfg
         self.target = target
         self.per_tick = cfg.notifications == "per-tick"
         self.name = cfg.name or str(cfg.address)
         self.method = METHODS[cfg.protocol]
-        self._cond = threading.Condition()
         # (kind, message, deleted containers with their timestamp, for _DELETES)
-        self._queue: deque[tuple[int, bytes, Any]] = deque()
+        self._queue: BoundedQueue[tuple[int, bytes, Any]] = BoundedQueue(cfg.queue)
         self._need_snapshot = False
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._store: Store | None = None
         self._flush_deadline = 0.0
-        # status
-        self.state = "down"
+        self._current = _Session()  # the latest attempt's: how far it got, for the hint
+        # status (the rest: ReconnectingSender)
         self.sent = 0
-        self.dropped = 0
         self.superseded = 0
         self.snapshots = 0
-        self.connects = 0
-        self.last_error: str | None = None
-        self.down_since_ns: int | None = time.time_ns()
         self.responses = 0
         self.healthy_after_s = HEALTHY_AFTER_S
-        # the runner may set .period_s from log.rate_limit
-        self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)
-        self._log_keys: set[str] = set()
         self._prove_lock = threading.Lock()
 
     # ------------------------------------------------------------ Listener
@@ -235,8 +223,7 @@ class DialoutExporter(Exporter):
         if self.cfg.insecure:
             log.warning("plaintext dial-out (insecure: true): telemetry and credentials unencrypted",
                         destination=self.name, address=str(self.cfg.address))
-        self._thread = threading.Thread(target=self._run, name=f"dialout-{self.name}", daemon=True)
-        self._thread.start()
+        self._start_thread(f"dialout-{self.name}")
 
     def on_batch(self, batch: Batch) -> None:
         self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick))
@@ -255,14 +242,11 @@ class DialoutExporter(Exporter):
         """Send what is queued for up to ``timeout`` seconds, close the stream, end the thread."""
         self._flush_deadline = time.monotonic() + max(timeout, 0.0)
         self._stopping.set()
-        with self._cond:
-            self._cond.notify_all()
+        self._queue.wake()
         if self._thread is not None:
             self._thread.join(timeout + 1.0)
 
     def status(self) -> dict[str, Any]:
-        with self._cond:
-            depth = len(self._queue)
         return {
             "name": self.name,
             "kind": "dialout",
@@ -270,37 +254,25 @@ class DialoutExporter(Exporter):
             "address": str(self.cfg.address),
             "protocol": self.cfg.protocol,
             "tls": not self.cfg.insecure,
-            "queue": depth,
+            "queue": len(self._queue),
             "queue_max": self.cfg.queue,
             "sent": self.sent,
-            "dropped": self.dropped,
+            "dropped": self._queue.dropped,
             "superseded": self.superseded,
             "snapshots": self.snapshots,
-            "reconnects": max(self.connects - 1, 0),
+            "reconnects": self.reconnects,
             "last_error": self.last_error,
             "down_since_ns": self.down_since_ns,
         }
 
     # ------------------------------------------------------------ queue
     def _enqueue(self, kind: int, msgs: list[bytes], extra: Any = None) -> None:
-        if not msgs:
-            return
-        limit = self.cfg.queue
-        with self._cond:
-            for m in msgs:
-                if len(self._queue) >= limit:
-                    old_kind = self._queue.popleft()[0]
-                    self.dropped += 1
-                    if old_kind == _COUNTERS:
-                        self._need_snapshot = True  # the store still holds the newest values
-                self._queue.append((kind, m, extra))
-            self._cond.notify()
+        if msgs:
+            self._queue.put(((kind, m, extra) for m in msgs), self._on_drop)
 
-    def _take(self, timeout: float) -> tuple[int, bytes, Any] | None:
-        with self._cond:
-            if not self._queue:
-                self._cond.wait(timeout)
-            return self._queue.popleft() if self._queue else None
+    def _on_drop(self, item: tuple[int, bytes, Any]) -> None:
+        if item[0] == _COUNTERS:
+            self._need_snapshot = True  # the store still holds the newest values
 
     def _snapshot(self, sync: bool) -> list[bytes]:
         """Every current value (superseding queued counter changes), then sync_response if asked.
@@ -308,9 +280,8 @@ class DialoutExporter(Exporter):
         Queued states and deletes stay queued, to follow the snapshot in order, except a
         delete of a container that exists again in the snapshot (a port removed and re-added).
         """
-        with self._cond:
-            queued = list(self._queue)
-            self._queue.clear()
+        with self._queue.cond:  # with the flag: a counter dropped after this asks again
+            queued = self._queue.take_all()
             self._need_snapshot = False
         store = self._store
         msgs: list[bytes] = []
@@ -332,8 +303,7 @@ class DialoutExporter(Exporter):
                             for m2 in encode.encode_deletes(ts_ns, gone, self.target))
             else:
                 kept.append((kind, m, extra))
-        with self._cond:  # ahead of whatever the tick thread queued meanwhile
-            self._queue.extendleft(reversed(kept))
+        self._queue.push_front(kept)  # ahead of whatever the tick thread queued meanwhile
         if sync:
             msgs.append(encode.encode_sync())
         self.snapshots += 1
@@ -351,11 +321,7 @@ class DialoutExporter(Exporter):
             ("grpc.initial_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", 30_000),
         ]
-        if self.cfg.insecure:
-            return grpc.insecure_channel(address, options=options)
-        t = self.cfg.tls
-        creds = tls.channel_credentials(t.ca, t.cert, t.key)
-        return grpc.secure_channel(address, creds, options=options + tls.channel_options(t.server_name))
+        return grpc_channel(address, self.cfg.insecure, self.cfg.tls, options)
 
     def _metadata(self) -> list[tuple[str, str]]:
         md = [("subscription-name", self.cfg.subscription_name), ("system-name", self.target)]
@@ -365,44 +331,29 @@ class DialoutExporter(Exporter):
                 md.append(("password", read_password(self.cfg.password_file)))
         return md
 
-    def _run(self) -> None:
-        backoff = BACKOFF_MIN_S
-        while not self._stopping.is_set():
-            self.state = "connecting"
-            session = _Session()
-            unexpected: Exception | None = None
-            try:
-                self._session(session)
-                error = session.error
-            except tls.TlsError as exc:
-                error = f"TLS setup: {exc}"
-            except (CredentialsError, OSError) as exc:
-                error = str(exc) if isinstance(exc, CredentialsError) else f"{type(exc).__name__}: {exc}"
-            except Exception as exc:  # a bug must not end the destination's thread: retry
-                unexpected, error = exc, f"{type(exc).__name__}: {exc}"
-            if self._stopping.is_set():
-                break
-            if session.proven.is_set():
-                backoff = BACKOFF_MIN_S
-                self.down_since_ns = time.time_ns()
-            self.state = "down"
-            self.last_error = error
-            delay = backoff * random.uniform(0.8, 1.2)
-            self._log_down(error, session.ready.is_set(), delay, unexpected)
-            self._stopping.wait(delay)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
-        self.state = "down"
+    def _attempt(self) -> str:
+        """One session (ReconnectingSender runs them, backs off and retries); why it ended."""
+        session = self._current = _Session()
+        try:
+            self._session(session)
+        except tls.TlsError as exc:
+            return f"TLS setup: {exc}"
+        except CredentialsError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return session.error
+
+    def _went_down(self, error: str, delay: float, unexpected: Exception | None) -> None:
+        self._log_down(error, self._current.ready.is_set(), delay, unexpected)
 
     def _log_down(self, error: str, reached: bool, delay: float, unexpected: Exception | None) -> None:
         """One warning per kind of error per rate-limit period (the next after a connection).
 
         Keyed by the error's kind (its status code or exception type, :func:`logs.kind`), not
         its text: a peer whose every failure is worded differently still logs once a period."""
-        key = logs.kind(error)
-        if len(self._log_keys) < 256:  # errors seen since the last connection, to forget then
-            self._log_keys.add(key)
-        self.log_limiter.log(
-            log, "error" if unexpected else "warning", key, "destination down",
+        self._log_outage(
+            "error" if unexpected else "warning", logs.kind(error), "destination down",
             destination=self.name, address=str(self.cfg.address), error=error,
             hint=self._hint(error, reached), retry_in_s=round(delay, 2),
             **({"exc_info": unexpected} if unexpected else {}))
@@ -458,15 +409,9 @@ class DialoutExporter(Exporter):
             if s.proven.is_set() or s.failed.is_set() or self._stopping.is_set():
                 return
             s.proven.set()
-        self.connects += 1
-        down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
-        self.state = "connected"
-        self.down_since_ns = None
-        for key in self._log_keys:  # the next failure is news again
-            self.log_limiter.forget(key)
-        self._log_keys.clear()
+        down_for = self._connected()  # the next failure is news again
         log.info("destination connected", destination=self.name, address=str(self.cfg.address),
-                 method=self.method, tls=not self.cfg.insecure, reconnects=max(self.connects - 1, 0),
+                 method=self.method, tls=not self.cfg.insecure, reconnects=self.reconnects,
                  down_for_s=round(down_for, 3), confirmed_by=by)
 
     def _drain(self, call: Any, s: _Session) -> None:
@@ -481,9 +426,7 @@ class DialoutExporter(Exporter):
                 s.error = "collector closed the stream"
         except grpc.RpcError as exc:
             if not self._stopping.is_set():
-                code = exc.code() if hasattr(exc, "code") else None
-                name = code.name if code is not None else "ERROR"
-                s.error = f"{name}: {exc.details() if hasattr(exc, 'details') else exc}"
+                s.error = rpc_error(exc)
         except Exception as exc:  # whatever it is ends this session, not the thread
             s.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -511,7 +454,7 @@ class DialoutExporter(Exporter):
             if self._stopping.is_set():
                 if time.monotonic() > self._flush_deadline:
                     return
-                item = self._take(0)
+                item = self._queue.take(0)
                 if item is None:
                     return  # flushed: half-close the stream
             else:
@@ -524,7 +467,7 @@ class DialoutExporter(Exporter):
                         yield m
                     next_heartbeat = now + heartbeat
                     continue
-                item = self._take(min(0.2, max(next_heartbeat - now, 0.0)))
+                item = self._queue.take(min(0.2, max(next_heartbeat - now, 0.0)))
                 if item is None:
                     continue
             self.sent += 1

@@ -32,11 +32,9 @@ arrives after an outage carries everything that was counted during it.
 
 from __future__ import annotations
 
-import random
 import socket
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +43,7 @@ from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
 from agent.exporters import otlp_names
 from agent.exporters.base import Exporter, check_tls, register
+from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -96,6 +95,18 @@ def names_of(table: CounterTable) -> list[otlp_names.Name | None]:
     return out
 
 
+def bins_of(table: CounterTable) -> list[tuple[int, int, float] | None]:
+    """(bin index, low, high) of every counter of ``table`` that is a histogram's bin, else
+    None; cached."""
+    out = table.cache.get("otlp-bins")
+    if out is None:
+        out = table.cache["otlp-bins"] = [
+            (hit[2], hit[3], hit[4]) if (hit := otlp_names.histogram_bin(s.container.path, s.leaf)) else None
+            for s in table.specs
+        ]
+    return out
+
+
 def _attr(key: str, value: str) -> common_pb2.KeyValue:
     return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
 
@@ -123,12 +134,16 @@ class _Layout:
         self.points: list[list[tuple[int, Any, tuple, bool]]] = [[] for _ in tables]
         self.requests: list[ms_pb2.ExportMetricsServiceRequest] = []
         self.request_points: list[int] = []  # data points of each request
-        self.count = len(chosen)
         scope = common_pb2.InstrumentationScope(name="swtel", version=__version__)
         sm = None
         in_request = MAX_POINTS
+        #: otel: per histogram data point, its bins in order as (source position, index, key)
+        self.histograms: list[tuple[Any, list[tuple[int, int, tuple]]]] = []
         for name in sorted(by_metric):
             members = sorted(by_metric[name], key=lambda m: m[0][1])
+            if profile == "otel" and bins_of(tables[members[0][1]])[members[0][2]] is not None:
+                sm, in_request = self._histogram(name, members, sm, in_request, resource, scope)
+                continue
             otel_sum = profile == "otel" and members[0][3]
             for start in range(0, len(members), MAX_POINTS):
                 chunk = members[start:start + MAX_POINTS]
@@ -154,6 +169,37 @@ class _Layout:
                     dp = points.add()
                     dp.attributes.extend(_attr(k, v) for k, v in key[1])
                     self.points[pos].append((i, dp, key, counter and otel_sum))
+        self.count = sum(self.request_points)  # data points (an otel histogram's bins make one)
+
+    def _histogram(self, name: str, members: list, sm: Any, in_request: int, resource: Any,
+                   scope: Any) -> tuple[Any, int]:
+        """One OTel Histogram metric: a data point per port (the bins' other attributes), its
+        explicit bounds the bins' high bounds but the last's (OTel's last bucket is open)."""
+        points: dict[tuple, list[tuple[int, int, int, float, tuple]]] = {}
+        for key, pos, i, _counter in members:
+            index, _low, high = bins_of(self.tables[pos])[i]
+            rest = tuple(kv for kv in key[1] if kv[0] != "bin")
+            points.setdefault(rest, []).append((index, pos, i, high, key))
+        if sm is None or in_request + len(points) > MAX_POINTS:
+            request = ms_pb2.ExportMetricsServiceRequest()
+            rm = request.resource_metrics.add()
+            rm.resource.CopyFrom(resource)
+            sm = rm.scope_metrics.add()
+            sm.scope.CopyFrom(scope)
+            self.requests.append(request)
+            self.request_points.append(0)
+            in_request = 0
+        in_request += len(points)
+        self.request_points[-1] += len(points)
+        metric = sm.metrics.add(name=name)
+        metric.histogram.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+        for rest in sorted(points):
+            bins = sorted(points[rest])
+            dp = metric.histogram.data_points.add()
+            dp.attributes.extend(_attr(k, v) for k, v in rest)
+            dp.explicit_bounds.extend(float(b[3]) for b in bins[:-1])
+            self.histograms.append((dp, [(pos, i, key) for _index, pos, i, _high, key in bins]))
+        return sm, in_request
 
     def matches(self, tables: list[CounterTable]) -> bool:
         return len(tables) == len(self.tables) and all(
@@ -187,8 +233,13 @@ class OtlpConfig:
 
 
 @register
-class OtlpExporter(Exporter):
-    """The Listener for ``exporters.otlp``."""
+class OtlpExporter(ReconnectingSender, Exporter):
+    """The Listener for ``exporters.otlp``.
+
+    Its exports are unary calls, not a connection held open: it takes ReconnectingSender's
+    health, backoff and outage logging, and runs its own loop (:meth:`_run`), which retries
+    the oldest queued request with the backoff and calls the receiver reached once one is
+    accepted."""
 
     name = "otlp"
     config_name = "otlp"
@@ -222,6 +273,7 @@ class OtlpExporter(Exporter):
 
     def __init__(self, cfg: OtlpConfig, target: str, hostname: str | None = None) -> None:
         _load()
+        super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S, state="connecting")
         self.cfg = cfg
         self.target = target
         self.profile = cfg.profile
@@ -231,11 +283,9 @@ class OtlpExporter(Exporter):
             _attr("host.name", self.hostname), _attr("service.name", "swtel"),
             _attr("service.version", __version__), _attr("swtel.target", target)])
         self._store: Store | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
         self._wake = threading.Event()
         self._flush_deadline = 0.0
-        self._queue: deque[tuple[bytes, int]] = deque()  # (serialized request, data points)
+        self._queue: BoundedQueue[tuple[bytes, int]] = BoundedQueue(cfg.queue)  # (request, data points)
         self._lock = threading.Lock()
         self._layout: _Layout | None = None
         # otel: point key -> (start ns, base); a reset restarts a point's count
@@ -244,26 +294,21 @@ class OtlpExporter(Exporter):
         self._seen: dict[str, Batch] = {}  # otel: the newest batch of each source, with its resets
         self._channel: grpc.Channel | None = None
         self._call: Any = None
-        # status
-        self.state = "connecting"
+        # status (the rest: ReconnectingSender)
         self.exports = 0  # export intervals built
         self.sent = 0  # requests the receiver accepted
         self.points = 0  # data points of the last export
-        self.dropped = 0  # requests dropped: queue overflow or refused by the receiver
+        self.refused = 0  # requests refused by the receiver (status "dropped", with the overflow)
         self.rejected_points = 0  # partial success: points the receiver said it rejected
         self.retries = 0
-        self.last_error: str | None = None
-        self.down_since_ns: int | None = time.time_ns()
         self.last_sent_ns: int | None = None
-        self.log_limiter = logs.RateLimiter(10.0)
 
     # ------------------------------------------------------------ Listener (tick thread)
     def start(self, store: Store) -> None:
         self._store = store
         if self.cfg.insecure:
             log.warning("plaintext OTLP export (insecure: true)", endpoint=str(self.cfg.endpoint))
-        self._thread = threading.Thread(target=self._run, name="swtel-otlp", daemon=True)
-        self._thread.start()
+        self._start_thread("swtel-otlp")
 
     def on_batch(self, batch: Batch) -> None:
         if self.profile != "otel":
@@ -298,8 +343,6 @@ class OtlpExporter(Exporter):
         self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
-        with self._lock:
-            depth = len(self._queue)
         return {
             "name": "otlp",
             "kind": "otlp",
@@ -308,12 +351,12 @@ class OtlpExporter(Exporter):
             "profile": self.profile,
             "tls": not self.cfg.insecure,
             "interval_s": self.interval,
-            "queue": depth,
+            "queue": len(self._queue),
             "queue_max": self.cfg.queue,
             "exports": self.exports,
             "sent": self.sent,
             "points": self.points,
-            "dropped": self.dropped,
+            "dropped": self._queue.dropped + self.refused,
             "rejected_points": self.rejected_points,
             "retries": self.retries,
             "last_error": self.last_error,
@@ -373,11 +416,34 @@ class OtlpExporter(Exporter):
                     seen.add(key)
                 else:
                     dp.as_int = min(values[i], _MAX_INT64)
+        if otel:
+            self._fill_histograms(layout, sources, seen)
         if otel and len(starts) > len(seen):
             for key in [k for k in starts if k not in seen]:  # ports that are gone
                 del starts[key]
         self.points = layout.count
         return layout.requests
+
+    def _fill_histograms(self, layout: _Layout, sources: list[tuple[CounterTable, Any, int]],
+                         seen: set[tuple]) -> None:
+        """Each histogram data point's bucket counts: its bins' counts since their start (a
+        reset starts a bin again, as for a Sum)."""
+        starts = self._starts
+        for dp, bins in layout.histograms:
+            counts = []
+            for pos, i, key in bins:
+                _table, values, ts = sources[pos]
+                start = starts.get(key)
+                if start is None:
+                    start = starts[key] = (ts, 0)
+                counts.append(min(values[i] - start[1], _MAX_INT64))
+                seen.add(key)
+            pos0, _i0, key0 = bins[0]
+            dp.time_unix_nano = sources[pos0][2]
+            dp.start_time_unix_nano = starts[key0][0]
+            del dp.bucket_counts[:]
+            dp.bucket_counts.extend(counts)
+            dp.count = sum(counts)
 
     def _apply_resets(self, resets: list[tuple[CounterTable, list[tuple[int, int]], int]]) -> None:
         for table, hits, start in resets:
@@ -398,12 +464,7 @@ class OtlpExporter(Exporter):
             log.error("OTLP request not built", error=self.last_error, exc_info=exc)
             return
         self.exports += 1
-        with self._lock:
-            for item in encoded:
-                if len(self._queue) >= self.cfg.queue:
-                    self._queue.popleft()
-                    self.dropped += 1
-                self._queue.append(item)
+        self._queue.put(encoded)
 
     # ------------------------------------------------------------ sending (own thread)
     def _connect(self) -> None:
@@ -413,39 +474,32 @@ class OtlpExporter(Exporter):
             ("grpc.initial_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
         ]
-        if self.cfg.insecure:
-            channel = grpc.insecure_channel(address, options=options)
-        else:
-            t = self.cfg.tls
-            creds = tls.channel_credentials(t.ca, t.cert, t.key)
-            channel = grpc.secure_channel(address, creds, options=options + tls.channel_options(t.server_name))
-        self._channel = channel
+        channel = self._channel = grpc_channel(address, self.cfg.insecure, self.cfg.tls, options)
         self._call = channel.unary_unary(METHOD, request_serializer=_identity,
                                          response_deserializer=ms_pb2.ExportMetricsServiceResponse.FromString)
 
     def _send_one(self, timeout: float) -> bool:
         """Send the oldest queued request. True: done with it (accepted or refused for good)."""
-        with self._lock:
-            if not self._queue:
-                return True
-            data, npoints = self._queue[0]
+        item = self._queue.peek()
+        if item is None:
+            return True
+        data, npoints = item
         try:
             if self._call is None:
                 self._connect()
             reply = self._call(data, timeout=timeout)
         except grpc.RpcError as exc:
+            self._failed(rpc_error(exc))
             code = exc.code() if hasattr(exc, "code") else None
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            self._failed(f"{code.name if code else 'ERROR'}: {details}")
             if code is not None and code.name in RETRYABLE:
                 return False
-            self._pop(data)
-            self.dropped += 1  # refused: retrying would be refused again
+            self._queue.discard(item)
+            self.refused += 1  # retrying would be refused again
             return True
         except (tls.TlsError, OSError, ValueError) as exc:
             self._failed(f"TLS setup: {exc}" if isinstance(exc, tls.TlsError) else str(exc))
             return False
-        self._pop(data)
+        self._queue.discard(item)
         self.sent += 1
         self.last_sent_ns = time.time_ns()
         rejected = reply.partial_success.rejected_data_points if reply.HasField("partial_success") else 0
@@ -454,37 +508,26 @@ class OtlpExporter(Exporter):
             self.last_error = f"receiver rejected {rejected} of " \
                               f"{npoints} points: {reply.partial_success.error_message}"
             if rejected >= npoints:
-                # Reached, but nothing it was sent is kept: as good as down for health.
-                self.state = "rejecting"
-                if self.down_since_ns is None:
-                    self.down_since_ns = time.time_ns()
+                # Reached, but nothing it was sent is kept: as good as down for health. (Its
+                # log line is not an outage's: reaching the receiver does not forget it.)
+                self._down(self.last_error, "rejecting")
                 self.log_limiter.log(log, "warning", "rejecting", "OTLP receiver rejects every point",
                                      endpoint=str(self.cfg.endpoint), error=self.last_error)
                 return True
         if self.state != "connected":
-            down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
+            down_for = self._connected()  # forgets the "down" line: the next failure is news
             log.info("OTLP receiver reached", endpoint=str(self.cfg.endpoint), profile=self.profile,
                      tls=not self.cfg.insecure, down_for_s=round(down_for, 3))
-            self.log_limiter.forget("down")
-        self.state = "connected"
-        self.down_since_ns = None
         return True
 
-    def _pop(self, data: bytes) -> None:
-        with self._lock:
-            if self._queue and self._queue[0][0] is data:
-                self._queue.popleft()
-
     def _failed(self, error: str) -> None:
-        self.last_error = error
-        self.state = "down" if self.state != "connecting" else "connecting"
-        if self.down_since_ns is None:
-            self.down_since_ns = time.time_ns()
-        self.log_limiter.log(log, "warning", "down", "OTLP export failed; retrying",
-                             endpoint=str(self.cfg.endpoint), error=error)
+        self._down(error, "down" if self.state != "connecting" else "connecting")
+        self._log_outage("warning", "down", "OTLP export failed; retrying",
+                         endpoint=str(self.cfg.endpoint), error=error)
 
     def _run(self) -> None:
-        backoff = BACKOFF_MIN_S
+        """Export every interval; send the queue oldest first, a failed request retried with
+        the backoff (its own loop: see the class)."""
         retry_at = 0.0
         next_export = time.monotonic()
         timeout = float(self.cfg.timeout)
@@ -497,12 +540,11 @@ class OtlpExporter(Exporter):
                     next_export = now + self.interval
             if self._queue and now >= retry_at:
                 if self._send_one(timeout):
-                    backoff = BACKOFF_MIN_S
+                    self.backoff.reset()
                     retry_at = 0.0
                 else:
                     self.retries += 1
-                    retry_at = time.monotonic() + backoff * random.uniform(0.8, 1.2)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    retry_at = time.monotonic() + self.backoff.next()
                 continue
             wait = next_export - now
             if self._queue:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agent.pathgrammar import KEY_VALUE_RE, interface_path, qos_interface_path, unescape_key
+
 PREFIX = "nvswitch_interface_"
-_KEY = r"((?:[^\]\\]|\\.)*)"  # a key value as it stands in a path string (escaped)
+_KEY = f"({KEY_VALUE_RE})"  # a key value as it stands in a path string (escaped)
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ def _shape(title: str, path: str, attrs: tuple[str, ...], leaves: dict[str, str]
     return Shape(title, re.compile(regex), attrs, leaves, default, rank, doc)
 
 
-_IF = "/interfaces/interface[name={X}]"
-_Q = "/qos/interfaces/interface[interface-id={X}]/output/queues/queue[name={X}]/state"
+_IF = interface_path("{X}")
+_Q = qos_interface_path("{X}") + "/output/queues/queue[name={X}]/state"
 
 #: Interface counters (OpenConfig state/counters: the kernel's, carrier changes).
 STATE = {
@@ -125,7 +127,8 @@ PHY = {
     "effective-errors": PREFIX + "phy_stats_phy_effective_errors",
     "raw-errors": PREFIX + "phy_stats_phy_raw_errors",
 }
-PHY_FEC = {"corrected-bits": PREFIX + "phy_stats_phy_corrected_bits"}
+PHY_FEC = {"corrected-bits": PREFIX + "phy_stats_phy_corrected_bits",
+           "rs-fec-histogram": PREFIX + "phy_rs_fec_histogram"}
 PHY_BER = {
     "raw-ber": PREFIX + "phy_stats_raw_ber",
     "symbol-ber": PREFIX + "phy_stats_symbol_ber",
@@ -162,12 +165,7 @@ SHAPES: list[Shape] = [
     _shape("the agent itself", "/agent/state", (), {}, "swtel_agent_{leaf}"),
 ]
 
-_UNESCAPE = re.compile(r"\\(.)")
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def _unescape(value: str) -> str:
-    return _UNESCAPE.sub(r"\1", value)
 
 
 def _metric_leaf(leaf: str) -> str:
@@ -186,13 +184,13 @@ def cumulus_name(container_path: str, leaf: str) -> Name | None:
         if m is None:
             continue
         name = shape.leaves.get(leaf) or shape.default.format(leaf=_metric_leaf(leaf))
-        attrs = tuple(zip(shape.attrs, (_unescape(g) for g in m.groups()), strict=True))
+        attrs = tuple(zip(shape.attrs, (unescape_key(g) for g in m.groups()), strict=True))
         return name, attrs, shape.rank
     return None
 
 
-_ELEM = re.compile(r"/([^/\[]+)((?:\[[^=\]]+=(?:[^\]\\]|\\.)*\])*)")
-_KV = re.compile(r"\[([^=\]]+)=((?:[^\]\\]|\\.)*)\]")
+_ELEM = re.compile(rf"/([^/\[]+)((?:\[[^=\]]+={KEY_VALUE_RE}\])*)")
+_KV = re.compile(rf"\[([^=\]]+)=({KEY_VALUE_RE})\]")
 
 
 def generic_name(container_path: str, leaf: str) -> Name:
@@ -202,12 +200,33 @@ def generic_name(container_path: str, leaf: str) -> Name:
         names.append(elem)
         for k, v in _KV.findall(keys):
             key = _metric_leaf(elem if k in ("name", "id", "interface-id") else k)
-            attrs.append((key, _unescape(v)))
+            attrs.append((key, unescape_key(v)))
     return _BAD.sub("_", "_".join(names).replace("-", "_")), tuple(attrs), 0
 
 
+#: one bin of a histogram (agent/sources/asic.py bin_container): ``<container>/<histogram>/
+#: bin[index=I][lower=L][upper=U]`` with the leaf ``count``
+_BIN = re.compile(r"^(.*)/([^/\[]+)/bin\[index=(\d+)\]\[lower=(\d+)\]\[upper=(\d+|inf)\]$")
+
+
+def histogram_bin(container_path: str, leaf: str) -> tuple[str, str, int, int, float] | None:
+    """(histogram's container, histogram's leaf, bin index, low, high) of a bin's count, or
+    None. ``high`` is ``inf`` for a last bin without an upper bound."""
+    m = _BIN.match(container_path) if leaf == "count" else None
+    if m is None:
+        return None
+    parent, hist, index, low, high = m.groups()
+    return parent, hist, int(index), int(low), float("inf") if high == "inf" else int(high)
+
+
 def metric_name(container_path: str, leaf: str) -> Name:
-    """The exported name of any counter: its shape's, else the generic one."""
+    """The exported name of any counter: its shape's, else the generic one. A histogram's
+    bin is named as its histogram, with its index as the attribute ``bin`` (as Cumulus
+    exports its FEC histogram)."""
+    hit = histogram_bin(container_path, leaf)
+    if hit is not None:
+        name, attrs, rank = metric_name(hit[0], hit[1])
+        return name, (*attrs, ("bin", str(hit[2]))), rank
     return cumulus_name(container_path, leaf) or generic_name(container_path, leaf)
 
 
@@ -246,5 +265,10 @@ def doc_rows() -> list[str]:
     out += ["", "`<leaf>` is the path's leaf with `-` as `_`. Any other path is "
             "`swtel_<element>_<element>...` with its keys as attributes (`source` for "
             "`source[name=S]`). OTLP resource attributes: `host.name`, `service.name` (`swtel`), "
-            "`service.version`, `swtel.target`."]
+            "`service.version`, `swtel.target`.", "",
+            "A histogram's bins (`<histogram>/bin[index=I][lower=L][upper=U]/count`) take the "
+            "histogram's name: in the `cumulus` profile (and Prometheus) one gauge per bin with the "
+            "attribute `bin` = I, in the `otel` profile one cumulative OTel Histogram per port whose "
+            "`explicit_bounds` are the bins' upper bounds (a bin counts the values up to its upper "
+            "bound and above the previous one's)."]
     return out

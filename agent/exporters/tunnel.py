@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import queue
-import random
 import shutil
 import socket
 import tempfile
@@ -48,6 +47,7 @@ from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
 from agent.exporters.base import Exporter, check_tls, register
+from agent.exporters.sender import ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
     from agent.counters import Batch, Container, StateUpdate
@@ -70,7 +70,6 @@ BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads
 MAX_SESSIONS = 32  # concurrent tunnel sessions per server (each is one gNMI client connection)
 REGISTER_TIMEOUT_S = 15.0  # a server that neither accepts nor refuses the target by then is dropped
-LOG_RATE_LIMIT_S = 10.0
 
 
 class LocalGnmi:
@@ -207,10 +206,11 @@ class TunnelConfig:
 
 
 @register
-class TunnelExporter(Exporter):
+class TunnelExporter(ReconnectingSender, Exporter):
     """The Listener for one ``exporters.tunnel[]`` server."""
 
     kind = "tunnel"
+    up_state = "registered"  # proven up: the server accepted the target
     config_name = "tunnel"
     config_class = TunnelConfig
     many = True
@@ -269,27 +269,22 @@ class TunnelExporter(Exporter):
 
     def __init__(self, cfg: TunnelConfig, target: str, min_interval_s: float = 0.1) -> None:
         _load()
+        # retry_interval is NVUE's longest wait: jitter included
+        super().__init__(log, BACKOFF_MIN_S, float(cfg.retry_interval), cap_backoff=True)
         self.cfg = cfg
         self.name = cfg.name
         self.target_name = cfg.target or target
         self.address = f"[{cfg.address}]:{cfg.port}" if ":" in cfg.address else f"{cfg.address}:{cfg.port}"
         self.retry_interval = float(cfg.retry_interval)
         self.local = LocalGnmi(target, min_interval_s)
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._register_call: Any = None
         self._pipes: set[_Pipe] = set()
-        # status
-        self.state = "down"
-        self.registrations = 0
+        # status (the rest: ReconnectingSender; its connects are registrations)
         self.sessions_total = 0
         self.sessions_refused = 0
-        self.last_error: str | None = None
         self.registered_since_ns: int | None = None
-        self.down_since_ns: int | None = time.time_ns()
-        self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)  # the runner sets period_s
 
     # ------------------------------------------------------------ Listener
     def start(self, store: Any) -> None:
@@ -301,8 +296,7 @@ class TunnelExporter(Exporter):
         except RuntimeError as exc:
             self.state, self.last_error = "failed", str(exc)
             raise
-        self._thread = threading.Thread(target=self._run, name=f"tunnel-{self.name}", daemon=True)
-        self._thread.start()
+        self._start_thread(f"tunnel-{self.name}")
 
     def on_batch(self, batch: Batch) -> None:
         self.local.gnmi.on_batch(batch)
@@ -339,7 +333,7 @@ class TunnelExporter(Exporter):
             "subscribers": gnmi["subscribers"],
             "sent": gnmi["sent"],
             "dropped": gnmi["dropped"],
-            "reconnects": max(self.registrations - 1, 0),
+            "reconnects": self.reconnects,
             "retry_interval_s": self.retry_interval,
             "registered_since_ns": self.registered_since_ns,
             "down_since_ns": self.down_since_ns,
@@ -357,49 +351,36 @@ class TunnelExporter(Exporter):
             ("grpc.initial_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", int(self.retry_interval * 1000)),
         ]
-        if self.cfg.insecure:
-            return grpc.insecure_channel(self.address, options=options)
-        t = self.cfg.tls
-        creds = tls.channel_credentials(t.ca, t.cert, t.key)
-        return grpc.secure_channel(self.address, creds, options=options + tls.channel_options(t.server_name))
+        return grpc_channel(self.address, self.cfg.insecure, self.cfg.tls, options)
 
-    def _run(self) -> None:
-        backoff = BACKOFF_MIN_S
-        while not self._stopping.is_set():
-            self.state = "connecting"
-            registered = False
-            try:
-                registered = self._connection()
-                error = "tunnel server closed the Register stream"
-            except _Refused as exc:
-                error = str(exc)
-            except tls.TlsError as exc:
-                error = f"TLS setup: {exc}"
-            except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
-                error = f"{code.name if code else 'ERROR'}: {exc.details() if hasattr(exc, 'details') else exc}"
-            except Exception as exc:  # a bug must not end the thread: retry
-                error = f"{type(exc).__name__}: {exc}"
-                self.log_limiter.log(log, "error", ("bug", type(exc).__name__), "tunnel session failed",
-                                     tunnel=self.name, exc_info=exc)
-            finally:
-                self._hang_up()
-            if self._stopping.is_set():
-                break
-            if registered or self.registered_since_ns is not None:
-                backoff = BACKOFF_MIN_S
-            if self.registered_since_ns is not None:
-                self.down_since_ns = time.time_ns()
-            self.registered_since_ns = None
-            self.state = "down"
-            self.last_error = error
-            delay = min(backoff * random.uniform(0.8, 1.2), self.retry_interval)
-            self.log_limiter.log(log, "warning", ("down", logs.kind(error)), "tunnel server down",
-                                 tunnel=self.name, address=self.address, error=error,
-                                 retry_in_s=round(delay, 2))
-            self._stopping.wait(delay)
-            backoff = min(backoff * 2, self.retry_interval)
-        self.state = "down"
+    def _attempt(self) -> str:
+        """Connect, register, serve sessions (ReconnectingSender retries); why it ended."""
+        try:
+            self._connection()
+            return "tunnel server closed the Register stream"
+        except _Refused as exc:
+            return str(exc)
+        except tls.TlsError as exc:
+            return f"TLS setup: {exc}"
+        except grpc.RpcError as exc:
+            return rpc_error(exc)
+        except Exception as exc:  # a bug: logged with its traceback here, then retried
+            self.log_limiter.log(log, "error", ("bug", type(exc).__name__), "tunnel session failed",
+                                 tunnel=self.name, exc_info=exc)
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            self._hang_up()
+
+    def _went_down(self, error: str, delay: float, unexpected: Exception | None) -> None:
+        self.registered_since_ns = None
+        self._log_outage("warning", ("down", logs.kind(error)), "tunnel server down",
+                         tunnel=self.name, address=self.address, error=error, retry_in_s=round(delay, 2))
+
+    def _forget_logs(self) -> None:
+        # Unlike the base, every limit goes, the sessions' too (refused, failed): whatever
+        # follows a new registration is news.
+        self.log_limiter = logs.RateLimiter(self.log_limiter.period_s)
+        self._log_keys.clear()
 
     def _hang_up(self) -> None:
         """End the Register stream, every session and the connection."""
@@ -413,8 +394,8 @@ class TunnelExporter(Exporter):
         if channel is not None:
             channel.close()
 
-    def _connection(self) -> bool:
-        """Connect, register, serve sessions until the Register stream ends. True once registered."""
+    def _connection(self) -> None:
+        """Connect, register, serve sessions until the Register stream ends."""
         channel = self._channel_for()
         outbox: queue.Queue[Any] = queue.Queue()
 
@@ -433,7 +414,7 @@ class TunnelExporter(Exporter):
             if self._stopping.is_set():
                 call.cancel()
                 channel.close()
-                return False
+                return
             self._channel, self._register_call = channel, call
         registered = False
         unanswered = threading.Timer(REGISTER_TIMEOUT_S, self._unanswered, args=(call,))
@@ -462,21 +443,16 @@ class TunnelExporter(Exporter):
         finally:
             unanswered.cancel()
             outbox.put(None)
-        return registered
 
     def _unanswered(self, call: Any) -> None:
         call.cancel()
 
     def _registered(self) -> None:
-        self.registrations += 1
-        down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
-        self.state = "registered"
+        down_for = self._connected()  # the next failure is news
         self.registered_since_ns = time.time_ns()
-        self.down_since_ns = None
-        self.log_limiter = logs.RateLimiter(self.log_limiter.period_s)  # the next failure is news
         log.info("tunnel target registered", tunnel=self.name, address=self.address,
                  target=self.target_name, target_type=pb.GNMI_GNOI, tls=not self.cfg.insecure,
-                 reconnects=max(self.registrations - 1, 0), down_for_s=round(down_for, 3))
+                 reconnects=self.reconnects, down_for_s=round(down_for, 3))
 
     # ------------------------------------------------------------ sessions
     def _session_request(self, s: Any, channel: grpc.Channel, outbox: queue.Queue) -> None:

@@ -31,9 +31,9 @@ from agent.counters import (
     Container,
     CounterTable,
     StateUpdate,
-    escape_key,
 )
 from agent.gnmi import encode, paths
+from agent.pathgrammar import format_path
 
 Elems = tuple[tuple[str, dict[str, str]], ...]
 Pattern = tuple[str, Elems]  # (origin, elems)
@@ -113,7 +113,7 @@ def request_pattern(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path, target: s
 
 def display(pattern: Pattern) -> str:
     origin, elems = pattern
-    text = "/" + "/".join(n + "".join(f"[{k}={escape_key(v)}]" for k, v in sorted(ks.items())) for n, ks in elems)
+    text = format_path(elems)
     text = text if origin == OPENCONFIG else f"{origin}:{text}"
     if len(text) > DISPLAY_MAX:
         return f"{_printable(text[:DISPLAY_MAX])}... ({len(text)} characters)"

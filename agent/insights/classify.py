@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import re
 
-from agent.counters import COUNTER, CounterSpec, CounterTable, escape_key
+from agent.counters import COUNTER, CounterSpec, CounterTable
+from agent.pathgrammar import (
+    INTERFACE_PREFIX,
+    KEY_VALUE_RE,
+    QOS_INTERFACE_PREFIX,
+    RDMA_DEVICE_PREFIX,
+    interface_path,
+    qos_interface_path,
+)
 
 # Semantics (the ``sem`` part).
 RX_OCTETS = "rx-octets"
@@ -73,10 +81,9 @@ ROCE_LEAVES = frozenset({
 })
 
 _PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
-_QUEUE_PREFIX = "/qos/interfaces/interface[interface-id="
-_QUEUE = re.compile(r"^/output/queues/queue\[name=(?:[^\]\\]|\\.)*\]/state$")
-_RDMA = re.compile(r"^/rdma/devices/device\[name=(?:[^\]\\]|\\.)*\]"
-                   r"(?:/ports/port\[id=(?:[^\]\\]|\\.)*\])?/hw-counters$")
+_QUEUE = re.compile(rf"^/output/queues/queue\[name={KEY_VALUE_RE}\]/state$")
+_RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
+                   rf"(?:/ports/port\[id={KEY_VALUE_RE}\])?/hw-counters$")
 
 
 def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
@@ -86,8 +93,8 @@ def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
         return None
     path = spec.container.path
     leaf = spec.leaf
-    if path.startswith("/interfaces/interface[name="):
-        prefix = f"/interfaces/interface[name={escape_key(port)}]/"
+    if path.startswith(INTERFACE_PREFIX):
+        prefix = interface_path(port) + "/"
         if not path.startswith(prefix):
             return None
         tail = path[len(prefix):]
@@ -97,13 +104,13 @@ def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
             return (port, sem[0], m.group(1)) if sem else None
         sem = _LEAVES.get((tail, leaf))
         return (port, sem[0], sem[1]) if sem else None
-    if path.startswith(_QUEUE_PREFIX):
-        prefix = f"{_QUEUE_PREFIX}{escape_key(port)}]"
+    if path.startswith(QOS_INTERFACE_PREFIX):
+        prefix = qos_interface_path(port)
         if path.startswith(prefix) and _QUEUE.match(path[len(prefix):]):
             sem = _LEAVES.get(("queue", leaf))
             return (port, sem[0], sem[1]) if sem else None
         return None
-    if path.startswith("/rdma/devices/device[") and _RDMA.match(path):
+    if path.startswith(RDMA_DEVICE_PREFIX) and _RDMA.match(path):
         name = leaf.replace("_", "-")
         return (port, ROCE, name) if name in ROCE_LEAVES else None
     return None

@@ -4,38 +4,21 @@ port's counters container, never for one source's container below it."""
 
 from __future__ import annotations
 
-
-def _unescape_key(text: str, start: int) -> tuple[str, int]:
-    """The key value starting at ``text[start]`` up to its unescaped ``]``: (value, index of ']')."""
-    out = []
-    i = start
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if ch == "]":
-            return "".join(out), i
-        out.append(ch)
-        i += 1
-    return "".join(out), i
+from agent.pathgrammar import INTERFACE_PREFIX, RDMA_DEVICE_PREFIX, read_key
 
 
 def deleted_ports(path: str) -> list[str]:
     """Port names whose whole data a deleted container path removes."""
-    head = "/interfaces/interface[name="
-    if path.startswith(head):
-        name, end = _unescape_key(path, len(head))
+    if path.startswith(INTERFACE_PREFIX):
+        name, end = read_key(path, len(INTERFACE_PREFIX))
         return [name] if path[end + 1:] in ("", "/") else []
-    head = "/rdma/devices/device[name="
-    if path.startswith(head):
-        dev, end = _unescape_key(path, len(head))
+    if path.startswith(RDMA_DEVICE_PREFIX):
+        dev, end = read_key(path, len(RDMA_DEVICE_PREFIX))
         rest = path[end + 1:]
         if rest in ("", "/"):
             return [dev]
         if rest.startswith("/ports/port[id="):
-            port, end2 = _unescape_key(rest, len("/ports/port[id="))
+            port, end2 = read_key(rest, len("/ports/port[id="))
             if rest[end2 + 1:] in ("", "/", "/hw-counters"):
                 return [f"{dev}/{port}", dev]
     return []

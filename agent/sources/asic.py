@@ -47,8 +47,8 @@ from agent.counters import (
     CounterSpec,
     CounterTable,
     StateUpdate,
-    escape_key,
 )
+from agent.pathgrammar import interface_path, rdma_port_path
 from agent.sources import drivers
 from agent.sources.base import (
     NO_DATA,
@@ -58,6 +58,7 @@ from agent.sources.base import (
     doc_rule_row,
     interface,
     leaf_name,
+    rank_setting,
     register,
 )
 from agent.sources.drivers import MLXSW, QUEUE, SWITCHD, SWQUEUE, Rule, rules
@@ -69,27 +70,42 @@ log_rate = logs.RateLimiter(60.0)
 PORT_UP = 0x1  # SWTEL_ASIC_PORT_UP: operationally up
 PORT_HOST = 0x2  # SWTEL_ASIC_PORT_HOST: a host-side RDMA device, not a switch port
 WIDTHS = (32, 40, 48, 64)  # counter widths the change kernel unwraps
-KINDS = {0: "COUNTER", 1: "GAUGE"}  # kinds this ABI version implements (HISTOGRAM: not yet)
+KIND_COUNTER, KIND_GAUGE, KIND_HISTOGRAM, KIND_PEAK = 0, 1, 2, 3  # enum swtel_asic_kind
+KINDS = {KIND_COUNTER: "COUNTER", KIND_GAUGE: "GAUGE", KIND_HISTOGRAM: "HISTOGRAM", KIND_PEAK: "PEAK"}
 
 
 def layout_problem(counters: list[list[tuple]]) -> str | None:
     """Why a layout cannot be streamed as declared (a width or kind swtel does not implement),
     or None. Refused whole, with the first offending counter named."""
     for port_no, descs in enumerate(counters):
-        for name, width, kind, _nbins in descs:
+        for name, width, kind, _nbins, _bins in descs:
             if width not in WIDTHS:
                 return (f"port {port_no} counter {name!r}: width {width} (supported: "
                         f"{', '.join(map(str, WIDTHS))})")
             if kind not in KINDS:
-                what = "HISTOGRAM is not implemented by this swtel" if kind == 2 else "unknown kind"
-                return f"port {port_no} counter {name!r}: kind {kind} ({what})"
+                return (f"port {port_no} counter {name!r}: kind {kind} (unknown; this swtel knows "
+                        f"{', '.join(f'{k} {v}' for k, v in KINDS.items())})")
     return None
 
-_STATE = (OPENCONFIG, "/interfaces/interface[name={port}]/state/counters")
-_PHY = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/state")
-_PHY_FEC = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/fec/state")
-_PHY_LANE = (OPENCONFIG, "/interfaces/interface[name={port}]/phy/channels/channel[id={n}]/fec/state")
-_RAW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/asic")
+
+def slots(desc: tuple) -> int:
+    """Values one descriptor takes in a read: a HISTOGRAM's bins, else one."""
+    return len(desc[4]) if desc[2] == KIND_HISTOGRAM else 1
+
+
+def bin_container(container: Container, leaf: str, index: int, low: int, high: int) -> Container:
+    """Where bin ``index`` of histogram ``leaf`` goes: a list below the histogram's own
+    container, keyed by the bin's index and inclusive bounds (``upper=inf``: none; the keys sort in this order, as gNMI renders them), its value
+    the leaf ``count`` (docs/paths.md, "Histograms")."""
+    top = "inf" if high >= 2**64 - 1 else str(high)
+    return Container(container.origin, f"{container.path}/{leaf}/bin[index={index}][lower={low}][upper={top}]")
+
+_IF = interface_path("{port}")  # a str.format template: filled with an escaped name
+_STATE = (OPENCONFIG, f"{_IF}/state/counters")
+_PHY = (OPENCONFIG, f"{_IF}/phy/state")
+_PHY_FEC = (OPENCONFIG, f"{_IF}/phy/fec/state")
+_PHY_LANE = (OPENCONFIG, f"{_IF}/phy/channels/channel[id={{n}}]/fec/state")
+_RAW = (SWTEL_ORIGIN, f"{_IF}/asic")
 
 # What the ASIC has beyond switchd's HwIf* set: the PHY (PPCNT) counters that
 # `nv show interface swpN link phy-detail` and Cumulus' OTLP export show (paths as
@@ -105,6 +121,9 @@ PHY = rules(
     (r"ecn_marked_tc_(?P<n>\d+)", QUEUE, "ecn-marked-pkts"),
     (r"tc_curr_occupancy_(?P<n>\d+)", SWQUEUE, "current-occupancy", GAUGE),
     (r"tc_watermark_(?P<n>\d+)", SWQUEUE, "watermark", GAUGE),
+    # ABI 1.1: the highest occupancy since the previous read (PEAK), the RS-FEC histogram
+    (r"tc_peak_occupancy_(?P<n>\d+)", SWQUEUE, "peak-occupancy", GAUGE),
+    (r"phy_rs_fec_histogram", _PHY_FEC, "rs-fec-histogram"),
 )
 
 #: every switch-port name goes through these, first match wins (SWITCHD ends in a HwIf* catch-all)
@@ -117,7 +136,7 @@ def host_container(port: str) -> Container:
     dev, _, num = port.partition("/")
     return Container(
         SWTEL_ORIGIN,
-        f"/rdma/devices/device[name={escape_key(dev)}]/ports/port[id={escape_key(num or '1')}]/hw-counters",
+        f"{rdma_port_path(dev, num or '1')}/hw-counters",
     )
 
 
@@ -151,6 +170,7 @@ class AsicConfig(SourceConfig):
     exclude: list[str] = setting(factory=list, type="globs")
     counters: CounterFilter = setting(factory=CounterFilter, sub={
         "include": {"doc": "plugin counter names, e.g. `HwIf*`, `phy_*`"}})
+    rank: int = rank_setting(2)  # the ASIC's fresh values over the kernel's and the driver's
 
 
 def sim_config_problem(config: str) -> str | None:
@@ -308,7 +328,8 @@ class AsicSource(Source):
                 fnmatch.fnmatchcase(port, p) for p in sec.exclude)
             if not selected:
                 # The plugin fills every counter; these keep their slots but are never reported.
-                specs += [CounterSpec(hidden, f"{port}/{d[0]}", 64, HIDDEN) for d in descs]
+                specs += [CounterSpec(hidden, f"{port}/{d[0]}/{k}", 64, HIDDEN)
+                          for d in descs for k in range(slots(d))]
                 continue
             chosen.append(port)
             host = bool(flags & PORT_HOST)
@@ -316,12 +337,18 @@ class AsicSource(Source):
                 oper[port] = ("UP" if flags & PORT_UP else "DOWN", parent)
             if speed_mbps and not host:
                 speeds[port] = int(speed_mbps) * 1_000_000
-            for name, width, kind, _nbins in descs:
+            for name, width, kind, _nbins, bins in descs:
                 container, leaf, rule_kind = map_name(port, name, host)
-                if not counter_wanted(name, sec.counters.include, sec.counters.exclude):
+                wanted = counter_wanted(name, sec.counters.include, sec.counters.exclude)
+                if kind == KIND_HISTOGRAM:  # one cumulative counter per bin, in bin order
+                    specs += [CounterSpec(bin_container(container, leaf, k, low, high), "count", width,
+                                          COUNTER if wanted else HIDDEN, port)
+                              for k, (low, high) in enumerate(bins)]
+                    continue
+                if not wanted:
                     out_kind = HIDDEN
-                elif kind == 1:  # the plugin says it is a level: trust it over the table
-                    out_kind = GAUGE
+                elif kind in (KIND_GAUGE, KIND_PEAK):  # the plugin says it is a level: trust it
+                    out_kind = GAUGE  # (a PEAK is a level read once per poll: diffed as one)
                 else:
                     out_kind = rule_kind
                 specs.append(CounterSpec(container, leaf, width, out_kind, port))

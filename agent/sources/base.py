@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent import registry
 from agent.config import Duration, setting
-from agent.counters import Container, CounterTable, StateUpdate, escape_key
+from agent.counters import Container, CounterTable, StateUpdate
+from agent.pathgrammar import interface_path
 
 if TYPE_CHECKING:
     from agent.config import Config
@@ -29,6 +30,19 @@ class SourceConfig:
 
     enabled: bool = setting(True)
     interval: Duration | None = setting(None, type="duration (10ms–1h) or null")  # None: the top-level one
+
+
+def rank_setting(default: int) -> Any:
+    """``rank``, the key of a source that gives an interface's counters: which source's value
+    a path carries when two give the same counter of one port (agent/ports.py elect)."""
+    return setting(default, type="integer", doc=(
+        "precedence of this source's counters where another source gives the same counter of one "
+        "port (the kernel's `rx_bytes` and an ASIC plugin's `HwIfInOctets` are both the port's "
+        "`in-octets`): the higher rank is published on the path (the OpenConfig leaf), the other "
+        "under `swtel:` with its source's name in the path "
+        "([paths.md](paths.md#one-counter-one-path-when-two-sources-give-it)); `0`: never takes a "
+        "path from another source (ethtool's default: without a plugin no path moves). Defaults: "
+        "asic 2, netdev 1, ethtool 0"))
 
 
 def register(cls: type[Source]) -> type[Source]:
@@ -167,11 +181,6 @@ def leaf_name(raw: str) -> str:
     text = _CAMEL.sub("-", raw.strip()).replace("_", "-").replace(" ", "-").replace(".", "-")
     text = re.sub(r"[^A-Za-z0-9-]", "-", text).lower()
     return re.sub(r"-{2,}", "-", text).strip("-") or "unnamed"
-
-
-def interface_path(port: str) -> str:
-    """``/interfaces/interface[name=<port>]``, the name escaped for a path string."""
-    return f"/interfaces/interface[name={escape_key(port)}]"
 
 
 def interface(port: str, origin: str, tail: str) -> Container:

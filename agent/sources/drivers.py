@@ -9,16 +9,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.counters import COUNTER, GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, escape_key
+from agent.counters import COUNTER, GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container
+from agent.pathgrammar import escape_key, interface_path, qos_interface_path
 from agent.sources.base import leaf_name
 
-# Containers, by short name; {port} and {n} are filled per counter.
-ETH = (OPENCONFIG, "/interfaces/interface[name={port}]/ethernet/state/counters")
-PFC = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/pfc/priority[id={n}]/state")
-QUEUE = (OPENCONFIG, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
-SWQUEUE = (SWTEL_ORIGIN, "/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={n}]/state")
-HW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/hw/state/counters")
-RAW = (SWTEL_ORIGIN, "/interfaces/interface[name={port}]/ethtool")
+# Containers, by short name; {port} (filled escaped) and {n} are filled per counter.
+_IF = interface_path("{port}")
+_QUEUES = qos_interface_path("{port}") + "/output/queues/queue[name={n}]/state"
+ETH = (OPENCONFIG, f"{_IF}/ethernet/state/counters")
+PFC = (SWTEL_ORIGIN, f"{_IF}/pfc/priority[id={{n}}]/state")
+QUEUE = (OPENCONFIG, _QUEUES)
+SWQUEUE = (SWTEL_ORIGIN, _QUEUES)
+HW = (SWTEL_ORIGIN, f"{_IF}/hw/state/counters")
+RAW = (SWTEL_ORIGIN, f"{_IF}/ethtool")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,27 @@ SWITCHD = rules(
     (r"HwIfOutQLen", HW, "out-queue-length", GAUGE),
     (r"HwIf(?P<name>\w+)", HW, "{name}"),
 )
+
+#: The hardware counters (leaf below ``hw/state/counters``) that are an interface's
+#: OpenConfig ``state/counters`` leaf, counted by the switch: ``HwIfInOctets`` is the
+#: kernel's ``rx_bytes``. The same pairing as the OTLP names (agent/exporters/otlp_names.py
+#: HW and STATE give each pair one metric name; tests/test_standard_paths.py holds them
+#: together). Where two sources give one of these for a port, the engine elects the one
+#: the standard leaf carries (agent/ports.py ``elect``).
+HW_STANDARD: dict[str, str] = {
+    "in-octets": "in-octets",
+    "in-ucast-pkts": "in-unicast-pkts",
+    "in-mcast-pkts": "in-multicast-pkts",
+    "in-bcast-pkts": "in-broadcast-pkts",
+    "in-discards": "in-discards",
+    "in-errors": "in-errors",
+    "out-octets": "out-octets",
+    "out-ucast-pkts": "out-unicast-pkts",
+    "out-mcast-pkts": "out-multicast-pkts",
+    "out-bcast-pkts": "out-broadcast-pkts",
+    "out-discards": "out-discards",
+    "out-errors": "out-errors",
+}
 
 # mlxsw (Spectrum, upstream driver: spectrum_ethtool.c).
 MLXSW = rules(

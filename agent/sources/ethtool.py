@@ -23,7 +23,14 @@ from agent.counters import (
 )
 from agent.links import Link, select
 from agent.sources import drivers
-from agent.sources.base import Source, SourceConfig, counter_wanted, doc_rule_row, register
+from agent.sources.base import (
+    Source,
+    SourceConfig,
+    counter_wanted,
+    doc_rule_row,
+    rank_setting,
+    register,
+)
 from agent.sources.drivers import PER_QUEUE, map_name, table_for
 
 _VANISHING = (errno.ENODEV, errno.ENXIO)
@@ -56,6 +63,9 @@ class EthtoolConfig(SourceConfig):
         "a tick's CPU (kernel time; see PERFORMANCE.md), so idle ports cost a tenth at the defaults. "
         "A change on an idle port is seen within `idle_interval` plus one poll. `0` (or anything not "
         "above the poll interval): every port every poll"))
+    # 0: switchd's HwIf* never take the kernel's OpenConfig leaves (on Cumulus both are
+    # switchd's 2 s copy), so a switch without a plugin streams what it always did
+    rank: int = rank_setting(0)
 
 
 @register

@@ -21,7 +21,17 @@ from agent.counters import (
     StateUpdate,
 )
 from agent.links import Link, select
-from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, interface, register
+from agent.pathgrammar import interface_path
+from agent.sources import drivers
+from agent.sources.base import (
+    Source,
+    SourceConfig,
+    counter_wanted,
+    doc_row,
+    interface,
+    rank_setting,
+    register,
+)
 
 _OC, _EXT = "state/counters", "netdev"
 
@@ -58,6 +68,51 @@ FIELDS: list[tuple[str, str, str, str]] = [
 CARRIER = ("carrier_changes", OPENCONFIG, _OC, "carrier-transitions")
 
 
+def election_doc() -> list[str]:
+    """docs/paths.md's section on a counter two sources give (agent/ports.py elect)."""
+    x = interface_path("X")
+    out = [
+        "## One counter, one path: when two sources give it", "",
+        "A path carries one source's value. Where two sources give the same counter of one port, "
+        "the engine elects, whenever a source's port set changes and at a reload, the one a path "
+        "carries: the kernel's `rx_bytes` (netdev) and an ASIC plugin's `HwIfInOctets` (asic; switchd's "
+        "name, whose own path is the hardware one below) are both the port's "
+        f"`{x}/state/counters/in-octets`. The counter of the source with the higher `rank` "
+        "(docs/config.md: `sources.asic.rank` 2, `sources.netdev.rank` 1, `sources.ethtool.rank` 0, "
+        "the order of the OTLP names' ranks below: the switch's hardware counter over the kernel's) "
+        "is published on that path; every other one stays reachable under the `swtel` origin, its "
+        "source's name after the interface: the kernel's then at "
+        f"`swtel:{x}/netdev/state/counters/in-octets`, a plugin that lost at "
+        f"`swtel:{x}/asic/hw/state/counters/in-octets`, switchd's copy read by ethtool at "
+        f"`swtel:{x}/ethtool/hw/state/counters/in-octets`. So a gNMI collector subscribed to the "
+        "OpenConfig leaves gets the plugin's sub-second values, not the 2 s copy switchd gives the "
+        "kernel, and OTLP sends the same value under the same name.", "",
+        "- A source of rank `0` never takes a path from another source; its counters move aside "
+        "only where a source of rank above 0 takes their path (so OTLP never sends two values under "
+        "one name). On a switch without a plugin nothing moves: ethtool's `HwIf*` stay on the "
+        "hardware path, the kernel's counters on the OpenConfig leaves. Equal ranks: a counter on "
+        "its own path first, then the later source (netdev, ethtool, rdma, system, asic).",
+        "- Counters on one same path from two sources (an ASIC plugin's and the kernel's "
+        "`carrier_changes`, a plugin's and a driver's mlxsw or `HwIf*` names) are elected the same way.",
+        "- The kernel's counters back on the OpenConfig leaves (the plugin's under "
+        "`swtel:.../asic/...`): `sources: {netdev: {rank: 3}}`. A plugin that takes no path from "
+        "another source (its hardware counters stay on the hardware path): `sources: {asic: {rank: 0}}`.",
+        "- When a winner changes (a plugin's port appears or goes, a reload changes a rank), each "
+        "moved counter is sent at once under its new path with its current value, delta 0 and "
+        "flagged new (a collector's rate restarts there); a path no source carries any more is "
+        "deleted. Totals and deltas are each source's own: a change of winner never turns into a "
+        "reset or a jump.",
+        "- The detectors ([insights.md](insights.md)) read the counters where they are published: the "
+        "winner's (with `sources.netdev.rank: 3`, the kernel's octets, refreshed as the kernel is).", "",
+        "Hardware counters (switchd's names, `swtel:.../hw/state/counters/<leaf>`) that are an "
+        "OpenConfig leaf:", "",
+        "| hardware leaf | OpenConfig leaf |", "|---|---|",
+    ]
+    for hw, std in drivers.HW_STANDARD.items():
+        out.append(f"| `{hw}` | `{x}/state/counters/{std}` |")
+    return out + [""]
+
+
 @dataclass
 class NetdevConfig(SourceConfig):
     """``sources.netdev``."""
@@ -67,6 +122,7 @@ class NetdevConfig(SourceConfig):
     counters: CounterFilter = setting(factory=CounterFilter, doc="counter-name filter", sub={
         "include": {"doc": "counter names (leaf names, e.g. `in-octets`) to read"},
         "exclude": {"doc": "counter names to skip"}})
+    rank: int = rank_setting(1)
 
 
 @register
@@ -79,10 +135,11 @@ class NetdevSource(Source):
     def doc_paths(cls) -> list[str]:
         out = ["## Interface counters (netdev)", "", "| source | kernel name | path | kind |", "|---|---|---|---|"]
         for field, origin, tail, leaf in FIELDS + [CARRIER]:
-            path = f"/interfaces/interface[name=X]/{tail}/{leaf}"
+            path = f"{interface_path('X')}/{tail}/{leaf}"
             out.append(doc_row("netdev", field, path if origin == "openconfig" else f"swtel:{path}"))
-        return out + ["", "State, sent on change: `/interfaces/interface[name=X]/state/oper-status` "
-                      "(UP, DOWN, LOWER_LAYER_DOWN, ...) and `.../state/admin-status` (UP, DOWN).", ""]
+        return out + ["", f"State, sent on change: `{interface_path('X')}/state/oper-status` "
+                      "(UP, DOWN, LOWER_LAYER_DOWN, ...) and `.../state/admin-status` (UP, DOWN).", "",
+                      *election_doc()]
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from agent import _backend
 from agent.config import CounterFilter, setting
-from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, escape_key
+from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.pathgrammar import rdma_port_path
 from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
@@ -127,8 +128,7 @@ class RdmaSource(Source):
                     folder = os.path.join(ports_dir, port, sub)
                     container = Container(
                         SWTEL_ORIGIN,
-                        f"/rdma/devices/device[name={escape_key(dev)}]/ports/port[id={escape_key(port)}]"
-                        f"/{sub.replace('_', '-')}",
+                        f"{rdma_port_path(dev, port)}/{sub.replace('_', '-')}",
                     )
                     for name in sorted(_listdir(folder)):
                         if name != "lifespan" and counter_wanted(name, sec.counters.include, sec.counters.exclude):

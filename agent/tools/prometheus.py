@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agent.exporters import otlp_names
-from agent.gnmi import paths
+from agent.pathgrammar import split, split_origin
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -27,11 +27,11 @@ def _label_value(v: str) -> str:
 
 def metric(target: str, path: str) -> tuple[str, dict[str, str]]:
     """(metric name, labels) for an absolute path string (optionally ``origin:``-prefixed)."""
-    origin, rest = paths.split_origin(path)
+    origin, rest = split_origin(path)
     names, labels = [], {"target": target}
     if origin and origin != "openconfig":
         names.append(origin)
-    for name, keys in paths.split(rest):
+    for name, keys in split(rest):
         names.append(name)
         for k, v in keys.items():
             label = _BAD.sub("_", k)
@@ -44,8 +44,8 @@ def metric(target: str, path: str) -> tuple[str, dict[str, str]]:
 
 def _pattern(path: str) -> str:
     """The path with every key value as ``*``: what all series of one metric share."""
-    origin, rest = paths.split_origin(path)
-    elems = "".join(f"/{n}" + "".join(f"[{k}=*]" for k in keys) for n, keys in paths.split(rest))
+    origin, rest = split_origin(path)
+    elems = "".join(f"/{n}" + "".join(f"[{k}=*]" for k in keys) for n, keys in split(rest))
     text = f"{origin}:{elems}" if origin and origin != "openconfig" else elems
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 

@@ -7,7 +7,9 @@
  * share a name), empty=port|counter, ctrl=port|counter (a name with an escape sequence),
  * nonul=port|counter (a name filling all 64 bytes, no NUL), utf8=port (bytes that are not
  * UTF-8), width=W, kind=K, nbins=B (of every counter), fill=open|read (the call fails
- * with all errlen bytes of the error buffer set to 'A', no NUL).
+ * with all errlen bytes of the error buffer set to 'A', no NUL), bins=overlap|inverted|fail
+ * (a HISTOGRAM's bin 1 overlaps bin 0, has low > high, or bin_info fails; otherwise bin b
+ * is [2b, 2b+1]).
  *
  * Build with -DNO_ENTRY -DCTOR_FILE='"path"' for a library without the entry point whose
  * constructor writes that file (the loader must never run it). */
@@ -34,6 +36,7 @@ struct hostile {
     unsigned nbins;
     char dup[16], empty[16], ctrl[16], nonul[16], utf8[16];
     int fill_read;
+    char bins[16];
 };
 
 static void fill(char *err, size_t errlen)
@@ -64,6 +67,8 @@ static void *hostile_open(const char *config, char *err, size_t errlen)
             m.kind = atoi(v);
         else if (strcmp(k, "nbins") == 0)
             m.nbins = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(k, "bins") == 0)
+            snprintf(m.bins, sizeof(m.bins), "%s", v);
         else if (strcmp(k, "dup") == 0)
             snprintf(m.dup, sizeof(m.dup), "%s", v);
         else if (strcmp(k, "empty") == 0)
@@ -181,6 +186,23 @@ static int hostile_read(void *h, uint64_t generation, uint64_t *values, size_t n
     return SWTEL_ASIC_OK;
 }
 
+static int hostile_bin_info(void *h, int port, int counter, int bin, struct swtel_asic_bin *out)
+{
+    struct hostile *m = h;
+    if (port < 0 || port >= m->ports || counter < 0 || counter >= m->counters || bin < 0 ||
+        (unsigned)bin >= m->nbins)
+        return -1;
+    out->low = 2 * (uint64_t)bin;
+    out->high = out->low + 1;
+    if (bin == 1 && strcmp(m->bins, "overlap") == 0)
+        out->low = 1; /* bin 0 is [0, 1] */
+    if (bin == 1 && strcmp(m->bins, "inverted") == 0)
+        out->high = 0;
+    if (bin == 1 && strcmp(m->bins, "fail") == 0)
+        return -1;
+    return 0;
+}
+
 static void hostile_close(void *h)
 {
     free(h);
@@ -198,6 +220,7 @@ static const struct swtel_asic_ops ops = {
     .counter_info = hostile_counter_info,
     .read = hostile_read,
     .close = hostile_close,
+    .bin_info = hostile_bin_info,
 };
 
 #ifndef NO_ENTRY

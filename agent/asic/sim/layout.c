@@ -366,7 +366,7 @@ int build(struct sim *s, char *err, size_t errlen)
         if (!p->clear_vals)
             goto oom;
         for (int c = 0; c < p->nclear; c++)
-            raw(p, p->clear_ts[c], p->clear_vals + (size_t)c * p->ncounters);
+            raw(p, p->clear_ts[c], p->clear_ts[c], p->clear_vals + (size_t)c * p->ncounters);
     }
     return 0;
 oom:
@@ -416,4 +416,7 @@ void names_init(struct sim *s)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_curr_occupancy_%d", i);
     for (int i = 0; i < 8; i++)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_watermark_%d", i);
+    for (int i = 0; i < 8; i++)
+        snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_peak_occupancy_%d", i);
+    snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "phy_rs_fec_histogram"); /* FEC_BINS values */
 }

@@ -194,8 +194,25 @@ static void raw_host(const struct port *p, uint64_t t, uint64_t *v)
     v[10] = (uint64_t)(proc_value(p, &p->rx, t, 1) >> 2);
 }
 
-/* Every counter at t before clears, truncated to 64 bits. */
-void raw(const struct port *p, uint64_t t, uint64_t *v)
+/* The RS-FEC histogram from the PHY's counters: bin k >= 1 holds corrected >> (3k - 2)
+ * codewords (each a shift of a monotonic count, so monotonic itself; about 65 % of the
+ * corrected symbols), bin 0 the rest of the codewords received. A healthy link: mass in
+ * bins 0-2. */
+static void fec_bins(uint64_t *v)
+{
+    uint64_t corr = v[C_PHY_CORR], errored = 0;
+    for (int k = 1; k < FEC_BINS; k++) {
+        uint64_t n = corr >> (3 * k - 2);
+        v[C_FEC0 + k] = n;
+        errored += n;
+    }
+    uint64_t cw = v[C_PHY_BITS] / CW_BITS;
+    v[C_FEC0] = cw > errored ? cw - errored : 0;
+}
+
+/* Every counter at t before clears, truncated to 64 bits; the peaks (PEAK kind) since the
+ * previous read at `since` (<= t). */
+void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
 {
     if (p->host) {
         raw_host(p, t, v);
@@ -281,22 +298,29 @@ void raw(const struct port *p, uint64_t t, uint64_t *v)
         v[C_LANE0 + i] = (uint64_t)lane;
     v[C_CARRIER] = changes;
     uint64_t c = t / CELL;
+    /* the peak: every cell from the previous read's (its level lasted past that read) */
+    uint64_t c0 = max64(min64(since, t) / CELL, c >= PEAK_CELLS ? c - PEAK_CELLS + 1 : 0);
     for (int tc = 0; tc < 8; tc++) {
         if (!(tcs & (1u << tc)))
             continue;
-        uint64_t lv = 0, wm = 0;
-        for (uint64_t x = c - c % EPOCH_CELLS; x <= c; x++) {
+        uint64_t lv = 0, wm = 0, pk = 0;
+        for (uint64_t x = min64(c - c % EPOCH_CELLS, c0); x <= c; x++) {
             lv = occupancy(p, tc, x);
-            wm = max64(wm, lv);
+            if (x >= c - c % EPOCH_CELLS)
+                wm = max64(wm, lv);
+            if (x >= c0)
+                pk = max64(pk, lv);
         }
         v[C_OCC0 + tc] = lv;
         v[C_WM0 + tc] = wm;
+        v[C_PEAK0 + tc] = pk;
     }
+    fec_bins(v);
 }
 
-void port_values(const struct port *p, uint64_t t, uint64_t *out)
+void port_values(const struct port *p, uint64_t t, uint64_t since, uint64_t *out)
 {
-    raw(p, t, out);
+    raw(p, t, since, out);
     const uint64_t *base = NULL;
     for (int i = 0; i < p->nclear; i++)
         if (p->clear_ts[i] <= t)
@@ -310,6 +334,8 @@ void port_values(const struct port *p, uint64_t t, uint64_t *out)
         }
     } else if (base) {
         for (int i = 0; i < C_OCC0; i++)
+            out[i] -= base[i];
+        for (int i = C_FEC0; i < N_SWITCH; i++)
             out[i] -= base[i];
     }
 }

@@ -126,14 +126,14 @@ static int sim_port_info(void *h, int port, struct swtel_asic_port *out)
 static int sim_counter_count(void *h, int port)
 {
     const struct port *p = listed_port(h, port);
-    return p ? p->ncounters : -1;
+    return p ? (p->host ? N_HOST : N_SWITCH_DESC) : -1;
 }
 
 static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_counter *out)
 {
     const struct sim *s = h;
     const struct port *p = listed_port(s, port);
-    if (!p || !out || counter < 0 || counter >= p->ncounters)
+    if (!p || !out || counter < 0 || counter >= (p->host ? N_HOST : N_SWITCH_DESC))
         return -1;
     memset(out, 0, sizeof *out);
     if (p->host) {
@@ -143,15 +143,30 @@ static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_co
     } else {
         memcpy(out->name, s->cnames[counter], sizeof out->name);
         out->width = 64;
-        out->kind = counter < C_OCC0 ? SWTEL_ASIC_COUNTER : SWTEL_ASIC_GAUGE;
+        out->kind = counter < C_OCC0 ? SWTEL_ASIC_COUNTER
+                    : counter < C_PEAK0 ? SWTEL_ASIC_GAUGE : SWTEL_ASIC_PEAK;
+        if (counter == C_FEC0) {
+            out->kind = SWTEL_ASIC_HISTOGRAM;
+            out->nbins = FEC_BINS;
+        }
     }
+    return 0;
+}
+
+/* Bin b of the RS-FEC histogram: the codewords with exactly b corrected symbols. */
+static int sim_bin_info(void *h, int port, int counter, int bin, struct swtel_asic_bin *out)
+{
+    const struct port *p = listed_port(h, port);
+    if (!p || p->host || !out || counter != C_FEC0 || bin < 0 || bin >= FEC_BINS)
+        return -1;
+    out->low = out->high = (uint64_t)bin;
     return 0;
 }
 
 static int sim_read(void *h, uint64_t generation, uint64_t *values, size_t n, int64_t *ts_ns,
                     char *err, size_t errlen)
 {
-    const struct sim *s = h;
+    struct sim *s = h;
     int64_t now = now_ns();
     if (ts_ns)
         *ts_ns = now;
@@ -164,11 +179,15 @@ static int sim_read(void *h, uint64_t generation, uint64_t *values, size_t n, in
         return SWTEL_ASIC_ERROR;
     }
     uint64_t *out = values;
+    /* the first read's peak is its own cell's level; later ones reach back to the previous read */
+    uint64_t since = s->read_once ? s->last_t : t;
     for (int i = 0; i < s->gen_n[g]; i++) {
         const struct port *p = &s->ports[s->gen_ports[g][i]];
-        port_values(p, t, out);
+        port_values(p, t, since, out);
         out += p->ncounters;
     }
+    s->read_once = 1;
+    s->last_t = t;
     return SWTEL_ASIC_OK;
 }
 
@@ -184,6 +203,7 @@ static const struct swtel_asic_ops OPS = {
     .counter_info = sim_counter_info,
     .read = sim_read,
     .close = sim_close,
+    .bin_info = sim_bin_info,
 };
 
 __attribute__((visibility("default"))) const struct swtel_asic_ops *swtel_asic_plugin(void)

@@ -6,8 +6,8 @@
  *   layout.c    the ports, their scenarios and the generations (breakouts), counter names
  *   plugin.c    the ABI (swtel_asic.h): open, layout calls, read, close
  *
- * Every value is a pure function of (config, t = read time - start): nothing read
- * depends on earlier reads. Integer arithmetic only, so tests/sim_model.py (the
+ * Every value is a pure function of (config, t = read time - start), the peaks (PEAK kind)
+ * of (config, t, the previous read's t): nothing else read depends on earlier reads. Integer arithmetic only, so tests/sim_model.py (the
  * reference model, whose docstring describes the model in full) computes the same
  * values bit for bit. The functions of model.c mirror that file's, name for name.
  *
@@ -34,7 +34,11 @@ typedef __int128 i128;
 #define INF UINT64_MAX   /* open-ended window end (slots), unbounded event count */
 #define MAX_SCENARIOS 64
 #define MAX_PORT_WINDOWS 16
-#define N_SWITCH 100
+#define N_SWITCH_DESC 109 /* descriptors of a switch port: 100 counters and gauges, 8 peaks, 1 histogram */
+#define FEC_BINS 16       /* RS(544,514) codewords by corrected symbols: 0..15 */
+#define N_SWITCH (N_SWITCH_DESC - 1 + FEC_BINS) /* values of a switch port in one read */
+#define CW_BITS 5440      /* bits of one RS(544,514) codeword (544 10-bit symbols) */
+#define PEAK_CELLS 600    /* a peak covers at most the last 60 s of cells (reads further apart) */
 #define N_HOST 11
 #define MASK32 0xffffffffULL
 
@@ -51,7 +55,8 @@ enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT };
 enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16,
        C_OUT_QDROPS = 18, C_OUT_WRED = 20, C_OUT_Q0_WRED = 21, C_IN_PFC0 = 31,
        C_RX_PAUSE0 = 47, C_ECN0 = 63, C_PHY_BITS = 71, C_PHY_SYM = 72, C_PHY_CORR = 73,
-       C_PHY_EFF = 74, C_LANE0 = 75, C_CARRIER = 83, C_OCC0 = 84, C_WM0 = 92 };
+       C_PHY_EFF = 74, C_LANE0 = 75, C_CARRIER = 83, C_OCC0 = 84, C_WM0 = 92, C_PEAK0 = 100,
+       C_FEC0 = 108 };
 
 struct scen {
     int type, ord;
@@ -116,7 +121,9 @@ struct sim {
     int *gen_n;
     size_t *gen_total;
     int listed; /* generation index (0-based) the layout calls describe */
-    char cnames[N_SWITCH][SWTEL_ASIC_NAME_MAX];
+    int read_once;  /* a read succeeded: last_t holds its time (the PEAK kind clears on read) */
+    uint64_t last_t;
+    char cnames[N_SWITCH_DESC][SWTEL_ASIC_NAME_MAX];
 };
 
 /* --- hashing ---------------------------------------------------------------------------- */
@@ -146,8 +153,8 @@ uint64_t flap_down(const struct port *p, const struct scen *sc, uint64_t i);
 void proc_init(const struct port *p, struct proc *pr, uint64_t R, uint64_t J, uint32_t key);
 uint64_t mb_count(const struct port *p, const struct scen *sc);
 struct table *make_table(const struct port *p, uint64_t key, int kind, uint64_t mult);
-void raw(const struct port *p, uint64_t t, uint64_t *v);
-void port_values(const struct port *p, uint64_t t, uint64_t *out);
+void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v);
+void port_values(const struct port *p, uint64_t t, uint64_t since, uint64_t *out);
 
 /* scenario.c */
 int parse_config(struct sim *s, const char *config, char *err, size_t errlen);

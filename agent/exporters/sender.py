@@ -1,0 +1,249 @@
+"""What every networked exporter shares: the reconnecting sender.
+
+Dial-out, the tunnel client and OTLP each keep one destination reachable from a thread of
+their own. :class:`ReconnectingSender` holds what they share: the health fields that
+``swtel status`` and the health check read (``state``, ``last_error``, ``down_since_ns``, the
+count of proven connections), exponential backoff with jitter (:class:`Backoff`), and the
+outage's log lines, rate-limited per key and forgotten once a connection is proven, so that
+the next failure is news again. Dial-out and the tunnel hold a connection open and take its
+loop too (:meth:`ReconnectingSender._run`: attempt, then back off and retry); OTLP's unary
+exports run their own loop around the same parts. :class:`BoundedQueue` is the queue of
+dial-out and OTLP: the oldest item goes on overflow, counted.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from agent import logs, tls
+
+if TYPE_CHECKING:
+    import grpc
+
+    from agent.config import ClientTls
+
+#: every delay is multiplied by a random factor in this range, so that agents that lost the
+#: same collector do not all retry in step
+JITTER = (0.8, 1.2)
+#: identical outage lines: one per period (``log.rate_limit``'s default; the runner sets it)
+LOG_RATE_LIMIT_S = 10.0
+#: outage log keys remembered to forget on the next connection; past this they just stay limited
+MAX_LOG_KEYS = 256
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Retry delays: ``min_s`` doubling up to ``max_s``, each with jitter. With ``cap`` no
+    delay exceeds ``max_s``, jitter included; without, one may reach ``max_s`` × 1.2."""
+
+    def __init__(self, min_s: float, max_s: float, cap: bool = False) -> None:
+        self.min_s = min_s
+        self.max_s = max_s
+        self.cap = cap
+        self.base_s = min_s  # the next delay, before jitter
+
+    def next(self) -> float:
+        """The delay before the next attempt; the one after doubles."""
+        delay = self.base_s * random.uniform(*JITTER)
+        if self.cap:
+            delay = min(delay, self.max_s)
+        self.base_s = min(self.base_s * 2, self.max_s)
+        return delay
+
+    def reset(self) -> None:
+        """The destination proved it works: the next outage starts with short retries."""
+        self.base_s = self.min_s
+
+
+class ReconnectingSender:
+    """The health, backoff and outage logging of one destination, and the loop that keeps a
+    connection to it.
+
+    ``state`` is ``connecting`` while an attempt is under way, :attr:`up_state` once the
+    destination proved that it accepts what is sent (:meth:`_connected`), ``down`` while
+    waiting to retry (an exporter may add its own, as OTLP's ``rejecting``). A connection
+    counts only once proven: until then ``down_since_ns`` keeps the time of the first failure
+    and the backoff keeps growing, so a peer that accepts TCP and refuses the rest is retried
+    ever more slowly and makes the agent unhealthy.
+    """
+
+    up_state = "connected"
+
+    def __init__(self, log: Any, backoff_min_s: float, backoff_max_s: float, *, cap_backoff: bool = False,
+                 state: str = "down") -> None:
+        self._log = log
+        self.backoff = Backoff(backoff_min_s, backoff_max_s, cap_backoff)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        # status
+        self.state = state
+        self.connects = 0  # proven connections
+        self.last_error: str | None = None
+        self.down_since_ns: int | None = time.time_ns()  # down until proven up
+        self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)  # the runner sets period_s
+        self._log_keys: set[Any] = set()  # outage keys logged since the last connection
+
+    @property
+    def reconnects(self) -> int:
+        return max(self.connects - 1, 0)
+
+    # ------------------------------------------------------------ health
+    def _connected(self) -> float:
+        """The destination proved it accepts what is sent: the outage is over, its log lines
+        are forgotten (the next failure is news). Returns how long it was down, in seconds."""
+        self.connects += 1
+        down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
+        self.state = self.up_state
+        self.down_since_ns = None
+        self._forget_logs()
+        return down_for
+
+    def _down(self, error: str, state: str = "down") -> bool:
+        """A failure, ``error`` saying why. True if it ends a proven connection: then an
+        outage starts now; otherwise the running one goes on."""
+        new = self.down_since_ns is None
+        if new:
+            self.down_since_ns = time.time_ns()
+        self.state = state
+        self.last_error = error
+        return new
+
+    def _log_outage(self, level: str, key: Any, event: str, **fields: Any) -> None:
+        """Log a failure once per ``key`` per rate-limit period, until the next connection."""
+        if len(self._log_keys) < MAX_LOG_KEYS:
+            self._log_keys.add(key)
+        self.log_limiter.log(self._log, level, key, event, **fields)
+
+    def _forget_logs(self) -> None:
+        for key in self._log_keys:
+            self.log_limiter.forget(key)
+        self._log_keys.clear()
+
+    # ------------------------------------------------------------ the connection loop
+    def _start_thread(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _attempt(self) -> str:
+        """One connection, held until it fails or the sender stops; returns why it ended. It
+        calls :meth:`_connected` once the destination proves it accepts what is sent."""
+        raise NotImplementedError
+
+    def _went_down(self, error: str, delay: float, unexpected: Exception | None) -> None:
+        """An attempt failed (``unexpected``: a bug raised) and the next starts in ``delay``
+        seconds: log it, with :meth:`_log_outage`."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        """The sender's thread: attempt; after an attempt fails, back off and try again."""
+        while not self._stopping.is_set():
+            self.state = "connecting"
+            unexpected = None
+            try:
+                error = self._attempt()
+            except Exception as exc:  # a bug must not end the thread: retry
+                unexpected, error = exc, f"{type(exc).__name__}: {exc}"
+            if self._stopping.is_set():
+                break
+            if self._down(error):
+                self.backoff.reset()  # a proven connection was lost: retry fast again
+            delay = self.backoff.next()
+            self._went_down(error, delay, unexpected)
+            self._stopping.wait(delay)
+        self.state = "down"
+
+
+class BoundedQueue(Generic[T]):
+    """A FIFO of at most ``limit`` items between a producer (the tick thread) and a sender:
+    on overflow the oldest item is dropped and counted in ``dropped``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.dropped = 0
+        # reentrant (a Condition's default lock): a caller may hold it around several calls
+        self.cond = threading.Condition()
+        self._items: deque[T] = deque()
+
+    def __len__(self) -> int:
+        with self.cond:
+            return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        with self.cond:
+            return iter(list(self._items))
+
+    def put(self, items: Iterable[T], on_drop: Callable[[T], None] | None = None) -> None:
+        """Append ``items``, the oldest dropped past the limit (``on_drop`` hears of each,
+        under the lock); wakes a :meth:`take`."""
+        with self.cond:
+            for item in items:
+                if len(self._items) >= self.limit:
+                    old = self._items.popleft()
+                    self.dropped += 1
+                    if on_drop is not None:
+                        on_drop(old)
+                self._items.append(item)
+            self.cond.notify()
+
+    def take(self, timeout: float) -> T | None:
+        """Remove and return the oldest item, waiting up to ``timeout`` s for one (None: none)."""
+        with self.cond:
+            if not self._items:
+                self.cond.wait(timeout)
+            return self._items.popleft() if self._items else None
+
+    def peek(self) -> T | None:
+        """The oldest item, left queued (None: none)."""
+        with self.cond:
+            return self._items[0] if self._items else None
+
+    def discard(self, item: T) -> None:
+        """Remove ``item`` if it is still the oldest (overflow may have dropped it meanwhile)."""
+        with self.cond:
+            if self._items and self._items[0] is item:
+                self._items.popleft()
+
+    def take_all(self) -> list[T]:
+        with self.cond:
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def push_front(self, items: list[T]) -> None:
+        """Queue ``items`` again, in their order, ahead of whatever was queued since (the limit
+        is not applied: they were queued before)."""
+        with self.cond:
+            self._items.extendleft(reversed(items))
+
+    def wake(self) -> None:
+        """Wake a :meth:`take` waiting (the sender is stopping)."""
+        with self.cond:
+            self.cond.notify_all()
+
+
+# ---------------------------------------------------------------- gRPC, shared by the three
+
+
+def rpc_error(exc: Exception) -> str:
+    """A gRPC error as ``last_error`` shows it: ``UNAVAILABLE: details`` (``ERROR: ...``
+    when it carries no status code)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else exc
+    return f"{code.name if code is not None else 'ERROR'}: {details}"
+
+
+def grpc_channel(address: str, insecure: bool, tls_cfg: ClientTls,
+                 options: list[tuple[str, Any]]) -> grpc.Channel:
+    """A channel to ``address``: plaintext if ``insecure``, else TLS (CA, mTLS, server name)."""
+    import grpc  # the exporters load gRPC when built, never when a config is parsed
+
+    if insecure:
+        return grpc.insecure_channel(address, options=options)
+    creds = tls.channel_credentials(tls_cfg.ca, tls_cfg.cert, tls_cfg.key)
+    return grpc.secure_channel(address, creds, options=options + tls.channel_options(tls_cfg.server_name))

@@ -1,0 +1,94 @@
+"""What many tests share: waiting for a condition, asking a running agent for its status,
+and writing an agent's config (sources, JSON lines to ``out.jsonl``, the control socket
+``swtel.sock``, all in one work directory: tests/netns.py's AgentProcess reads them there).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+ROOT = Path(__file__).resolve().parent.parent
+SOCKET = "swtel.sock"  # the control socket's name in an agent's work directory
+JSONL = "out.jsonl"  # the jsonl exporter's file there
+OFF = "{enabled: false}"
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- waiting
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition", *,
+               interval: float = 0.02, detail: Callable[[], str] | None = None) -> T:
+    """The first truthy result of ``predicate()``, polled every ``interval`` seconds; an
+    AssertionError naming ``what`` (and ``detail()``, e.g. a log) after ``timeout``.
+    The predicate runs once more at the deadline, so a slow poll never loses the last chance."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            extra = f"\n{detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- a running agent's status
+
+
+def swtel_status(workdir: Path, *args: str, timeout: float = 10) -> subprocess.CompletedProcess:
+    """``swtel status --socket <workdir>/swtel.sock [args]``, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent", "status", "--socket", str(Path(workdir) / SOCKET), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def status_json(workdir: Path) -> tuple[int, dict]:
+    """(exit code, the ``--json`` document or ``{}`` when there was none) of ``swtel status``:
+    the exit code is the health (0 healthy, 1 not)."""
+    out = swtel_status(workdir, "--json")
+    return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else {})
+
+
+def status_doc(workdir: Path) -> dict:
+    """The ``swtel status --json`` document (which must be there)."""
+    return json.loads(swtel_status(workdir, "--json").stdout)
+
+
+# ---------------------------------------------------------------- configs
+
+
+def agent_yaml(workdir: Path, sources: Mapping[str, str], *, interval: str = "50ms",
+               exporters: str = "", control: str = "", extra: str = "", head: str = "") -> str:
+    """An agent's config: ``sources`` (name -> its YAML flow mapping, in order), JSON lines to
+    ``<workdir>/out.jsonl`` plus ``exporters`` (more lines of that section, indented), the
+    control socket ``<workdir>/swtel.sock`` (group: null) plus ``control`` (``, key: value``),
+    then ``extra`` (top-level sections). ``head`` goes first (e.g. ``target: x``)."""
+    workdir = Path(workdir)
+    lines = [head, f"interval: {interval}\n", "sources:\n"]
+    lines += [f"  {name}: {body}\n" for name, body in sources.items()]
+    lines += [f"exporters:\n  jsonl: {{path: {workdir / JSONL}}}\n", exporters,
+              f"control: {{socket: {workdir / SOCKET}, group: null{control}}}\n", extra]
+    return "".join(lines)
+
+
+def asic_yaml(workdir: Path, plugin: str, asic_config: str = "", *, asic: str = "",
+              netdev: str = OFF, system: str = "{interval: 100ms}", **kw: str) -> str:
+    """:func:`agent_yaml` for the asic source with ``plugin`` and its config string (plus
+    ``asic``: ``, key: value`` of that section); ethtool off, netdev off and the system source
+    at 100 ms unless told. ``kw`` goes to :func:`agent_yaml`."""
+    sources = {
+        "netdev": netdev,
+        "ethtool": OFF,
+        "system": system,
+        "asic": f"{{enabled: true, plugin: '{plugin}', config: '{asic_config}'{asic}}}",
+    }
+    return agent_yaml(workdir, sources, **kw)
