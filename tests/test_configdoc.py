@@ -34,7 +34,7 @@ def test_sections_keep_their_order():
     assert [f.name for f in fields(cfg.exporters)] == ["jsonl", "dialout", "server", "tunnel", "otlp"]
     assert [f.name for f in fields(cfg.insights)] == [
         "enabled", "history", "error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
-        "throughput_dip", "roce_retrans"]
+        "throughput_dip", "roce_retrans", "congestion"]  # new ones after the known, by name
 
 
 def test_a_new_plugin_is_one_registration(monkeypatch):

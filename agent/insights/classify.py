@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from agent.counters import COUNTER, CounterSpec, CounterTable
+from agent.counters import COUNTER, GAUGE, CounterSpec, CounterTable
 from agent.pathgrammar import (
     INTERFACE_PREFIX,
     KEY_VALUE_RE,
@@ -20,6 +20,7 @@ from agent.pathgrammar import (
     RDMA_DEVICE_PREFIX,
     interface_path,
     qos_interface_path,
+    unescape_key,
 )
 
 # Semantics (the ``sem`` part).
@@ -37,10 +38,17 @@ DROP_IN = "drops-in"  # ingress drops; sub = leaf
 DROP_OUT = "drops-out"  # egress drops; sub = leaf (per-queue leaves summed over queues)
 CARRIER = "carrier"  # carrier transitions
 ROCE = "roce"  # RDMA retransmission-related counters; sub = counter name (hyphenated)
+ECN = "ecn-marks"  # packets ECN-marked on egress; sub = queue
+# Levels (gauges): a feed carries a level's latest value, not a delta.
+QUEUE_PEAK = "queue-peak"  # highest occupancy since the previous read, bytes; sub = queue
+QUEUE_LEVEL = "queue-level"  # occupancy at the read, bytes; sub = queue
 
 #: Every semantic.
 ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, PAUSE,
-       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE)
+       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE, ECN, QUEUE_PEAK, QUEUE_LEVEL)
+#: the semantics that are levels (read from gauges)
+LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL})
+_BY_QUEUE = "*"  # a _LEAVES sub meaning "the queue's name"
 
 # (tail of the container path below the port, leaf) -> (sem, sub). A tail of
 # "pfc" stands for pfc/priority[id=N]/state, "queue" for a qos output queue.
@@ -72,6 +80,9 @@ _LEAVES: dict[tuple[str, str], tuple[str, str]] = {
     ("pfc", "in-pause-duration"): (PFC_DURATION, ""),
     ("queue", "dropped-pkts"): (DROP_OUT, "queue-dropped-pkts"),
     ("queue", "wred-dropped-pkts"): (DROP_OUT, "queue-wred-dropped-pkts"),
+    ("queue", "ecn-marked-pkts"): (ECN, _BY_QUEUE),
+    ("queue", "peak-occupancy"): (QUEUE_PEAK, _BY_QUEUE),
+    ("queue", "current-occupancy"): (QUEUE_LEVEL, _BY_QUEUE),
 }
 
 #: RDMA hw_counters read as RoCE retransmission evidence (hyphenated leaf names).
@@ -81,16 +92,24 @@ ROCE_LEAVES = frozenset({
 })
 
 _PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
-_QUEUE = re.compile(rf"^/output/queues/queue\[name={KEY_VALUE_RE}\]/state$")
+_QUEUE = re.compile(rf"^/output/queues/queue\[name=({KEY_VALUE_RE})\]/state$")
 _RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
                    rf"(?:/ports/port\[id={KEY_VALUE_RE}\])?/hw-counters$")
 
 
 def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
-    """(port, sem, sub) for a counter the detectors read, else None."""
+    """(port, sem, sub) for a counter (or level) the detectors read, else None."""
     port = spec.port
-    if not port or spec.kind != COUNTER:  # gauges and hidden counters are not read
+    if not port or spec.kind not in (COUNTER, GAUGE):  # hidden counters are not read
         return None
+    hit = _classify(spec, port)
+    # a gauge is read only as a level, a counter never as one
+    if hit is None or (hit[1] in LEVELS) != (spec.kind == GAUGE):
+        return None
+    return hit
+
+
+def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
     path = spec.container.path
     leaf = spec.leaf
     if path.startswith(INTERFACE_PREFIX):
@@ -106,9 +125,12 @@ def classify(spec: CounterSpec) -> tuple[str, str, str] | None:
         return (port, sem[0], sem[1]) if sem else None
     if path.startswith(QOS_INTERFACE_PREFIX):
         prefix = qos_interface_path(port)
-        if path.startswith(prefix) and _QUEUE.match(path[len(prefix):]):
+        m = _QUEUE.match(path[len(prefix):]) if path.startswith(prefix) else None
+        if m:
             sem = _LEAVES.get(("queue", leaf))
-            return (port, sem[0], sem[1]) if sem else None
+            if sem is None:
+                return None
+            return port, sem[0], unescape_key(m.group(1)) if sem[1] == _BY_QUEUE else sem[1]
         return None
     if path.startswith(RDMA_DEVICE_PREFIX) and _RDMA.match(path):
         name = leaf.replace("_", "-")

@@ -94,7 +94,8 @@ class FeedBook:
             sel: Any = (0,) if mask[idx[0]] else ()
         else:
             sel = compress(range(n), itemgetter(*idx)(mask))
-        slots, feeds, deltas, flags = lay.slots, src.feeds, batch.deltas, batch.flags
+        slots, feeds, deltas, flags, values = lay.slots, src.feeds, batch.deltas, batch.flags, batch.values
+        levels = classify.LEVELS
         ts = batch.ts_ns
         dirty = self.dirty
         for k in sel:
@@ -106,6 +107,9 @@ class FeedBook:
                 dirty.append(feed)
             elif ts > feed.ts:  # two reads before a pass: one sample covering both
                 feed.ts = ts
+            if key[0] in levels:  # a level: its latest value (a baseline is a level too)
+                feed.acc[key] = values[idx[k]]
+                continue
             if flags[k] & _SKIP:
                 feed.discard = True
                 continue
