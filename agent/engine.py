@@ -42,6 +42,10 @@ log = logs.get("engine")
 
 # sources due within this of a pass are polled in it (at most 5 % of their interval)
 _COALESCE_S = 0.002
+# flags -> 1 where F_NEW (or F_JUMP) is set: counted with bytes.translate at C speed, not a
+# Python loop over every change (102,400 a tick at full churn on 1,024 ports)
+_IS_NEW = bytes(1 if f & F_NEW else 0 for f in range(256))
+_IS_JUMP = bytes(1 if f & F_JUMP else 0 for f in range(256))
 HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change only)
 # a counter may move at most 2 x its port's speed x max(time since its last read, this)
 JUMP_WINDOW_MIN_S = 10.0
@@ -413,11 +417,8 @@ class Engine:
             flags = bytes(runner.out_flags[:n])
             batch = Batch(source.name, ts_ns, runner.published, idx, values, runner.out_delta[:n].tolist(), flags)
             # The first read of a counter is its baseline, not a change seen on the wire.
-            fresh = jumps = 0
-            for f in flags:
-                if f & (F_NEW | F_JUMP):
-                    fresh += f & F_NEW != 0
-                    jumps += f & F_JUMP != 0
+            fresh = flags.translate(_IS_NEW).count(1)
+            jumps = flags.translate(_IS_JUMP).count(1)
             runner.note_changes(n - fresh, mono)
             if jumps:
                 self._note_jumps(runner, batch, jumps)

@@ -42,6 +42,8 @@ def fmt_bytes(n: float) -> str:
 
 
 class _Queue:
+    """One queue from its first level at or above ``high`` until the event's end."""
+
     __slots__ = ("level", "active", "max", "max_ns", "drops", "ecn")
 
     def __init__(self) -> None:
@@ -93,22 +95,29 @@ class Congestion(Detector):
     def sample(self, port, ts, dt, acc, owned) -> None:
         level = c.QUEUE_PEAK if c.QUEUE_PEAK in owned else c.QUEUE_LEVEL
         queues = self.ports.get(port)
+        if queues is None:
+            # The common case, kept cheap (every port, every poll): no queue of the port is
+            # congested, so only a level at or above `high` matters.
+            high = self.cfg.high
+            if not any(v >= high and sem == level for (sem, _sub), v in acc.items()):
+                return
+            queues = self.ports[port] = {}
         for (sem, sub), v in acc.items():
             if sem == level:
-                if queues is None:
-                    queues = self.ports[port] = {}
                 q = queues.get(sub)
                 if q is None:
                     q = queues[sub] = _Queue()
                 q.level = v
-        if not queues:
-            return
         drops = next((n for leaves in _DROPS if (n := sum(acc.get((c.DROP_OUT, x), 0) for x in leaves))), 0)
-        for name, q in queues.items():
+        for name, q in list(queues.items()):
             if q.active:
                 q.drops += drops
                 q.ecn += acc.get((c.ECN, name), 0)
             self._judge(port, name, q, ts)
+            if not q.active:
+                del queues[name]  # calm again: the port is back on the cheap path
+        if not queues:
+            del self.ports[port]
 
     def _judge(self, port: str, name: str, q: _Queue, ts: int) -> None:
         cfg = self.cfg
