@@ -502,7 +502,8 @@ def test_otel_counter_clear_gives_a_new_start_time_and_no_negative_rate(tmp_path
     sums = [p for p in rx.points if p.kind == "sum"]
     assert len(sums) > 10_000
     gauges = {p.name for p in rx.points if p.kind == "gauge"}
-    assert gauges == {"nvswitch_interface_tc_current_occupancy", "nvswitch_interface_tc_watermark"}
+    assert gauges == {"nvswitch_interface_tc_current_occupancy", "nvswitch_interface_tc_watermark",
+                      "nvswitch_interface_tc_peak_occupancy"}
     rx.points = sums
     assert _check_against_model(rx, Model(sim), start) == len(sums)
 
