@@ -157,6 +157,13 @@ def qos_interface_path(name: str) -> str:
     return f"{QOS_INTERFACE_PREFIX}{escape_key(name)}]"
 
 
+def drop_reason_path(port: str, group: str, reason: str) -> str:
+    """``/interfaces/interface[name=<port>]/drops/group[name=<group>]/reason[name=<reason>]/state``:
+    one drop reason of a port (docs/insights.md, "Drop reasons"), every name escaped."""
+    return (f"{interface_path(port)}/drops/group[name={escape_key(group)}]"
+            f"/reason[name={escape_key(reason)}]/state")
+
+
 def rdma_port_path(device: str, port: str) -> str:
     """``/rdma/devices/device[name=<device>]/ports/port[id=<port>]``, both escaped."""
     return f"{RDMA_DEVICE_PREFIX}{escape_key(device)}]/ports/port[id={escape_key(port)}]"

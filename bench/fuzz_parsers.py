@@ -1,7 +1,9 @@
 """Coverage-guided fuzzing of the C netlink and ethtool parsers (agent/_ext/netdev.c's
 parse_dump, ethtool.c's gstats_take and gstrings_list, links.c's link messages, reached
-through netdev_parse, ethtool_parse, ethtool_strings_parse and link_parse: the code the
-reader runs on what the kernel returns), with the pure-Python fallback as a differential oracle: every input must give
+through netdev_parse, ethtool_parse, ethtool_strings_parse and link_parse; ethnl.c's generic
+netlink replies through ethnl_family_parse, ethnl_fec_parse and ethnl_stats_parse, every input
+given to all three, seeded with tests/fixtures/ethnl: the code the reader runs on what the
+kernel returns), with the pure-Python fallback as a differential oracle: every input must give
 the same result, outputs and errors in both backends (tests/fuzz_inputs.py).
 
     python bench/fuzz_parsers.py [--seconds 300] [--corpus DIR] [--plain]
@@ -42,7 +44,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_inputs  # noqa: E402
 
-INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c")  # the parsers; the rest only gets the sanitizers
+INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c", "ethnl.c")  # the parsers; the rest only gets the sanitizers
 BUILD_ENV = "SWTEL_FUZZ_BUILD"
 
 
@@ -99,10 +101,35 @@ class Stats:
             Path(self.path).write_text(json.dumps(self.summary()))
 
 
+ETHNL_PARSERS = ("ethnl_family_parse", "ethnl_fec_parse", "ethnl_stats_parse")
+
+
+def ethnl_run(impl, data: bytes) -> tuple:
+    """The ethtool netlink parsers on the whole input: each one's result or error."""
+    out = []
+    for name in ETHNL_PARSERS:
+        try:
+            out.append(("ok", getattr(impl, name)(data)))
+        except OSError as exc:
+            out.append(("OSError", exc.errno))
+        except ValueError as exc:
+            out.append(("ValueError", str(exc)))
+    return tuple(out)
+
+
+def all_seeds() -> list[bytes]:
+    """fuzz_inputs' seeds and the ethnl fixtures (.hex: '#' lines are notes)."""
+    ethnl = []
+    for path in sorted((ROOT / "tests" / "fixtures" / "ethnl").glob("*.hex")):
+        lines = path.read_text().splitlines()
+        ethnl.append(bytes.fromhex(" ".join(line for line in lines if not line.startswith("#"))))
+    return fuzz_inputs.seeds() + ethnl
+
+
 def one_input(c_impl, py_impl, stats: Stats):
     def test(data: bytes) -> None:
-        got = fuzz_inputs.run(c_impl, data)
-        want = fuzz_inputs.run(py_impl, data)
+        got = (fuzz_inputs.run(c_impl, data), ethnl_run(c_impl, data))
+        want = (fuzz_inputs.run(py_impl, data), ethnl_run(py_impl, data))
         if got != want:
             raise AssertionError(f"C and Python parsers disagree on {data!r}:\nC:  {got!r}\nPy: {want!r}")
         stats.tick()
@@ -136,7 +163,7 @@ def fuzz_atheris(args, c_impl, cov: ctypes.CDLL | None) -> int:
 
     corpus = Path(args.corpus or tempfile.mkdtemp(prefix="swtel-fuzz-"))
     corpus.mkdir(parents=True, exist_ok=True)
-    for i, seed in enumerate(fuzz_inputs.seeds()):
+    for i, seed in enumerate(all_seeds()):
         (corpus / f"seed-{i}").write_bytes(seed)
     stats = Stats(args.stats, cov)
     argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-timeout=5", "-rss_limit_mb=4096",
@@ -158,7 +185,7 @@ def fuzz_hypothesis(args, c_impl) -> int:
 
     stats = Stats(args.stats, None)
     check = one_input(c_impl, _fallback, stats)
-    seeds = fuzz_inputs.seeds()
+    seeds = all_seeds()
     mutated = st.tuples(st.sampled_from(seeds), st.lists(st.tuples(st.integers(0, 4095), st.integers(0, 255)),
                                                          max_size=8)).map(_mutate)
 

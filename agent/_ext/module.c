@@ -53,7 +53,8 @@ PyMODINIT_FUNC PyInit__swtel(void)
         return NULL;
     PyMethodDef *tables[] = {swtel_netdev_methods, swtel_ethtool_methods, swtel_sysfs_methods,
                              swtel_change_methods, swtel_encode_methods, swtel_asic_methods,
-                             swtel_links_methods};
+                             swtel_links_methods,
+                             swtel_ethnl_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;
@@ -70,7 +71,9 @@ PyMODINIT_FUNC PyInit__swtel(void)
         PyModule_AddIntConstant(m, "ASIC_MAX_PORTS", SWTEL_ASIC_MAX_PORTS) < 0 ||
         PyModule_AddIntConstant(m, "ASIC_MAX_COUNTERS", SWTEL_ASIC_MAX_COUNTERS) < 0 ||
         PyModule_AddIntConstant(m, "ASIC_MAX_VALUES", SWTEL_ASIC_MAX_VALUES) < 0 ||
-        PyModule_AddIntConstant(m, "ASIC_MAX_BINS", SWTEL_ASIC_MAX_BINS) < 0)
+        PyModule_AddIntConstant(m, "ASIC_MAX_BINS", SWTEL_ASIC_MAX_BINS) < 0 ||
+        PyModule_AddIntConstant(m, "ETHNL_FEC_GET", SWTEL_ETHNL_FEC_GET) < 0 ||
+        PyModule_AddIntConstant(m, "ETHNL_STATS_GET", SWTEL_ETHNL_STATS_GET) < 0)
         goto fail;
     return m;
 fail:

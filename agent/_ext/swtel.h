@@ -36,6 +36,11 @@ extern PyMethodDef swtel_change_methods[];
 extern PyMethodDef swtel_encode_methods[];
 extern PyMethodDef swtel_asic_methods[];
 extern PyMethodDef swtel_links_methods[];
+extern PyMethodDef swtel_ethnl_methods[];
+
+/* ethnl.c's commands (ETHTOOL_MSG_FEC_GET, ETHTOOL_MSG_STATS_GET: UAPI values), module constants. */
+#define SWTEL_ETHNL_FEC_GET 29
+#define SWTEL_ETHNL_STATS_GET 32
 
 /* One buffer argument: its item size, whether C writes into it, its name for errors. */
 typedef struct {

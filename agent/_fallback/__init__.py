@@ -1,6 +1,6 @@
 """The pure-Python fallback of the C extension (agent._swtel): the same functions,
 constants, signatures and results, one module per file of agent/_ext/ (netdev, ethtool,
-sysfs, change, encode, links, asic).
+sysfs, change, encode, links, asic, ethnl).
 
 Selected by agent._backend when ``SWTEL_PUREPYTHON=1`` is set or the extension is
 missing; the suite runs against both and the property tests hold them to each other,
@@ -27,6 +27,16 @@ from agent._fallback.asic import (
 )
 from agent._fallback.change import diff
 from agent._fallback.encode import encode_updates
+from agent._fallback.ethnl import (
+    ETHNL_FEC_GET,
+    ETHNL_STATS_GET,
+    ethnl_family,
+    ethnl_family_parse,
+    ethnl_fec_parse,
+    ethnl_query,
+    ethnl_request,
+    ethnl_stats_parse,
+)
 from agent._fallback.ethtool import (
     ETHTOOL_SKIPPED,
     ethtool_drvinfo,
@@ -42,8 +52,9 @@ from agent.counters import F_CHANGED, F_JUMP, F_NEW, F_RESET, F_WRAP
 
 __all__ = [
     "ASIC_ABI_VERSION", "ASIC_ECHANGED", "ASIC_ERROR", "ASIC_MAX_BINS", "ASIC_MAX_COUNTERS",
-    "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
+    "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHNL_FEC_GET", "ETHNL_STATS_GET", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
     "F_RESET", "F_WRAP", "NETDEV_FIELDS", "asic_close", "asic_layout", "asic_open", "asic_read", "diff",
-    "encode_updates", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
+    "encode_updates", "ethnl_family", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
+    "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
     "ethtool_strings_parse", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

@@ -48,6 +48,8 @@ class Context(Protocol):
 
     def port_names(self) -> list[str]: ...
 
+    def open_events(self) -> list[Event]: ...
+
 
 def register(cls: type[Detector]) -> type[Detector]:
     """Class decorator: make a detector available under ``cls.name``, and its config section
