@@ -50,6 +50,8 @@ def test_every_burst_is_one_event_with_its_maximum_within_one_poll():
         start = ev["start_ns"] - t0
         # raised within one poll of the burst (the model's level holds for a whole 100 ms cell)
         assert a - sim_model.CELL <= start <= b + sim_model.CELL
+        # the time of the maximum: within one poll of the burst
+        assert a - sim_model.CELL <= ev["peak_ns"] - t0 <= b + sim_model.CELL
         assert ev["state"] == "cleared" or b > 68 * NS
 
 

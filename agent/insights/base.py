@@ -312,6 +312,7 @@ class Event:
     key: Any = None  # the detector's key (port, group, (port, priority))
     last_ns: int = 0  # last time the rule held
     cleared_ns: int | None = None
+    peak_ns: int = 0  # when the peak was seen (the sample's time)
     # gNMI bookkeeping
     sent: dict[str, Any] = field(default_factory=dict)
     sent_ns: int = 0
@@ -328,6 +329,7 @@ class Event:
             "last_ns": self.last_ns,
             "cleared_ns": self.cleared_ns,
             "peak": self.peak,
+            "peak_ns": self.peak_ns,
             "unit": self.unit,
             "message": self.message,
             "state": self.state,

@@ -16,7 +16,8 @@ from agent.insights.base import NS, SEVERITY_RANK, Detector, Event
 UPDATE_NS = NS  # an open event's changed peak/message is sent at most once per second
 MATERIAL = 1.10  # ... and only when its peak grew by 10 % (or severity/interfaces changed)
 EVENTS_PATH = "/insights/events/event[id={id}]/state"
-LEAVES = ("type", "severity", "interfaces", "start-ns", "end-ns", "peak", "peak-unit", "message", "status")
+LEAVES = ("type", "severity", "interfaces", "start-ns", "end-ns", "peak", "peak-ns", "peak-unit", "message",
+          "status")
 
 
 class EventBook:
@@ -39,7 +40,7 @@ class EventBook:
         ev = self.open.get((etype, key))
         if ev is None:
             ev = Event(self.next_id, etype, severity, list(interfaces), ts, float(peak), unit, message,
-                       detector=det.name, key=key, last_ns=ts, pending=True)
+                       detector=det.name, key=key, last_ns=ts, peak_ns=ts, pending=True)
             self.next_id += 1
             self.open[(etype, key)] = ev
             self.raised += 1
@@ -53,6 +54,8 @@ class EventBook:
         if peak > ev.peak or worse:
             if peak > ev.peak * MATERIAL or worse or list(interfaces) != ev.interfaces:
                 ev.pending = True
+            if peak > ev.peak:
+                ev.peak_ns = ts
             ev.peak = max(ev.peak, float(peak))
             ev.unit = unit
             ev.message = message
@@ -104,6 +107,7 @@ class EventBook:
             "start-ns": ev.start_ns,
             "end-ns": ev.end_ns,
             "peak": float(ev.peak),
+            "peak-ns": ev.peak_ns,
             "peak-unit": ev.unit,
             "message": ev.message,
             "status": ev.state,
