@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after this long (2s, 1m or seconds)")
 
     fab = sub.add_parser(
-        "fabric", help="run a simulated fabric (spine-1, leaf-3, host-1) streaming to a local collector",
+        "fabric", help="run a simulated fabric (spine-1, leaf-3, host-1, or a Clos of any size) streaming "
+                       "to a local collector",
         description="Start one swtel agent per simulated device (the built-in sim ASIC plugin, one "
                     "shared clock and seed), all dialing out in plaintext to an in-process collector "
                     "on --listen; the collector writes every update as a JSON line. Needs no root.")
@@ -139,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after this long (2s, 1m or seconds; at most 24h)")
     fab.add_argument("--dir", default=None, help="configs, sockets and logs (default: a new temporary directory)")
     fab.add_argument("--output", "-o", default=None, help="collector JSON lines (default DIR/collector.jsonl)")
+    fab.add_argument("--spines", type=int, default=None, metavar="N",
+                     help="a Clos fabric of N spines (spine-1...), with --leaves and --hosts; default: the "
+                          "field cases' spine-1, leaf-3 and host-1")
+    fab.add_argument("--leaves", type=int, default=None, metavar="N", help="leaves (leaf-1...), uplinks spread over the spines")
+    fab.add_argument("--hosts", type=int, default=None, metavar="N", help="hosts (host-1...) on the leaves' server ports")
+    fab.add_argument("--uplinks", type=int, choices=(4, 8), default=None,
+                     help="uplinks per leaf (default 4, 8 with more than 4 spines)")
+    fab.add_argument("--fault", action="append", default=[], metavar="DEVICE:SCENARIO",
+                     help="a scenario on any device, e.g. leaf-2:microburst@3s:swp1 (repeatable)")
 
     demo = sub.add_parser(
         "demo", help="the two field cases on a simulated fabric, in one command (no root, no hardware)",

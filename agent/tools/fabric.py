@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from agent.tools.topology import Topology, uplink_ports
+
 #: scenario presets: what ``--scenario`` picks (times relative to the fabric's start)
 PRESETS: dict[str, dict[str, list[str]]] = {
     # The two field cases, one after the other: a marginal cable on a spine port (with
@@ -32,8 +34,7 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     "counter-clear": {"spine-1": ["counter-clear@5s"], "leaf-3": ["counter-clear@5s"]},
     "clean": {},
 }
-ROLES = {"spine-1": "spine", "leaf-3": "leaf", "host-1": "host"}
-LEAF_UPLINKS = ["swp61", "swp62", "swp63", "swp64"]
+LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3
 
 
 def agent_command() -> list[str]:
@@ -54,6 +55,7 @@ class Switch:
     name: str
     role: str
     scenarios: list[str] = field(default_factory=list)
+    uplinks: int = 0  # a leaf's uplinks (4 or 8)
     proc: subprocess.Popen | None = None
     config_path: Path | None = None
     socket: Path | None = None
@@ -68,9 +70,11 @@ class Fabric:
     """
 
     def __init__(self, workdir: Path, collector: str, scenario: str = "field", *, seed: int = 1,
-                 interval: str = "100ms", start_ns: int | None = None, jsonl: bool = False) -> None:
+                 interval: str = "100ms", start_ns: int | None = None, jsonl: bool = False,
+                 topology: Topology | None = None, faults: list[str] | tuple[str, ...] = ()) -> None:
         if scenario not in PRESETS:
             raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(PRESETS)})")
+        self.topology = topology or Topology.field()
         self.workdir = Path(workdir)
         self.collector = collector
         self.scenario = scenario
@@ -80,11 +84,22 @@ class Fabric:
         # Agents take about a second to start: the fabric's clock starts after that, so
         # every scenario time is seen from its first moment.
         self.start_ns = start_ns if start_ns is not None else time.time_ns() + 1_500_000_000
-        plan = PRESETS[scenario]
-        self.switches = [Switch(name, role, list(plan.get(name, []))) for name, role in ROLES.items()]
+        plan = {name: list(scs) for name, scs in PRESETS[scenario].items()}
+        for name in plan:
+            if self.topology.node(name) is None:
+                raise ValueError(f"scenario {scenario!r} names {name}, which this topology lacks "
+                                 f"({self.topology.summary()})")
+        for fault in faults:  # DEVICE:SCENARIO, e.g. leaf-2:microburst@3s:swp1
+            name, _, what = fault.partition(":")
+            if self.topology.node(name) is None or not what:
+                raise ValueError(f"--fault {fault!r}: expected DEVICE:SCENARIO with a device of the topology")
+            plan.setdefault(name, []).append(what)
+        self.switches = [Switch(n.name, n.role, plan.get(n.name, []), n.uplinks) for n in self.topology.nodes]
 
     def plugin_config(self, sw: Switch) -> str:
         parts = [f"role={sw.role}", f"seed={self.seed}", f"start={self.start_ns}"]
+        if sw.uplinks == 8:
+            parts.append("uplinks=8")
         parts += [f"scenario={s}" for s in sw.scenarios]
         return " ".join(parts)
 
@@ -107,11 +122,12 @@ class Fabric:
         if self.jsonl:
             cfg["exporters"]["jsonl"] = {"path": str(self.workdir / f"{sw.name}.jsonl")}
         if sw.role == "leaf":
-            cfg["insights"] = {"imbalance": {"groups": {"uplinks": LEAF_UPLINKS}}}
+            cfg["insights"] = {"imbalance": {"groups": {"uplinks": uplink_ports(sw.uplinks or 4)}}}
         return cfg
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.topology.write(self.workdir / "topology.yaml")  # what faces what, for people and tools
         command = agent_command()
         for sw in self.switches:
             sw.config_path = self.workdir / f"{sw.name}.yaml"
@@ -200,15 +216,22 @@ def fabric_main(args) -> int:
             return 2
         address = f"{args.listen.rpartition(':')[0]}:{collector.port}"
         try:
-            fabric = Fabric(workdir, address, args.scenario, seed=args.seed, interval=args.interval)
+            topology = None
+            if (args.spines, args.leaves, args.hosts) != (None, None, None):
+                topology = Topology.clos(1 if args.spines is None else args.spines,
+                                         1 if args.leaves is None else args.leaves,
+                                         args.hosts or 0, args.uplinks)
+            fabric = Fabric(workdir, address, args.scenario, seed=args.seed, interval=args.interval,
+                            topology=topology, faults=args.fault)
         except ValueError as exc:
             collector.stop(0)
-            print(f"swtel fabric: --scenario: {exc}", file=sys.stderr)
+            print(f"swtel fabric: {exc}", file=sys.stderr)
             return 2
         try:  # whatever happens from here (a signal, a closed terminal), the agents are stopped
             fabric.start()
-            print(f"swtel fabric: {', '.join(s.name for s in fabric.switches)} -> collector {address}; "
-                  f"data: {out_path}; configs, sockets and logs: {workdir}", file=sys.stderr)
+            names = ", ".join(s.name for s in fabric.switches[:12]) + (", ..." if len(fabric.switches) > 12 else "")
+            print(f"swtel fabric: {fabric.topology.summary()} ({names}) -> collector {address}; "
+                  f"data: {out_path}; configs, sockets, logs and topology.yaml: {workdir}", file=sys.stderr)
             deadline = None if args.duration is None else time.monotonic() + args.duration
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 if fabric.failed():

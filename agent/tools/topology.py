@@ -1,0 +1,112 @@
+"""A simulated fabric's topology: its devices (spines, leaves, hosts) and the links between
+them, for ``swtel fabric`` and ``swtel demo``.
+
+A two-tier Clos as AI fabrics build them: every leaf's uplinks spread evenly over the
+spines (uplink j to spine j mod S), hosts on the leaves' server ports round-robin. Port
+names are the simulated switch's own (agent/asic/sim/layout.c): a spine's 64 ports less
+the two it breaks out (swp11, swp12), a leaf's server ports swp1-swp32 and uplinks
+swp61-swp64 (swp57-swp64 with 8 uplinks), a host's ``mlx5_0``. The simulated devices do
+not exchange traffic: the links say which ports face each other, for people and tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROLES = ("spine", "leaf", "host")
+#: a spine's ports a leaf can land on: swp11 and swp12 are broken out on the simulated spine
+SPINE_PORTS = tuple(f"swp{i}" for i in range(1, 65) if i not in (11, 12))
+LEAF_SERVER_PORTS = tuple(f"swp{i}" for i in range(1, 33))
+HOST_PORT = "mlx5_0"
+MAX_DEVICES = 512  # one agent process each: far beyond what one machine runs
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    role: str
+    uplinks: int = 0  # a leaf's uplinks (4 or 8); 0 for the others
+
+
+@dataclass(frozen=True)
+class Link:
+    """Two ports facing each other: (device, port) at each end, the lower tier first."""
+
+    a: tuple[str, str]
+    b: tuple[str, str]
+
+
+def uplink_ports(uplinks: int) -> list[str]:
+    """A simulated leaf's uplink ports (the last ``uplinks`` of swp1-swp64)."""
+    return [f"swp{i}" for i in range(65 - uplinks, 65)]
+
+
+class Topology:
+    def __init__(self, nodes: list[Node], links: list[Link]) -> None:
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("device names must be unique")
+        self.nodes = nodes
+        self.links = links
+
+    @classmethod
+    def field(cls) -> Topology:
+        """The field cases' three devices: spine-1, leaf-3 (4 uplinks to spine-1), host-1."""
+        return cls._build(["spine-1"], ["leaf-3"], ["host-1"], 4)
+
+    @classmethod
+    def clos(cls, spines: int, leaves: int, hosts: int, uplinks: int | None = None) -> Topology:
+        """``spines`` x ``leaves`` x ``hosts``, named spine-1..., leaf-1..., host-1...; a leaf has
+        4 uplinks (8 with more than 4 spines) unless ``uplinks`` says."""
+        if spines < 0 or leaves < 0 or hosts < 0 or spines + leaves + hosts == 0:
+            raise ValueError("at least one device, and no negative counts")
+        if spines + leaves + hosts > MAX_DEVICES:
+            raise ValueError(f"at most {MAX_DEVICES} devices (one agent each), got {spines + leaves + hosts}")
+        up = uplinks or (4 if spines <= 4 else 8)
+        return cls._build([f"spine-{i}" for i in range(1, spines + 1)], [f"leaf-{i}" for i in range(1, leaves + 1)],
+                          [f"host-{i}" for i in range(1, hosts + 1)], up)
+
+    @classmethod
+    def _build(cls, spines: list[str], leaves: list[str], hosts: list[str], up: int) -> Topology:
+        if up not in (4, 8):
+            raise ValueError(f"a leaf has 4 or 8 uplinks, got {up}")
+        if spines and leaves and (len(spines) > up or up % len(spines)):
+            raise ValueError(f"the spines ({len(spines)}) must divide a leaf's {up} uplinks evenly (1, 2, 4 or 8)")
+        per_spine = up // len(spines) if spines else 0
+        if spines and len(leaves) * per_spine > len(SPINE_PORTS):
+            raise ValueError(f"{len(leaves)} leaves x {per_spine} links need more than a spine's "
+                             f"{len(SPINE_PORTS)} ports")
+        if hosts and not leaves:
+            raise ValueError("hosts need a leaf to attach to")
+        if leaves and len(hosts) > len(leaves) * len(LEAF_SERVER_PORTS):
+            raise ValueError(f"{len(hosts)} hosts need more than the leaves' server ports")
+        nodes = ([Node(n, "spine") for n in spines] + [Node(n, "leaf", up) for n in leaves]
+                 + [Node(n, "host") for n in hosts])
+        links = []
+        for li, leaf in enumerate(leaves):
+            for j, port in enumerate(uplink_ports(up) if spines else []):
+                spine = spines[j % len(spines)]
+                links.append(Link((leaf, port), (spine, SPINE_PORTS[li * per_spine + j // len(spines)])))
+        for hi, host in enumerate(hosts):
+            links.append(Link((host, HOST_PORT), (leaves[hi % len(leaves)], LEAF_SERVER_PORTS[hi // len(leaves)])))
+        return cls(nodes, links)
+
+    def node(self, name: str) -> Node | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def as_dict(self) -> dict:
+        return {
+            "devices": [{"name": n.name, "role": n.role, **({"uplinks": n.uplinks} if n.uplinks else {})}
+                        for n in self.nodes],
+            "links": [{"a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}"} for a, b in ((x.a, x.b) for x in self.links)],
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(yaml.safe_dump(self.as_dict(), sort_keys=False))
+
+    def summary(self) -> str:
+        count = {r: sum(1 for n in self.nodes if n.role == r) for r in ROLES}
+        return f"{count['spine']} spines, {count['leaf']} leaves, {count['host']} hosts, {len(self.links)} links"
