@@ -107,3 +107,22 @@ def test_config_refuses_what_cannot_work(yaml, message):
     with pytest.raises(config.ConfigError) as err:
         config.parse(yaml)
     assert message in str(err.value)
+
+
+def test_top_shows_the_reason_a_port_drops_most_for():
+    from agent.control.portview import port_totals
+    from agent.control.top import plain_lines, rates
+
+    _runner, stream = _rig()
+    stream.batch(T0, {})  # the baseline
+    first = stream.batch(T0 + NS, {("swp2", "ingress-vlan-filter"): 10, ("swp2", "tail-drop"): 30})
+    old = {"now_ns": T0 + NS, "ports": port_totals([first], {})}
+    second = stream.batch(T0 + 2 * NS, {("swp2", "ingress-vlan-filter"): 20, ("swp2", "tail-drop"): 500})
+    new = {"now_ns": T0 + 2 * NS, "ports": port_totals([second], {})}
+    assert new["ports"]["swp2"]["drop_reasons"] == {"l2/ingress-vlan-filter": 30, "buffer/tail-drop": 530,
+                                                    "l3/blackhole-route": 0, "acl/ingress-port-acl": 0}
+    row = next(r for r in rates(old, new) if r["port"] == "swp2")
+    assert row["why"] == "tail-drop 500/s"
+    assert next(r for r in rates(old, new) if r["port"] == "swp1")["why"] == "-"
+    assert any(line.startswith("swp2 ") and line.endswith("tail-drop 500/s")
+               for line in plain_lines("sw", rates(old, new), {}, 10))

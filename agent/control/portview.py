@@ -27,8 +27,10 @@ _FIELDS = {
 
 
 def port_totals(batches: list[Batch], speeds: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """port -> {"ts_ns", "speed_bps", and one cumulative total per field above}."""
+    """port -> {"ts_ns", "speed_bps", one cumulative total per field above, and
+    "drop_reasons": {"group/reason": total} where a source counts drops by reason}."""
     parts: dict[str, dict[str, list[int]]] = {}
+    reasons_of: dict[str, dict[str, int]] = {}
     stamps: dict[str, int] = {}
     for batch in batches:
         lay = c.layout(batch.table)
@@ -38,15 +40,22 @@ def port_totals(batches: list[Batch], speeds: dict[str, int]) -> dict[str, dict[
                 continue
             port = lay.ports[slot[0]]
             sem = slot[1][0]
+            if sem == c.DROP_REASON:  # per reason ("group/reason"), for top's "why" column
+                reasons = reasons_of.setdefault(port, {})
+                reasons[slot[1][1]] = reasons.get(slot[1][1], 0) + values[i]
+                stamps[port] = max(stamps.get(port, 0), batch.ts_ns)
+                continue
             if sem not in _FIELDS:
                 continue
             parts.setdefault(port, {}).setdefault(sem, []).append(values[i])
             stamps[port] = max(stamps.get(port, 0), batch.ts_ns)
     out: dict[str, dict[str, Any]] = {}
-    for port, sems in parts.items():
+    for port in parts.keys() | reasons_of.keys():
         row: dict[str, Any] = {"ts_ns": stamps[port], "speed_bps": speeds.get(port)}
-        for sem, vals in sems.items():
+        for sem, vals in parts.get(port, {}).items():
             name, combine = _FIELDS[sem]
             row[name] = combine(vals)
+        if port in reasons_of:
+            row["drop_reasons"] = reasons_of[port]
         out[port] = row
     return out

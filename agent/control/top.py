@@ -44,10 +44,21 @@ def rates(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
         # Pause duration is in microseconds per second: 1e6 is "paused all the time".
         r["paused"] = min(1.0, r["pfc_duration_us"] / 1e6) if "pfc_duration_us" in r else None
         r["drops"] = r.get("drops_in", 0.0) + r.get("drops_out", 0.0)
+        r["why"] = _top_reason(prev.get("drop_reasons", {}), row.get("drop_reasons", {}), dt)
         r["errs"] = r.get("errors", 0.0) + r.get("uncorrectable", 0.0)
         out.append(r)
     out.sort(key=lambda r: (-(r["rx_bps"] + r["tx_bps"]), r["port"]))
     return out
+
+
+def _top_reason(old: dict[str, int], new: dict[str, int], dt: float) -> str:
+    """The reason the port dropped most for since the previous reply ("-": none), with its rate."""
+    best, rate = "", 0.0
+    for sub, total in new.items():
+        r = max(0, total - old.get(sub, total)) / dt
+        if r > rate:
+            best, rate = sub, r
+    return f"{best.partition('/')[2]} {_rate(rate)}/s" if best else "-"
 
 
 def _gbps(bps: float) -> str:
@@ -76,13 +87,13 @@ def plain_lines(target: str, rows: list[dict[str, Any]], events: dict[str, list]
     lines = [f"{time.strftime('%H:%M:%S')} {printable(target)}: {len(rows)} ports, "
              f"{len(events.get('open', []))} open events"]
     lines.append(f"{'port':<10} {'util':>5} {'rx Gb/s':>7} {'tx Gb/s':>7} {'err/s':>6} {'sym/s':>6} "
-                 f"{'drop/s':>6} {'pfc%':>5}")
+                 f"{'drop/s':>6} {'pfc%':>5} top drop reason")
     for r in rows[:limit]:
         util = "-" if r["util"] is None else f"{r['util'] * 100:.0f}%"
         paused = "-" if r["paused"] is None else f"{r['paused'] * 100:.0f}"
         lines.append(f"{printable(r['port']):<10} {util:>5} {_gbps(r['rx_bps']):>7} {_gbps(r['tx_bps']):>7} "
                      f"{_rate(r['errs']):>6} {_rate(r.get('symbol_errors')):>6} {_rate(r['drops']):>6} "
-                     f"{paused:>5}")
+                     f"{paused:>5} {printable(r.get('why', '-'))}")
     for ev in events.get("open", [])[:5]:
         lines.append(printable(f"EVENT {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"))
     return lines
@@ -100,6 +111,7 @@ _COLUMNS: list[tuple[str, int, Any, int]] = [
     ("sym/s", 6, lambda r: _rate(r.get("symbol_errors")), 5),
     ("drop/s", 6, lambda r: _rate(r["drops"]), 6),
     ("pfc%", 4, lambda r: "-" if r["paused"] is None else f"{r['paused'] * 100:.0f}", 7),
+    ("top drop reason", 26, lambda r: printable(r.get("why", "-")), 9),  # the first to give way
 ]
 _NAME_MAX = 24  # a port column wider than this only if the terminal has room to spare
 
@@ -136,7 +148,7 @@ def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list],
     bar = any(c[0] == "util" for c in cols)
     for head, w, _cell, _rank in cols:
         head = head or ("" if bar else "util")  # the percentage is headed "util" once the bar is gone
-        header.append(" " + (head.ljust(w) if w == 10 else head.rjust(w)), style="bold")
+        header.append(" " + (head.ljust(w) if w >= 10 else head.rjust(w)), style="bold")  # wide: text
     lines: list[Any] = [header]
     hot = {i for ev in opened for i in ev.get("interfaces", [])}
     for r, name in zip(shown, names, strict=True):
@@ -144,8 +156,8 @@ def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list],
         line = Text(cell.ljust(name_w), style="bold red" if r["port"] in hot else "", no_wrap=True,
                     overflow="crop")
         for _head, w, fn, _rank in cols:
-            text = fn(r)
-            line.append(" " + (text.ljust(w) if w == 10 else text.rjust(w)))
+            text = fn(r)[:w]
+            line.append(" " + (text.ljust(w) if w >= 10 else text.rjust(w)))
         lines.append(line)
     title = Text(f"swtel top — {printable(target)}  {time.strftime('%H:%M:%S')}  {len(rows)} ports  "
                  f"{len(opened)} open events", style="bold", no_wrap=True, overflow="ellipsis")
