@@ -1,8 +1,9 @@
 """Coverage-guided fuzzing of the C netlink and ethtool parsers (agent/_ext/netdev.c's
 parse_dump, ethtool.c's gstats_take and gstrings_list, links.c's link messages, reached
 through netdev_parse, ethtool_parse, ethtool_strings_parse and link_parse; ethnl.c's generic
-netlink replies through ethnl_family_parse, ethnl_fec_parse and ethnl_stats_parse, every input
-given to all three, seeded with tests/fixtures/ethnl: the code the reader runs on what the
+netlink replies through ethnl_family_parse, ethnl_fec_parse and ethnl_stats_parse, and
+devlink.c's through devlink_parse, every input given to all four, seeded with
+tests/fixtures/ethnl and tests/fixtures/devlink: the code the reader runs on what the
 kernel returns), with the pure-Python fallback as a differential oracle: every input must give
 the same result, outputs and errors in both backends (tests/fuzz_inputs.py).
 
@@ -44,7 +45,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_inputs  # noqa: E402
 
-INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c", "ethnl.c")  # the parsers; the rest only gets the sanitizers
+INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c", "ethnl.c", "devlink.c")  # the parsers; the rest only gets the sanitizers
 BUILD_ENV = "SWTEL_FUZZ_BUILD"
 
 
@@ -101,11 +102,12 @@ class Stats:
             Path(self.path).write_text(json.dumps(self.summary()))
 
 
-ETHNL_PARSERS = ("ethnl_family_parse", "ethnl_fec_parse", "ethnl_stats_parse")
+ETHNL_PARSERS = ("ethnl_family_parse", "ethnl_fec_parse", "ethnl_stats_parse", "devlink_parse")
 
 
 def ethnl_run(impl, data: bytes) -> tuple:
-    """The ethtool netlink parsers on the whole input: each one's result or error."""
+    """The generic netlink parsers (ethtool netlink, devlink) on the whole input: each one's
+    result or error."""
     out = []
     for name in ETHNL_PARSERS:
         try:
@@ -118,9 +120,10 @@ def ethnl_run(impl, data: bytes) -> tuple:
 
 
 def all_seeds() -> list[bytes]:
-    """fuzz_inputs' seeds and the ethnl fixtures (.hex: '#' lines are notes)."""
+    """fuzz_inputs' seeds and the ethnl and devlink fixtures (.hex: '#' lines are notes)."""
     ethnl = []
-    for path in sorted((ROOT / "tests" / "fixtures" / "ethnl").glob("*.hex")):
+    for path in sorted((ROOT / "tests" / "fixtures" / "ethnl").glob("*.hex")) + sorted(
+            (ROOT / "tests" / "fixtures" / "devlink").glob("*.hex")):
         lines = path.read_text().splitlines()
         ethnl.append(bytes.fromhex(" ".join(line for line in lines if not line.startswith("#"))))
     return fuzz_inputs.seeds() + ethnl

@@ -54,7 +54,8 @@ PyMODINIT_FUNC PyInit__swtel(void)
     PyMethodDef *tables[] = {swtel_netdev_methods, swtel_ethtool_methods, swtel_sysfs_methods,
                              swtel_change_methods, swtel_encode_methods, swtel_asic_methods,
                              swtel_links_methods,
-                             swtel_ethnl_methods};
+                             swtel_ethnl_methods,
+                             swtel_devlink_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;
@@ -73,7 +74,13 @@ PyMODINIT_FUNC PyInit__swtel(void)
         PyModule_AddIntConstant(m, "ASIC_MAX_VALUES", SWTEL_ASIC_MAX_VALUES) < 0 ||
         PyModule_AddIntConstant(m, "ASIC_MAX_BINS", SWTEL_ASIC_MAX_BINS) < 0 ||
         PyModule_AddIntConstant(m, "ETHNL_FEC_GET", SWTEL_ETHNL_FEC_GET) < 0 ||
-        PyModule_AddIntConstant(m, "ETHNL_STATS_GET", SWTEL_ETHNL_STATS_GET) < 0)
+        PyModule_AddIntConstant(m, "ETHNL_STATS_GET", SWTEL_ETHNL_STATS_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_PORT_GET", SWTEL_DEVLINK_PORT_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_SB_GET", SWTEL_DEVLINK_SB_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_SB_PORT_POOL_GET", SWTEL_DEVLINK_SB_PORT_POOL_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_SB_TC_POOL_BIND_GET", SWTEL_DEVLINK_SB_TC_POOL_BIND_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_SB_OCC_SNAPSHOT", SWTEL_DEVLINK_SB_OCC_SNAPSHOT) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_SB_OCC_MAX_CLEAR", SWTEL_DEVLINK_SB_OCC_MAX_CLEAR) < 0)
         goto fail;
     return m;
 fail:

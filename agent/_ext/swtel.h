@@ -37,10 +37,19 @@ extern PyMethodDef swtel_encode_methods[];
 extern PyMethodDef swtel_asic_methods[];
 extern PyMethodDef swtel_links_methods[];
 extern PyMethodDef swtel_ethnl_methods[];
+extern PyMethodDef swtel_devlink_methods[];
 
 /* ethnl.c's commands (ETHTOOL_MSG_FEC_GET, ETHTOOL_MSG_STATS_GET: UAPI values), module constants. */
 #define SWTEL_ETHNL_FEC_GET 29
 #define SWTEL_ETHNL_STATS_GET 32
+
+/* devlink.c's commands (DEVLINK_CMD_*: UAPI values), module constants. */
+#define SWTEL_DEVLINK_PORT_GET 5
+#define SWTEL_DEVLINK_SB_GET 11
+#define SWTEL_DEVLINK_SB_PORT_POOL_GET 19
+#define SWTEL_DEVLINK_SB_TC_POOL_BIND_GET 23
+#define SWTEL_DEVLINK_SB_OCC_SNAPSHOT 27
+#define SWTEL_DEVLINK_SB_OCC_MAX_CLEAR 28
 
 /* One buffer argument: its item size, whether C writes into it, its name for errors. */
 typedef struct {

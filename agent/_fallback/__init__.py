@@ -1,6 +1,6 @@
 """The pure-Python fallback of the C extension (agent._swtel): the same functions,
 constants, signatures and results, one module per file of agent/_ext/ (netdev, ethtool,
-sysfs, change, encode, links, asic, ethnl).
+sysfs, change, encode, links, asic, ethnl, devlink).
 
 Selected by agent._backend when ``SWTEL_PUREPYTHON=1`` is set or the extension is
 missing; the suite runs against both and the property tests hold them to each other,
@@ -26,6 +26,19 @@ from agent._fallback.asic import (
     asic_read,
 )
 from agent._fallback.change import diff
+from agent._fallback.devlink import (
+    DEVLINK_PORT_GET,
+    DEVLINK_SB_GET,
+    DEVLINK_SB_OCC_MAX_CLEAR,
+    DEVLINK_SB_OCC_SNAPSHOT,
+    DEVLINK_SB_PORT_POOL_GET,
+    DEVLINK_SB_TC_POOL_BIND_GET,
+    devlink_dump,
+    devlink_exec,
+    devlink_family,
+    devlink_parse,
+    devlink_request,
+)
 from agent._fallback.encode import encode_updates
 from agent._fallback.ethnl import (
     ETHNL_FEC_GET,
@@ -54,7 +67,10 @@ __all__ = [
     "ASIC_ABI_VERSION", "ASIC_ECHANGED", "ASIC_ERROR", "ASIC_MAX_BINS", "ASIC_MAX_COUNTERS",
     "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHNL_FEC_GET", "ETHNL_STATS_GET", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
     "F_RESET", "F_WRAP", "NETDEV_FIELDS", "asic_close", "asic_layout", "asic_open", "asic_read", "diff",
-    "encode_updates", "ethnl_family", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
+    "encode_updates", "ethnl_family",
+    "DEVLINK_PORT_GET", "DEVLINK_SB_GET", "DEVLINK_SB_OCC_MAX_CLEAR", "DEVLINK_SB_OCC_SNAPSHOT",
+    "DEVLINK_SB_PORT_POOL_GET", "DEVLINK_SB_TC_POOL_BIND_GET", "devlink_dump", "devlink_exec",
+    "devlink_family", "devlink_parse", "devlink_request", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
     "ethtool_strings_parse", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

@@ -1,0 +1,623 @@
+/* devlink (generic netlink family "devlink"): shared-buffer occupancy of switch ASICs
+ * (mlxsw). agent/sources/devlink.py names and maps what this returns;
+ * agent/_fallback/devlink.py is the pure-Python twin and both must give the same answer
+ * for any buffer.
+ *
+ * I/O and parsing are apart: devlink_family, devlink_dump and devlink_exec talk to the
+ * kernel (the GIL released) and return raw replies; devlink_parse is pure (bytes in,
+ * plain types out), so tests feed it byte-exact messages built from the UAPI layouts.
+ *
+ * Nothing in a reply is trusted (as in ethnl.c): a bad message header is a ValueError;
+ * a bad attribute length ends that message's attribute walk, keeping what was read
+ * before it; of each attribute the first usable one wins; one too short for its type
+ * is skipped. Occupancy values are what the kernel gives: u32, bytes for mlxsw (the
+ * driver converts its cells, DEVLINK_ATTR_SB_POOL_CELL_SIZE bytes each, to bytes). */
+#include "swtel.h"
+
+#include <errno.h>
+#include <linux/devlink.h>
+#include <linux/genetlink.h>
+#include <linux/netlink.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+_Static_assert(SWTEL_DEVLINK_PORT_GET == DEVLINK_CMD_PORT_GET && SWTEL_DEVLINK_SB_GET == DEVLINK_CMD_SB_GET &&
+                   SWTEL_DEVLINK_SB_PORT_POOL_GET == DEVLINK_CMD_SB_PORT_POOL_GET &&
+                   SWTEL_DEVLINK_SB_TC_POOL_BIND_GET == DEVLINK_CMD_SB_TC_POOL_BIND_GET &&
+                   SWTEL_DEVLINK_SB_OCC_SNAPSHOT == DEVLINK_CMD_SB_OCC_SNAPSHOT &&
+                   SWTEL_DEVLINK_SB_OCC_MAX_CLEAR == DEVLINK_CMD_SB_OCC_MAX_CLEAR,
+               "swtel.h spells the UAPI command numbers");
+
+#define REPLY_MAX 65536        /* one datagram: the kernel's dump skbs stay below 32 KiB */
+#define DUMP_MAX (64u << 20)   /* a whole dump; a Spectrum-4's TC dump is ~1 MiB */
+#define STALE_MAX 64           /* datagrams of older requests skipped before giving up (EIO) */
+#define NAME_MAX_LEN 64        /* bus and device names in a request (the kernel's are shorter) */
+#define FIELDS 11              /* devlink_parse's tuple */
+
+static uint32_t next_seq(void)
+{
+    static uint32_t seq;
+    return __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- attributes */
+
+typedef struct {
+    const char *p;
+    size_t len;
+} span;
+
+/* The next well-formed attribute at *pos; 0 at the end or at a bad length. */
+static int next_attr(span in, size_t *pos, uint16_t *type, span *payload)
+{
+    struct nlattr nla;
+    if (*pos > in.len || in.len - *pos < sizeof(nla))
+        return 0;
+    memcpy(&nla, in.p + *pos, sizeof(nla));
+    if (nla.nla_len < sizeof(nla) || nla.nla_len > in.len - *pos)
+        return 0;
+    *type = (uint16_t)(nla.nla_type & NLA_TYPE_MASK);
+    payload->p = in.p + *pos + NLA_HDRLEN;
+    payload->len = nla.nla_len - NLA_HDRLEN;
+    *pos += NLA_ALIGN(nla.nla_len);
+    return 1;
+}
+
+static int reply_errno(const char *msg, size_t len)
+{
+    int32_t error = 0;
+    if (len >= NLMSG_LENGTH(sizeof(error)))
+        memcpy(&error, msg + NLMSG_HDRLEN, sizeof(error));
+    if (error == 0)
+        return 0;
+    return error < 0 && error != INT32_MIN ? -error : EIO;
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+/* Which tuple slot an attribute fills, and how many bytes it needs (0: a string). */
+typedef struct {
+    uint16_t type;
+    int slot;
+    size_t size;
+} field;
+
+static const field FIELDS_OF[] = {
+    {DEVLINK_ATTR_BUS_NAME, 1, 0},
+    {DEVLINK_ATTR_DEV_NAME, 2, 0},
+    {DEVLINK_ATTR_PORT_INDEX, 3, 4},
+    {DEVLINK_ATTR_SB_INDEX, 4, 4},
+    {DEVLINK_ATTR_SB_POOL_INDEX, 5, 2},
+    {DEVLINK_ATTR_SB_TC_INDEX, 6, 2},
+    {DEVLINK_ATTR_SB_POOL_TYPE, 7, 1},
+    {DEVLINK_ATTR_SB_OCC_CUR, 8, 4},
+    {DEVLINK_ATTR_SB_OCC_MAX, 9, 4},
+    {DEVLINK_ATTR_PORT_NETDEV_NAME, 10, 0},
+};
+
+static PyObject *field_value(const field *f, span a)
+{
+    if (f->size == 0) { /* a string: up to its NUL, decoded as interface names are */
+        size_t n = 0;
+        while (n < a.len && a.p[n] != '\0')
+            n++;
+        return PyUnicode_DecodeFSDefaultAndSize(a.p, (Py_ssize_t)n);
+    }
+    if (f->size == 1)
+        return PyLong_FromUnsignedLong((uint8_t)a.p[0]);
+    if (f->size == 2) {
+        uint16_t v;
+        memcpy(&v, a.p, sizeof(v));
+        return PyLong_FromUnsignedLong(v);
+    }
+    uint32_t v;
+    memcpy(&v, a.p, sizeof(v));
+    return PyLong_FromUnsignedLong(v);
+}
+
+/* One devlink message's tuple: (cmd, bus, dev, port, sb, pool, tc, pool_type, occ_cur,
+ * occ_max, netdev), None for what it lacks. */
+static PyObject *message_tuple(uint8_t cmd, span attrs)
+{
+    PyObject *t = PyTuple_New(FIELDS);
+    if (t == NULL)
+        return NULL;
+    PyObject *c = PyLong_FromUnsignedLong(cmd);
+    if (c == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(t, 0, c);
+    size_t pos = 0;
+    uint16_t type;
+    span a;
+    while (next_attr(attrs, &pos, &type, &a)) {
+        for (size_t i = 0; i < sizeof(FIELDS_OF) / sizeof(FIELDS_OF[0]); i++) {
+            const field *f = &FIELDS_OF[i];
+            if (f->type != type || PyTuple_GET_ITEM(t, f->slot) != NULL || a.len < f->size)
+                continue;
+            PyObject *v = field_value(f, a);
+            if (v == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(t, f->slot, v);
+        }
+    }
+    for (int i = 1; i < FIELDS; i++)
+        if (PyTuple_GET_ITEM(t, i) == NULL) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(t, i, Py_None);
+        }
+    return t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+/* Every devlink message in buf appended to out; -1 with an exception set (a malformed
+ * header, or an error reply: NLMSG_ERROR, or a failed dump's NLMSG_DONE). */
+static int parse_messages(const char *buf, size_t size, PyObject *out)
+{
+    size_t off = 0;
+    while (off < size) {
+        struct nlmsghdr nh;
+        if (size - off < sizeof(nh)) {
+            PyErr_SetString(PyExc_ValueError, "truncated netlink message header");
+            return -1;
+        }
+        memcpy(&nh, buf + off, sizeof(nh));
+        if (nh.nlmsg_len < sizeof(nh) || nh.nlmsg_len > size - off) {
+            PyErr_Format(PyExc_ValueError, "netlink message length %u at offset %zu: %zu bytes left",
+                         nh.nlmsg_len, off, size - off);
+            return -1;
+        }
+        const char *msg = buf + off;
+        size_t len = nh.nlmsg_len;
+        off += NLMSG_ALIGN(len) < size - off ? NLMSG_ALIGN(len) : size - off;
+        if (nh.nlmsg_type == NLMSG_ERROR || nh.nlmsg_type == NLMSG_DONE) {
+            if (nh.nlmsg_type == NLMSG_ERROR && len < NLMSG_LENGTH(sizeof(int32_t))) {
+                PyErr_SetString(PyExc_ValueError, "NLMSG_ERROR too short for its error code");
+                return -1;
+            }
+            int code = reply_errno(msg, len);
+            if (code != 0) {
+                errno = code;
+                PyErr_SetFromErrno(PyExc_OSError);
+                return -1;
+            }
+            continue;
+        }
+        if (nh.nlmsg_type < NLMSG_MIN_TYPE)
+            continue;
+        if (len < NLMSG_LENGTH(GENL_HDRLEN)) {
+            PyErr_SetString(PyExc_ValueError, "generic netlink message too short for its genlmsghdr");
+            return -1;
+        }
+        struct genlmsghdr gh;
+        memcpy(&gh, msg + NLMSG_HDRLEN, sizeof(gh));
+        span attrs = {msg + NLMSG_LENGTH(GENL_HDRLEN), len - NLMSG_LENGTH(GENL_HDRLEN)};
+        PyObject *t = message_tuple(gh.cmd, attrs);
+        if (t == NULL)
+            return -1;
+        int rc = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(parse_doc,
+"devlink_parse(buf) -> list[tuple]\n\n"
+"Every devlink message in buf (a dump's datagrams, or a request's answer), in order, as\n"
+"(cmd, bus, dev, port_index, sb_index, pool_index, tc_index, pool_type, occ_cur, occ_max,\n"
+"netdev): the genlmsghdr command and DEVLINK_ATTR_BUS_NAME, _DEV_NAME, _PORT_INDEX,\n"
+"_SB_INDEX, _SB_POOL_INDEX, _SB_TC_INDEX, _SB_POOL_TYPE, _SB_OCC_CUR, _SB_OCC_MAX and\n"
+"_PORT_NETDEV_NAME, None for what a message lacks. OSError for an error reply (NLMSG_ERROR,\n"
+"or a dump's NLMSG_DONE with an error), ValueError for a malformed message.");
+
+static PyObject *devlink_parse(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out != NULL && parse_messages(view.buf, (size_t)view.len, out) < 0)
+        Py_CLEAR(out);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+static size_t put_attr(char *buf, size_t off, uint16_t type, const void *data, size_t len)
+{
+    struct nlattr nla = {.nla_len = (uint16_t)(NLA_HDRLEN + len), .nla_type = type};
+    memcpy(buf + off, &nla, sizeof(nla));
+    if (len)
+        memcpy(buf + off + NLA_HDRLEN, data, len);
+    size_t end = off + NLA_ALIGN(nla.nla_len);
+    memset(buf + off + nla.nla_len, 0, end - off - nla.nla_len);
+    return end;
+}
+
+/* A shared buffer's handle: the devlink device's bus and name, and the SB index. */
+typedef struct {
+    char bus[NAME_MAX_LEN + 1];
+    char dev[NAME_MAX_LEN + 1];
+    uint32_t sb;
+} handle;
+
+#define REQUEST_MAX (NLMSG_LENGTH(GENL_HDRLEN) + 2 * NLA_ALIGN(NLA_HDRLEN + NAME_MAX_LEN + 1) + 8)
+
+/* A dump request (h NULL) or a doit on one shared buffer, with an ack; its length. */
+static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t seq, const handle *h)
+{
+    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
+    struct genlmsghdr gh = {.cmd = cmd, .version = DEVLINK_GENL_VERSION};
+    memcpy(buf + NLMSG_HDRLEN, &gh, sizeof(gh));
+    uint16_t flags = NLM_F_REQUEST | NLM_F_DUMP;
+    if (h != NULL) {
+        off = put_attr(buf, off, DEVLINK_ATTR_BUS_NAME, h->bus, strlen(h->bus) + 1);
+        off = put_attr(buf, off, DEVLINK_ATTR_DEV_NAME, h->dev, strlen(h->dev) + 1);
+        off = put_attr(buf, off, DEVLINK_ATTR_SB_INDEX, &h->sb, 4);
+        flags = NLM_F_REQUEST | NLM_F_ACK;
+    }
+    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = family, .nlmsg_flags = flags,
+                          .nlmsg_seq = seq};
+    memcpy(buf, &nh, sizeof(nh));
+    return off;
+}
+
+static int is_dump(int cmd)
+{
+    return cmd == DEVLINK_CMD_PORT_GET || cmd == DEVLINK_CMD_SB_GET || cmd == DEVLINK_CMD_SB_PORT_POOL_GET ||
+           cmd == DEVLINK_CMD_SB_TC_POOL_BIND_GET;
+}
+
+static int check_request(long family, int cmd, int dump)
+{
+    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+        return -1;
+    }
+    if (dump ? !is_dump(cmd) : cmd != DEVLINK_CMD_SB_OCC_SNAPSHOT && cmd != DEVLINK_CMD_SB_OCC_MAX_CLEAR) {
+        PyErr_Format(PyExc_ValueError, "devlink command %d is not a %s this module sends", cmd,
+                     dump ? "dump" : "shared-buffer request");
+        return -1;
+    }
+    return 0;
+}
+
+/* A (bus, dev, sb_index) tuple into h. */
+static int take_handle(PyObject *obj, handle *h)
+{
+    PyObject *bus_obj, *dev_obj, *sb_obj;
+    if (!PyTuple_Check(obj) || !PyArg_ParseTuple(obj, "UUO!", &bus_obj, &dev_obj, &PyLong_Type, &sb_obj)) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "a handle is (bus, dev, sb_index)");
+        return -1;
+    }
+    unsigned long sb = PyLong_AsUnsignedLong(sb_obj);
+    if (PyErr_Occurred() || sb > UINT32_MAX) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_OverflowError, "sb_index out of range");
+        return -1;
+    }
+    Py_ssize_t bus_len, dev_len;
+    const char *bus = PyUnicode_AsUTF8AndSize(bus_obj, &bus_len);
+    const char *dev = bus == NULL ? NULL : PyUnicode_AsUTF8AndSize(dev_obj, &dev_len);
+    if (dev == NULL)
+        return -1;
+    if (bus_len == 0 || dev_len == 0 || bus_len > NAME_MAX_LEN || dev_len > NAME_MAX_LEN ||
+        strlen(bus) != (size_t)bus_len || strlen(dev) != (size_t)dev_len) {
+        PyErr_SetString(PyExc_ValueError, "devlink bus and device names: 1-64 bytes, no NUL");
+        return -1;
+    }
+    memcpy(h->bus, bus, (size_t)bus_len + 1);
+    memcpy(h->dev, dev, (size_t)dev_len + 1);
+    h->sb = (uint32_t)sb;
+    return 0;
+}
+
+PyDoc_STRVAR(request_doc,
+"devlink_request(family, cmd, seq, handle) -> bytes\n\n"
+"The request devlink_dump (handle None: NLM_F_DUMP) or devlink_exec (handle (bus, dev,\n"
+"sb_index): NLM_F_ACK, the three attributes) sends.");
+
+static PyObject *devlink_request(PyObject *self, PyObject *args)
+{
+    long family;
+    int cmd;
+    unsigned int seq;
+    PyObject *hobj;
+    if (!PyArg_ParseTuple(args, "liIO", &family, &cmd, &seq, &hobj))
+        return NULL;
+    handle h;
+    if (check_request(family, cmd, hobj == Py_None) < 0 || (hobj != Py_None && take_handle(hobj, &h) < 0))
+        return NULL;
+    char buf[REQUEST_MAX];
+    size_t len = build_request(buf, (uint16_t)family, (uint8_t)cmd, seq, hobj == Py_None ? NULL : &h);
+    return PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
+}
+
+/* ---------------------------------------------------------------- I/O (GIL released) */
+
+/* One datagram answering seq into out (REPLY_MAX bytes): its length, or -errno. */
+static ssize_t receive(int fd, uint32_t seq, char *out)
+{
+    for (int stale = 0; stale < STALE_MAX; stale++) {
+        ssize_t got = recv(fd, out, REPLY_MAX, MSG_TRUNC);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (got > REPLY_MAX)
+            return -EMSGSIZE;
+        struct nlmsghdr nh;
+        if ((size_t)got >= sizeof(nh)) {
+            memcpy(&nh, out, sizeof(nh));
+            if (nh.nlmsg_seq != seq)
+                continue; /* an answer to a request that timed out earlier */
+        }
+        return got;
+    }
+    return -EIO;
+}
+
+/* Whether a datagram ends its request: it holds NLMSG_DONE or NLMSG_ERROR, or cannot be
+ * walked (the parser then says what is wrong with it). */
+static int ends_reply(const char *buf, size_t size)
+{
+    size_t off = 0;
+    while (off < size) {
+        struct nlmsghdr nh;
+        if (size - off < sizeof(nh))
+            return 1;
+        memcpy(&nh, buf + off, sizeof(nh));
+        if (nh.nlmsg_len < sizeof(nh) || nh.nlmsg_len > size - off)
+            return 1;
+        if (nh.nlmsg_type == NLMSG_DONE || nh.nlmsg_type == NLMSG_ERROR)
+            return 1;
+        off += NLMSG_ALIGN(nh.nlmsg_len);
+    }
+    return size == 0;
+}
+
+/* Send a dump request and gather every datagram of its answer into *out (malloc'ed).
+ * Its length, or -errno. */
+static ssize_t dump(int fd, uint16_t family, uint8_t cmd, char **out)
+{
+    char req[REQUEST_MAX];
+    uint32_t seq = next_seq();
+    size_t len = build_request(req, family, cmd, seq, NULL);
+    *out = NULL;
+    if (send(fd, req, len, 0) < 0)
+        return -errno;
+    char *scratch = malloc(REPLY_MAX);
+    if (scratch == NULL)
+        return -ENOMEM;
+    char *all = NULL;
+    size_t used = 0, cap = 0;
+    ssize_t rc = 0;
+    for (;;) {
+        ssize_t got = receive(fd, seq, scratch);
+        if (got < 0) {
+            rc = got;
+            break;
+        }
+        if (used + (size_t)got > DUMP_MAX) {
+            rc = -EMSGSIZE;
+            break;
+        }
+        if (used + (size_t)got > cap) {
+            size_t ncap = cap ? cap : REPLY_MAX;
+            while (ncap < used + (size_t)got)
+                ncap *= 2;
+            char *grown = realloc(all, ncap);
+            if (grown == NULL) {
+                rc = -ENOMEM;
+                break;
+            }
+            all = grown;
+            cap = ncap;
+        }
+        memcpy(all + used, scratch, (size_t)got);
+        used += (size_t)got;
+        if (ends_reply(scratch, (size_t)got)) {
+            rc = (ssize_t)used;
+            break;
+        }
+    }
+    free(scratch);
+    if (rc < 0)
+        free(all);
+    else
+        *out = all;
+    return rc;
+}
+
+static PyObject *oserror(int code)
+{
+    errno = code;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+PyDoc_STRVAR(dump_doc,
+"devlink_dump(fd, family, cmd) -> bytes\n\n"
+"Dump cmd (DEVLINK_PORT_GET, _SB_GET, _SB_PORT_POOL_GET, _SB_TC_POOL_BIND_GET) over every\n"
+"devlink device on the NETLINK_GENERIC socket fd, the GIL released: every datagram of the\n"
+"answer, concatenated up to the one with NLMSG_DONE (or an error), for devlink_parse.\n"
+"OSError when the socket fails (EAGAIN: its SO_RCVTIMEO passed).");
+
+static PyObject *devlink_dump(PyObject *self, PyObject *args)
+{
+    int fd, cmd;
+    long family;
+    if (!PyArg_ParseTuple(args, "ili", &fd, &family, &cmd))
+        return NULL;
+    if (check_request(family, cmd, 1) < 0)
+        return NULL;
+    char *all = NULL;
+    ssize_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = dump(fd, (uint16_t)family, (uint8_t)cmd, &all);
+    Py_END_ALLOW_THREADS
+    if (got < 0)
+        return oserror((int)-got);
+    PyObject *out = PyBytes_FromStringAndSize(all != NULL ? all : "", got);
+    free(all);
+    return out;
+}
+
+PyDoc_STRVAR(exec_doc,
+"devlink_exec(fd, family, cmd, handles) -> list[bytes]\n\n"
+"cmd (DEVLINK_SB_OCC_SNAPSHOT or _SB_OCC_MAX_CLEAR) on each (bus, dev, sb_index) handle,\n"
+"each answered before the next is sent, the GIL released throughout: the raw answer of\n"
+"each (an ack; devlink_parse raises its error). OSError when the socket fails.");
+
+static PyObject *devlink_exec(PyObject *self, PyObject *args)
+{
+    int fd, cmd;
+    long family;
+    PyObject *seq_obj;
+    if (!PyArg_ParseTuple(args, "iliO", &fd, &family, &cmd, &seq_obj))
+        return NULL;
+    if (check_request(family, cmd, 0) < 0)
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq_obj, "handles must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    size_t slots = (size_t)(n ? n : 1);
+    handle *handles = PyMem_Malloc(sizeof(handle) * slots);
+    char **replies = PyMem_Calloc(slots, sizeof(char *));
+    size_t *lens = PyMem_Calloc(slots, sizeof(size_t));
+    char *scratch = PyMem_Malloc(REPLY_MAX);
+    PyObject *out = NULL;
+    if (handles == NULL || replies == NULL || lens == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (take_handle(PySequence_Fast_GET_ITEM(fast, i), &handles[i]) < 0)
+            goto done;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char req[REQUEST_MAX];
+        uint32_t seq = next_seq();
+        size_t len = build_request(req, (uint16_t)family, (uint8_t)cmd, seq, &handles[i]);
+        if (send(fd, req, len, 0) < 0) {
+            err = errno;
+            break;
+        }
+        ssize_t got = receive(fd, seq, scratch);
+        if (got < 0) {
+            err = (int)-got;
+            break;
+        }
+        replies[i] = malloc((size_t)got ? (size_t)got : 1); /* no Python allocator without the GIL */
+        if (replies[i] == NULL) {
+            err = ENOMEM;
+            break;
+        }
+        memcpy(replies[i], scratch, (size_t)got);
+        lens[i] = (size_t)got;
+    }
+    Py_END_ALLOW_THREADS
+    if (err != 0) {
+        oserror(err);
+        goto done;
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(replies[i], (Py_ssize_t)lens[i]);
+        if (b == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, b);
+    }
+done:
+    for (Py_ssize_t i = 0; replies != NULL && i < n; i++)
+        free(replies[i]);
+    PyMem_Free(handles);
+    PyMem_Free(replies);
+    PyMem_Free(lens);
+    PyMem_Free(scratch);
+    Py_DECREF(fast);
+    return out;
+}
+
+PyDoc_STRVAR(family_doc,
+"devlink_family(fd) -> int\n\n"
+"Resolve the \"devlink\" generic netlink family (CTRL_CMD_GETFAMILY) on the NETLINK_GENERIC\n"
+"socket fd. OSError as the kernel answers (ENOENT: no devlink in this kernel).");
+
+static PyObject *devlink_family(PyObject *self, PyObject *args)
+{
+    int fd;
+    if (!PyArg_ParseTuple(args, "i", &fd))
+        return NULL;
+    char req[64];
+    uint32_t seq = next_seq();
+    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
+    struct genlmsghdr gh = {.cmd = CTRL_CMD_GETFAMILY, .version = 1};
+    memcpy(req + NLMSG_HDRLEN, &gh, sizeof(gh));
+    off = put_attr(req, off, CTRL_ATTR_FAMILY_NAME, DEVLINK_GENL_NAME, sizeof(DEVLINK_GENL_NAME));
+    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = GENL_ID_CTRL, .nlmsg_flags = NLM_F_REQUEST,
+                          .nlmsg_seq = seq};
+    memcpy(req, &nh, sizeof(nh));
+    char *reply = malloc(REPLY_MAX);
+    if (reply == NULL)
+        return PyErr_NoMemory();
+    ssize_t got;
+    Py_BEGIN_ALLOW_THREADS
+    got = send(fd, req, off, 0) < 0 ? -errno : receive(fd, seq, reply);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL;
+    if (got < 0) {
+        oserror((int)-got);
+        goto done;
+    }
+    /* The family id: CTRL_ATTR_FAMILY_ID of the CTRL_CMD_NEWFAMILY answer. */
+    PyObject *msgs = PyList_New(0);
+    if (msgs == NULL || parse_messages(reply, (size_t)got, msgs) < 0) {
+        Py_XDECREF(msgs);
+        goto done;
+    }
+    Py_DECREF(msgs); /* no error in it: find the id below */
+    size_t pos = 0;
+    while (pos + NLMSG_HDRLEN <= (size_t)got) {
+        struct nlmsghdr m;
+        memcpy(&m, reply + pos, sizeof(m));
+        if (m.nlmsg_len < NLMSG_LENGTH(GENL_HDRLEN) || m.nlmsg_len > (size_t)got - pos)
+            break;
+        if (m.nlmsg_type == GENL_ID_CTRL) {
+            span attrs = {reply + pos + NLMSG_LENGTH(GENL_HDRLEN), m.nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN)};
+            size_t apos = 0;
+            uint16_t type;
+            span a;
+            while (next_attr(attrs, &apos, &type, &a))
+                if (type == CTRL_ATTR_FAMILY_ID && a.len >= 2) {
+                    uint16_t id;
+                    memcpy(&id, a.p, sizeof(id));
+                    result = PyLong_FromLong(id);
+                    goto done;
+                }
+        }
+        pos += NLMSG_ALIGN(m.nlmsg_len);
+    }
+    PyErr_SetString(PyExc_ValueError, "CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID");
+done:
+    free(reply);
+    return result;
+}
+
+PyMethodDef swtel_devlink_methods[] = {
+    {"devlink_family", devlink_family, METH_VARARGS, family_doc},
+    {"devlink_request", devlink_request, METH_VARARGS, request_doc},
+    {"devlink_dump", devlink_dump, METH_VARARGS, dump_doc},
+    {"devlink_exec", devlink_exec, METH_VARARGS, exec_doc},
+    {"devlink_parse", devlink_parse, METH_VARARGS, parse_doc},
+    {NULL, NULL, 0, NULL},
+};

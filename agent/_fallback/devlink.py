@@ -1,0 +1,245 @@
+"""Pure-Python devlink: the same functions and results as agent/_ext/devlink.c.
+
+Shared-buffer occupancy over the generic netlink family "devlink". The parser follows
+the C side's rules exactly, so both backends agree on any buffer: a bad message header
+is a ValueError; a bad attribute length ends that message's attribute walk; of each
+attribute the first usable one wins; one too short for its type is skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from collections.abc import Sequence
+
+from agent._fallback.ethnl import (
+    CTRL_ATTR_FAMILY_ID,
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    GENL_ID_CTRL,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSG_MIN_TYPE,
+    REPLY_MAX,
+    STALE_MAX,
+    _align4,
+    _attr,
+    _attrs,
+    _borrow,
+    _next_seq,
+)
+
+# DEVLINK_CMD_* (UAPI linux/devlink.h)
+DEVLINK_PORT_GET = 5
+DEVLINK_SB_GET = 11
+DEVLINK_SB_PORT_POOL_GET = 19
+DEVLINK_SB_TC_POOL_BIND_GET = 23
+DEVLINK_SB_OCC_SNAPSHOT = 27
+DEVLINK_SB_OCC_MAX_CLEAR = 28
+_DUMPS = (DEVLINK_PORT_GET, DEVLINK_SB_GET, DEVLINK_SB_PORT_POOL_GET, DEVLINK_SB_TC_POOL_BIND_GET)
+_SB_REQUESTS = (DEVLINK_SB_OCC_SNAPSHOT, DEVLINK_SB_OCC_MAX_CLEAR)
+
+DEVLINK_GENL_VERSION = 1
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+A_BUS_NAME, A_DEV_NAME, A_SB_INDEX = 1, 2, 11
+DUMP_MAX = 64 << 20
+NAME_MAX_LEN = 64
+
+#: attribute -> (tuple slot, bytes it needs; 0: a string): DEVLINK_ATTR_BUS_NAME, _DEV_NAME,
+#: _PORT_INDEX, _SB_INDEX, _SB_POOL_INDEX (u16), _SB_TC_INDEX (u16), _SB_POOL_TYPE (u8),
+#: _SB_OCC_CUR, _SB_OCC_MAX (u32), _PORT_NETDEV_NAME
+_FIELDS = {1: (1, 0), 2: (2, 0), 3: (3, 4), 11: (4, 4), 17: (5, 2), 22: (6, 2), 18: (7, 1),
+           23: (8, 4), 24: (9, 4), 7: (10, 0)}
+_UNPACK = {1: struct.Struct("=B"), 2: struct.Struct("=H"), 4: struct.Struct("=I")}
+_NLMSG = struct.Struct("=IHHII")
+_GENL = struct.Struct("=BBH")
+
+Handle = tuple[str, str, int]
+Message = tuple  # (cmd, bus, dev, port, sb, pool, tc, pool_type, occ_cur, occ_max, netdev)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _message(cmd: int, attrs: bytes) -> Message:
+    out: list = [cmd] + [None] * 10
+    for t, p in _attrs(attrs):
+        field = _FIELDS.get(t)
+        if field is None:
+            continue
+        slot, size = field
+        if out[slot] is not None or len(p) < size:
+            continue
+        if size == 0:  # a string up to its NUL, decoded as interface names are
+            out[slot] = os.fsdecode(p.split(b"\0", 1)[0])
+        else:
+            out[slot] = _UNPACK[size].unpack_from(p)[0]
+    return tuple(out)
+
+
+def devlink_parse(buf) -> list[Message]:
+    """See agent/_ext/devlink.c: every devlink message in ``buf`` as a tuple."""
+    data = memoryview(buf).tobytes()
+    off, size = 0, len(data)
+    out: list[Message] = []
+    while off < size:
+        if size - off < _NLMSG.size:
+            raise ValueError("truncated netlink message header")
+        length, mtype = struct.unpack_from("=IH", data, off)
+        if length < _NLMSG.size or length > size - off:
+            raise ValueError(f"netlink message length {length} at offset {off}: {size - off} bytes left")
+        start = off
+        off += min(_align4(length), size - off)
+        if mtype in (NLMSG_ERROR, NLMSG_DONE):
+            if mtype == NLMSG_ERROR and length < _NLMSG.size + 4:
+                raise ValueError("NLMSG_ERROR too short for its error code")
+            error = struct.unpack_from("=i", data, start + _NLMSG.size)[0] if length >= _NLMSG.size + 4 else 0
+            if error != 0:
+                code = -error if -(2**31) < error < 0 else errno.EIO
+                raise OSError(code, os.strerror(code))
+            continue
+        if mtype < NLMSG_MIN_TYPE:
+            continue
+        if length < _NLMSG.size + _GENL.size:
+            raise ValueError("generic netlink message too short for its genlmsghdr")
+        out.append(_message(data[start + _NLMSG.size], data[start + _NLMSG.size + _GENL.size : start + length]))
+    return out
+
+
+# ---------------------------------------------------------------- requests
+
+
+def _check_request(family: int, cmd: int, dump: bool) -> None:
+    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
+        raise ValueError(f"bad generic netlink family id {family}")
+    if cmd not in (_DUMPS if dump else _SB_REQUESTS):
+        kind = "dump" if dump else "shared-buffer request"
+        raise ValueError(f"devlink command {cmd} is not a {kind} this module sends")
+
+
+def _name(value: str) -> bytes:
+    raw = value.encode()
+    if not 0 < len(raw) <= NAME_MAX_LEN or b"\0" in raw:
+        raise ValueError("devlink bus and device names: 1-64 bytes, no NUL")
+    return raw
+
+
+def _handle(obj) -> tuple[bytes, bytes, int]:
+    if not isinstance(obj, tuple) or len(obj) != 3:
+        raise TypeError("a handle is (bus, dev, sb_index)")
+    bus, dev, sb = obj
+    if not isinstance(bus, str) or not isinstance(dev, str) or not isinstance(sb, int):
+        raise TypeError("a handle is (bus, dev, sb_index)")
+    if not 0 <= sb <= 0xFFFFFFFF:
+        raise OverflowError("sb_index out of range")
+    return _name(bus), _name(dev), sb
+
+
+def _request(family: int, cmd: int, seq: int, handle: tuple[bytes, bytes, int] | None) -> bytes:
+    attrs, flags = b"", NLM_F_REQUEST | NLM_F_DUMP
+    if handle is not None:
+        bus, dev, sb = handle
+        attrs = (_attr(A_BUS_NAME, bus + b"\0") + _attr(A_DEV_NAME, dev + b"\0")
+                 + _attr(A_SB_INDEX, struct.pack("=I", sb)))
+        flags = NLM_F_REQUEST | NLM_F_ACK
+    body = _GENL.pack(cmd, DEVLINK_GENL_VERSION, 0) + attrs
+    return _NLMSG.pack(_NLMSG.size + len(body), family, flags, seq, 0) + body
+
+
+def devlink_request(family: int, cmd: int, seq: int, handle: Handle | None) -> bytes:
+    """See agent/_ext/devlink.c: the request devlink_dump or devlink_exec sends."""
+    _check_request(family, cmd, handle is None)
+    return _request(family, cmd, seq & 0xFFFFFFFF, None if handle is None else _handle(handle))
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def _receive(sock: socket.socket, seq: int) -> bytes:
+    for _ in range(STALE_MAX):
+        try:
+            data, _anc, flags, _addr = sock.recvmsg(REPLY_MAX)
+        except InterruptedError:
+            continue
+        if flags & socket.MSG_TRUNC:
+            raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
+        if len(data) >= _NLMSG.size and _NLMSG.unpack_from(data)[3] != seq:
+            continue  # an answer to a request that timed out earlier
+        return data
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def _ends_reply(data: bytes) -> bool:
+    """The datagram holds NLMSG_DONE or NLMSG_ERROR, or cannot be walked."""
+    off, size = 0, len(data)
+    while off < size:
+        if size - off < _NLMSG.size:
+            return True
+        length, mtype = struct.unpack_from("=IH", data, off)
+        if length < _NLMSG.size or length > size - off or mtype in (NLMSG_DONE, NLMSG_ERROR):
+            return True
+        off += _align4(length)
+    return size == 0
+
+
+def devlink_dump(fd: int, family: int, cmd: int) -> bytes:
+    """See agent/_ext/devlink.c: every datagram of a dump's answer, concatenated."""
+    _check_request(family, cmd, True)
+    sock = _borrow(fd)
+    try:
+        seq = _next_seq()
+        sock.send(_request(family, cmd, seq, None))
+        parts: list[bytes] = []
+        used = 0
+        while True:
+            data = _receive(sock, seq)
+            used += len(data)
+            if used > DUMP_MAX:
+                raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
+            parts.append(data)
+            if _ends_reply(data):
+                return b"".join(parts)
+    finally:
+        sock.detach()
+
+
+def devlink_exec(fd: int, family: int, cmd: int, handles: Sequence[Handle]) -> list[bytes]:
+    """See agent/_ext/devlink.c: ``cmd`` on each shared buffer, the raw answer of each."""
+    _check_request(family, cmd, False)
+    wanted = [_handle(h) for h in handles]
+    sock = _borrow(fd)
+    try:
+        out = []
+        for handle in wanted:
+            seq = _next_seq()
+            sock.send(_request(family, cmd, seq, handle))
+            out.append(_receive(sock, seq))
+        return out
+    finally:
+        sock.detach()
+
+
+def devlink_family(fd: int) -> int:
+    """See agent/_ext/devlink.c: resolve the "devlink" generic netlink family."""
+    sock = _borrow(fd)
+    try:
+        seq = _next_seq()
+        body = _GENL.pack(CTRL_CMD_GETFAMILY, 1, 0) + _attr(CTRL_ATTR_FAMILY_NAME, b"devlink\0")
+        sock.send(_NLMSG.pack(_NLMSG.size + len(body), GENL_ID_CTRL, NLM_F_REQUEST, seq, 0) + body)
+        reply = _receive(sock, seq)
+    finally:
+        sock.detach()
+    devlink_parse(reply)  # raises the kernel's error (ENOENT: no devlink in this kernel)
+    pos = 0
+    while pos + _NLMSG.size <= len(reply):
+        length, mtype = struct.unpack_from("=IH", reply, pos)
+        if length < _NLMSG.size + _GENL.size or length > len(reply) - pos:
+            break
+        if mtype == GENL_ID_CTRL:
+            for t, p in _attrs(reply[pos + _NLMSG.size + _GENL.size : pos + length]):
+                if t == CTRL_ATTR_FAMILY_ID and len(p) >= 2:
+                    return struct.unpack_from("=H", p)[0]
+        pos += _align4(length)
+    raise ValueError("CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID")

@@ -1,0 +1,381 @@
+"""devlink source: shared-buffer occupancy and its peak, per port and pool and per port
+and traffic class, through the kernel's devlink (switches driven by mlxsw).
+
+Each poll, on the generic netlink family "devlink" (resolved once):
+
+1. ``DEVLINK_CMD_SB_OCC_SNAPSHOT`` per shared buffer: the driver reads the ASIC's
+   occupancy and watermarks into its cache (``show`` only ever returns that cache);
+2. dumps of ``DEVLINK_CMD_SB_PORT_POOL_GET`` and ``DEVLINK_CMD_SB_TC_POOL_BIND_GET``: the
+   cached ``DEVLINK_ATTR_SB_OCC_CUR`` and ``_OCC_MAX`` of every (port, pool) and every
+   (port, TC, ingress or egress);
+3. ``DEVLINK_CMD_SB_OCC_MAX_CLEAR`` per shared buffer, so the next poll's max is the peak
+   since this one.
+
+Both values are gauges, in the kernel's units: bytes for mlxsw. Devlink ports are named by
+their netdev (``DEVLINK_CMD_PORT_GET`` dump, read again at each setup: link changes).
+agent/_ext/devlink.c does the I/O and the parsing; this file names and maps. Where the
+kernel has no devlink, or no device has a shared buffer (veth, a host), status says so
+and that is not an error. The snapshot on a large Spectrum-4 has no known cost, so each
+poll is timed and the figures are in status (``poll_us``).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import time
+from array import array
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agent import _backend
+from agent.config import Duration, setting
+from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.links import Link, select
+from agent.pathgrammar import format_elem, interface_path
+from agent.sources.base import NO_DATA, Source, SourceConfig, doc_row, interface, register
+
+NETLINK_GENERIC = 16
+RECV_TIMEOUT_S = 1  # SO_RCVTIMEO: bounds a stuck request; a snapshot answers at once
+RETRY_S = 30.0  # no devlink, no shared buffer, or a failed setup: looked for again this often
+
+# The replies' commands: each GET is answered by its NEW (DEVLINK_CMD_*_NEW = *_GET + 2).
+PORT_NEW, SB_NEW, PORT_POOL_NEW, TC_POOL_BIND_NEW = 7, 13, 21, 25
+# devlink_parse's tuple
+CMD, BUS, DEV, PORT, SB, POOL, TC, POOL_TYPE, OCC_CUR, OCC_MAX, NETDEV = range(11)
+DIRECTIONS = ("ingress", "egress")  # DEVLINK_SB_POOL_TYPE_INGRESS, _EGRESS
+LEAVES = ("occupancy", "peak-occupancy")  # OCC_CUR, OCC_MAX
+
+OK = "ok"
+NO_DEVLINK = "no devlink in this kernel"
+NO_DEVICE = "no devlink device"
+NO_SB = "no devlink device with a shared buffer"
+NO_OCCUPANCY = "shared buffer without occupancy reporting"
+NO_PORT = "no selected interface is a devlink port"
+SETUP_FAILED = "setup failed"
+_GONE = (errno.ENODEV, errno.ENOENT)  # a device removed under us: set up again, not an error
+
+Handle = tuple[str, str, int]  # (bus, dev, sb_index)
+
+
+@dataclass
+class _Seen:
+    """One dump as the last setup saw it: every message's identity (devlink_parse's fields
+    up to POOL_TYPE), the positions of the entries in the buffer, and where they start."""
+
+    keys: list[tuple]
+    at: list[int]
+    start: int
+
+
+PoolKey = tuple[str, str, int, int, int]  # (bus, dev, port, sb, pool)
+TcKey = tuple[str, str, int, int, int, int]  # (bus, dev, port, sb, tc, pool_type)
+
+
+def sb_container(port: str, sb: int, elem: str, keys: dict[str, str]) -> Container:
+    """``swtel:/interfaces/interface[name=X]/devlink/sb[index=N]/<elem>[keys]/state``."""
+    tail = f"devlink/{format_elem('sb', {'index': str(sb)})}/{format_elem(elem, keys)}/state"
+    return interface(port, SWTEL_ORIGIN, tail)
+
+
+def pool_container(port: str, sb: int, pool: int) -> Container:
+    return sb_container(port, sb, "pool", {"index": str(pool)})
+
+
+def tc_container(port: str, sb: int, tc: int, pool_type: int) -> Container:
+    direction = DIRECTIONS[pool_type] if pool_type < len(DIRECTIONS) else f"type-{pool_type}"
+    return sb_container(port, sb, "tc", {"index": str(tc), "type": direction})
+
+
+class DevlinkIO(Protocol):
+    """What the source asks the kernel (tests inject one returning fixture replies)."""
+
+    def family(self) -> int: ...
+
+    def dump(self, cmd: int) -> bytes: ...
+
+    def execute(self, cmd: int, handles: list[Handle]) -> list[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class NetlinkIO:
+    """One NETLINK_GENERIC socket; the "devlink" family resolved on first use, then kept."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+        # blocking with a receive timeout (not settimeout, which makes the fd non-blocking for C)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", RECV_TIMEOUT_S, 0))
+        self._family: int | None = None
+
+    def family(self) -> int:
+        if self._family is None:
+            self._family = _backend.reader.devlink_family(self._sock.fileno())
+        return self._family
+
+    def dump(self, cmd: int) -> bytes:
+        return _backend.reader.devlink_dump(self._sock.fileno(), self.family(), cmd)
+
+    def execute(self, cmd: int, handles: list[Handle]) -> list[bytes]:
+        return _backend.reader.devlink_exec(self._sock.fileno(), self.family(), cmd, handles)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+@dataclass
+class DevlinkConfig(SourceConfig):
+    """``sources.devlink``."""
+
+    enabled: bool = setting(False)
+    interval: Duration | None = setting(Duration(0.1), type="duration (10ms–1h) or null")
+    interfaces: list[str] = setting(factory=lambda: ["*"], type="globs",
+                                    doc="netdevs of the devlink ports to read (e.g. `swp*`)")
+    exclude: list[str] = setting(factory=lambda: ["lo"], type="globs")
+
+
+@register
+class DevlinkSource(Source):
+    name = "devlink"
+    config_class = DevlinkConfig
+    doc = ("shared-buffer occupancy and peak per port, pool and traffic class, through devlink "
+           "(mlxsw; [devlink.md](devlink.md))")
+
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        port = "X"
+        pool = pool_container(port, 0, 0).full("{leaf}").replace("sb[index=0]", "sb[index=N]")
+        pool = pool.replace("pool[index=0]", "pool[index=P]")
+        rows = []
+        for attr, leaf in zip(("DEVLINK_ATTR_SB_OCC_CUR", "DEVLINK_ATTR_SB_OCC_MAX"), LEAVES, strict=True):
+            rows.append(doc_row("devlink", f"port pool {attr}", pool.format(leaf=leaf), "gauge"))
+        for direction in DIRECTIONS:
+            tc = tc_container(port, 0, 0, DIRECTIONS.index(direction)).full("{leaf}")
+            tc = tc.replace("sb[index=0]", "sb[index=N]").replace("tc[index=0]", "tc[index=T]")
+            for attr, leaf in zip(("DEVLINK_ATTR_SB_OCC_CUR", "DEVLINK_ATTR_SB_OCC_MAX"), LEAVES, strict=True):
+                rows.append(doc_row("devlink", f"{direction} TC {attr}", tc.format(leaf=leaf), "gauge"))
+        return ["## devlink: shared-buffer occupancy (mlxsw)", "",
+                f"Per devlink port (by its netdev X, under `swtel:{interface_path(port)}/devlink`), shared "
+                "buffer N, pool P and traffic class T: the occupancy at the poll's snapshot and the peak "
+                "since the previous poll (max cleared after each read), in the kernel's units (bytes for "
+                "mlxsw); details: [devlink.md](devlink.md).", "",
+                "| source | attribute | path | kind |", "|---|---|---|---|", *rows, ""]
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.io: DevlinkIO | None = None  # built on first setup; tests put their own here
+        self.state = NO_DEVLINK
+        self._family: int | None = None
+        self._handles: list[Handle] = []  # the shared buffers a poll snapshots and clears
+        self._devices: list[str] = []
+        self._pools: dict[PoolKey, int] = {}  # -> index of its occupancy (its peak follows)
+        self._tcs: dict[TcKey, int] = {}
+        self._ports: dict[tuple[str, str, int], str] = {}  # (bus, dev, port index) -> selected netdev
+        self._layout: tuple | None = None  # None: no table built yet
+        self._seen = (_Seen([], [], 0), _Seen([], [], 0))  # the pool and TC dumps
+        self._stale = False
+        self._retry_at: float | None = None
+        self.poll_us: dict[str, float] = {}
+        self.poll_max_us = 0.0
+
+    @property
+    def needs_setup(self) -> bool:
+        return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
+
+    def setup(self, links: dict[int, Link]) -> None:
+        self._stale = False
+        self._retry_at = None
+        if self.io is None:
+            self.io = NetlinkIO()
+        try:
+            self._family = self.io.family()
+            self._discover({link.name for link in select(links, self.section.interfaces, self.section.exclude)})
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOENT and self._family is None:
+                self.state = NO_DEVLINK  # the family is registered with the first devlink driver
+            else:
+                self.state = f"{SETUP_FAILED}: {exc}"
+                self.note_error(f"devlink setup: {exc}")
+            self._forget()
+        if self.state != OK:
+            self._retry_at = time.monotonic() + RETRY_S
+
+    def _discover(self, selected: set[str]) -> None:
+        """Devices, shared buffers, port names and the (port, pool) and (port, TC) entries
+        that report occupancy (from the driver's cache: the layout, not the values)."""
+        assert self.io is not None
+        parse = _backend.reader.devlink_parse
+        devports = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_PORT_GET)) if m[CMD] == PORT_NEW]
+        sbs = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_SB_GET)) if m[CMD] == SB_NEW]
+        self._devices = sorted({f"{m[BUS]}/{m[DEV]}" for m in devports + sbs})
+        self._ports = {(m[BUS], m[DEV], m[PORT]): m[NETDEV] for m in devports
+                       if m[PORT] is not None and m[NETDEV] in selected}
+        handles = sorted({(m[BUS], m[DEV], m[SB]) for m in sbs if None not in (m[BUS], m[DEV], m[SB])})
+        pool_msgs = parse(self.io.dump(_backend.reader.DEVLINK_SB_PORT_POOL_GET)) if handles else []
+        tc_msgs = parse(self.io.dump(_backend.reader.DEVLINK_SB_TC_POOL_BIND_GET)) if handles else []
+        pools, pool_at = self._entries(pool_msgs, self._pool_key)
+        tcs, tc_at = self._entries(tc_msgs, self._tc_key)
+        if not self._devices:
+            self.state = NO_DEVICE
+        elif not handles:
+            self.state = NO_SB
+        elif not self._ports:
+            self.state = NO_PORT
+        elif not pools and not tcs:
+            self.state = NO_OCCUPANCY
+        else:
+            self.state = OK
+        self._handles = handles if self.state == OK else []
+        self._build(pools, tcs)  # in the dump's order, which the fast path of read relies on
+        self._seen = (_Seen([m[:POOL_TYPE + 1] for m in pool_msgs], pool_at, 0),
+                      _Seen([m[:POOL_TYPE + 1] for m in tc_msgs], tc_at, 2 * len(pools)))
+
+    def _entries(self, msgs: list[tuple], key_of) -> tuple[list[tuple[str, Any]], list[int]]:
+        """The (port, key) of each entry with occupancy of a selected port, and its position."""
+        entries, at = [], []
+        for pos, m in enumerate(msgs):
+            key = key_of(m)
+            if key is not None and m[OCC_CUR] is not None and m[OCC_MAX] is not None:
+                entries.append((self._ports[key[:3]], key))
+                at.append(pos)
+        return entries, at
+
+    def _pool_key(self, m: tuple) -> PoolKey | None:
+        """The entry's key if it is a (port, pool) of a selected port."""
+        if m[CMD] != PORT_POOL_NEW or None in (m[BUS], m[DEV], m[PORT], m[SB], m[POOL]):
+            return None
+        key = (m[BUS], m[DEV], m[PORT], m[SB], m[POOL])
+        return key if key[:3] in self._ports else None
+
+    def _tc_key(self, m: tuple) -> TcKey | None:
+        if m[CMD] != TC_POOL_BIND_NEW or None in (m[BUS], m[DEV], m[PORT], m[SB], m[TC], m[POOL_TYPE]):
+            return None
+        key = (m[BUS], m[DEV], m[PORT], m[SB], m[TC], m[POOL_TYPE])
+        return key if key[:3] in self._ports else None
+
+    def _build(self, pools: list[tuple[str, PoolKey]], tcs: list[tuple[str, TcKey]]) -> None:
+        layout = (tuple(pools), tuple(tcs))
+        if layout == self._layout:
+            return  # the same entries: keep the table and the values (no new baselines)
+        specs: list[CounterSpec] = []
+        self._pools, self._tcs = {}, {}
+        for port, key in pools:
+            self._pools[key] = len(specs)
+            container = pool_container(port, key[3], key[4])
+            specs += [CounterSpec(container, leaf, 64, GAUGE, port) for leaf in LEAVES]
+        for port, key in tcs:
+            self._tcs[key] = len(specs)
+            container = tc_container(port, key[3], key[4], key[5])
+            specs += [CounterSpec(container, leaf, 64, GAUGE, port) for leaf in LEAVES]
+        self.table = CounterTable(self.name, specs)
+        self.values = array("Q", bytes(8 * len(specs)))
+        self.ports = sorted({port for port, _k in pools} | {port for port, _k in tcs})
+        self._layout = layout
+
+    def _forget(self) -> None:
+        self._handles = []
+        self._build([], [])
+        self._seen = (_Seen([], [], 0), _Seen([], [], 0))
+
+    def read(self) -> int:
+        if not self._handles:
+            # nothing to ask (no devlink, no shared buffer): an empty good poll, status says why;
+            # a setup that failed is no poll at all (health sees the source go stale)
+            return NO_DATA if self.state.startswith(SETUP_FAILED) else 0
+        assert self.io is not None
+        reader = _backend.reader
+        t0 = time.perf_counter_ns()
+        try:
+            if not self._acked(self.io.execute(reader.DEVLINK_SB_OCC_SNAPSHOT, self._handles), "snapshot"):
+                return NO_DATA
+            t1 = time.perf_counter_ns()
+            pools = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_PORT_POOL_GET))
+            tcs = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_TC_POOL_BIND_GET))
+            t2 = time.perf_counter_ns()
+            cleared = self._acked(self.io.execute(reader.DEVLINK_SB_OCC_MAX_CLEAR, self._handles), "max clear")
+            t3 = time.perf_counter_ns()
+        except OSError as exc:
+            if exc.errno in _GONE:
+                self._stale = True
+            else:
+                self.note_error(f"devlink: {exc}")
+            return NO_DATA
+        except ValueError as exc:
+            self.note_error(f"devlink: {exc}")
+            return NO_DATA
+        self.poll_us = {"snapshot": (t1 - t0) / 1e3, "dump": (t2 - t1) / 1e3, "clear": (t3 - t2) / 1e3,
+                        "total": (t3 - t0) / 1e3}
+        self.poll_max_us = max(self.poll_max_us, self.poll_us["total"])
+        got = (self._fill(self._seen[0], pools, self._pools, self._pool_key)
+               + self._fill(self._seen[1], tcs, self._tcs, self._tc_key))
+        if not cleared:
+            self._stale = True  # a peak not cleared would be read twice; set up again and see
+        return got if got else NO_DATA
+
+    def _acked(self, replies: list[bytes], what: str) -> bool:
+        """Every shared buffer acknowledged the request; failures noted (a device gone: set up again)."""
+        ok = True
+        for handle, raw in zip(self._handles, replies, strict=True):
+            try:
+                _backend.reader.devlink_parse(raw)
+            except OSError as exc:
+                ok = False
+                if exc.errno in _GONE:
+                    self._stale = True
+                elif exc.errno == errno.EPERM:
+                    self.note_error(f"devlink {what} on {handle[0]}/{handle[1]}: needs CAP_NET_ADMIN")
+                else:
+                    self.note_error(f"devlink {what} on {handle[0]}/{handle[1]}: {exc}")
+            except ValueError as exc:
+                ok = False
+                self.note_error(f"devlink {what} on {handle[0]}/{handle[1]}: {exc}")
+        return ok
+
+    def _fill(self, seen: _Seen, msgs: list[tuple], index: dict, key_of) -> int:
+        """The values of one dump into the buffer; how many entries were taken. The usual
+        poll sees the setup's entries in the setup's order: they are taken by position
+        (8,192 entries of a 256-port switch: a dict lookup each costs several ms)."""
+        if [m[:POOL_TYPE + 1] for m in msgs] == seen.keys:
+            try:
+                flat = array("Q", [v for pos in seen.at for v in msgs[pos][OCC_CUR:OCC_MAX + 1]])
+            except TypeError:  # an entry lost its occupancy: the slow path sees it
+                pass
+            else:
+                self.values[seen.start:seen.start + len(flat)] = flat
+                return len(seen.at)
+        return self._take(msgs, index, key_of)
+
+    def _take(self, msgs: list[tuple], index: dict, key_of) -> int:
+        """Each entry's values into the buffer; how many were taken. An entry of a selected
+        port that the layout lacks means it changed: set up again before the next read."""
+        got = 0
+        for m in msgs:
+            key = key_of(m)
+            if key is None or m[OCC_CUR] is None or m[OCC_MAX] is None:
+                continue
+            at = index.get(key)
+            if at is None:
+                self._stale = True
+                continue
+            self.values[at] = m[OCC_CUR]
+            self.values[at + 1] = m[OCC_MAX]
+            got += 1
+        return got
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "family": self._family,
+            "devices": self._devices,
+            "shared_buffers": [f"{bus}/{dev}/{sb}" for bus, dev, sb in self._handles],
+            "pools": len(self._pools),
+            "tcs": len(self._tcs),
+            "poll_us": {k: round(v, 1) for k, v in self.poll_us.items()},
+            "poll_max_us": round(self.poll_max_us, 1),
+        }
+
+    def close(self) -> None:
+        if self.io is not None:
+            self.io.close()
+            self.io = None
