@@ -13,6 +13,7 @@
  * is skipped. Occupancy values are what the kernel gives: u32, bytes for mlxsw (the
  * driver converts its cells, DEVLINK_ATTR_SB_POOL_CELL_SIZE bytes each, to bytes). */
 #include "swtel.h"
+#include "genl.h"
 
 #include <errno.h>
 #include <linux/devlink.h>
@@ -34,45 +35,6 @@ _Static_assert(SWTEL_DEVLINK_PORT_GET == DEVLINK_CMD_PORT_GET && SWTEL_DEVLINK_S
 #define STALE_MAX 64           /* datagrams of older requests skipped before giving up (EIO) */
 #define NAME_MAX_LEN 64        /* bus and device names in a request (the kernel's are shorter) */
 #define FIELDS 11              /* devlink_parse's tuple */
-
-static uint32_t next_seq(void)
-{
-    static uint32_t seq;
-    return __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
-}
-
-/* ---------------------------------------------------------------- attributes */
-
-typedef struct {
-    const char *p;
-    size_t len;
-} span;
-
-/* The next well-formed attribute at *pos; 0 at the end or at a bad length. */
-static int next_attr(span in, size_t *pos, uint16_t *type, span *payload)
-{
-    struct nlattr nla;
-    if (*pos > in.len || in.len - *pos < sizeof(nla))
-        return 0;
-    memcpy(&nla, in.p + *pos, sizeof(nla));
-    if (nla.nla_len < sizeof(nla) || nla.nla_len > in.len - *pos)
-        return 0;
-    *type = (uint16_t)(nla.nla_type & NLA_TYPE_MASK);
-    payload->p = in.p + *pos + NLA_HDRLEN;
-    payload->len = nla.nla_len - NLA_HDRLEN;
-    *pos += NLA_ALIGN(nla.nla_len);
-    return 1;
-}
-
-static int reply_errno(const char *msg, size_t len)
-{
-    int32_t error = 0;
-    if (len >= NLMSG_LENGTH(sizeof(error)))
-        memcpy(&error, msg + NLMSG_HDRLEN, sizeof(error));
-    if (error == 0)
-        return 0;
-    return error < 0 && error != INT32_MIN ? -error : EIO;
-}
 
 /* ---------------------------------------------------------------- parsing */
 
@@ -157,52 +119,19 @@ fail:
 static int parse_messages(const char *buf, size_t size, PyObject *out)
 {
     size_t off = 0;
-    while (off < size) {
-        struct nlmsghdr nh;
-        if (size - off < sizeof(nh)) {
-            PyErr_SetString(PyExc_ValueError, "truncated netlink message header");
-            return -1;
-        }
-        memcpy(&nh, buf + off, sizeof(nh));
-        if (nh.nlmsg_len < sizeof(nh) || nh.nlmsg_len > size - off) {
-            PyErr_Format(PyExc_ValueError, "netlink message length %u at offset %zu: %zu bytes left",
-                         nh.nlmsg_len, off, size - off);
-            return -1;
-        }
-        const char *msg = buf + off;
-        size_t len = nh.nlmsg_len;
-        off += NLMSG_ALIGN(len) < size - off ? NLMSG_ALIGN(len) : size - off;
-        if (nh.nlmsg_type == NLMSG_ERROR || nh.nlmsg_type == NLMSG_DONE) {
-            if (nh.nlmsg_type == NLMSG_ERROR && len < NLMSG_LENGTH(sizeof(int32_t))) {
-                PyErr_SetString(PyExc_ValueError, "NLMSG_ERROR too short for its error code");
-                return -1;
-            }
-            int code = reply_errno(msg, len);
-            if (code != 0) {
-                errno = code;
-                PyErr_SetFromErrno(PyExc_OSError);
-                return -1;
-            }
-            continue;
-        }
-        if (nh.nlmsg_type < NLMSG_MIN_TYPE)
-            continue;
-        if (len < NLMSG_LENGTH(GENL_HDRLEN)) {
-            PyErr_SetString(PyExc_ValueError, "generic netlink message too short for its genlmsghdr");
-            return -1;
-        }
-        struct genlmsghdr gh;
-        memcpy(&gh, msg + NLMSG_HDRLEN, sizeof(gh));
-        span attrs = {msg + NLMSG_LENGTH(GENL_HDRLEN), len - NLMSG_LENGTH(GENL_HDRLEN)};
-        PyObject *t = message_tuple(gh.cmd, attrs);
+    uint8_t cmd;
+    span attrs;
+    int rc;
+    while ((rc = genl_next(buf, size, &off, &cmd, &attrs)) == 1) {
+        PyObject *t = message_tuple(cmd, attrs);
         if (t == NULL)
             return -1;
-        int rc = PyList_Append(out, t);
+        rc = PyList_Append(out, t);
         Py_DECREF(t);
         if (rc < 0)
             return -1;
     }
-    return 0;
+    return rc;
 }
 
 PyDoc_STRVAR(parse_doc,
@@ -227,17 +156,6 @@ static PyObject *devlink_parse(PyObject *self, PyObject *args)
 }
 
 /* ---------------------------------------------------------------- requests */
-
-static size_t put_attr(char *buf, size_t off, uint16_t type, const void *data, size_t len)
-{
-    struct nlattr nla = {.nla_len = (uint16_t)(NLA_HDRLEN + len), .nla_type = type};
-    memcpy(buf + off, &nla, sizeof(nla));
-    if (len)
-        memcpy(buf + off + NLA_HDRLEN, data, len);
-    size_t end = off + NLA_ALIGN(nla.nla_len);
-    memset(buf + off + nla.nla_len, 0, end - off - nla.nla_len);
-    return end;
-}
 
 /* A shared buffer's handle: the devlink device's bus and name, and the SB index. */
 typedef struct {
@@ -388,7 +306,7 @@ static int ends_reply(const char *buf, size_t size)
 static ssize_t dump(int fd, uint16_t family, uint8_t cmd, char **out)
 {
     char req[REQUEST_MAX];
-    uint32_t seq = next_seq();
+    uint32_t seq = genl_next_seq();
     size_t len = build_request(req, family, cmd, seq, NULL);
     *out = NULL;
     if (send(fd, req, len, 0) < 0)
@@ -505,7 +423,7 @@ static PyObject *devlink_exec(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         char req[REQUEST_MAX];
-        uint32_t seq = next_seq();
+        uint32_t seq = genl_next_seq();
         size_t len = build_request(req, (uint16_t)family, (uint8_t)cmd, seq, &handles[i]);
         if (send(fd, req, len, 0) < 0) {
             err = errno;
@@ -559,7 +477,7 @@ static PyObject *devlink_family(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "i", &fd))
         return NULL;
     char req[64];
-    uint32_t seq = next_seq();
+    uint32_t seq = genl_next_seq();
     size_t off = NLMSG_LENGTH(GENL_HDRLEN);
     struct genlmsghdr gh = {.cmd = CTRL_CMD_GETFAMILY, .version = 1};
     memcpy(req + NLMSG_HDRLEN, &gh, sizeof(gh));

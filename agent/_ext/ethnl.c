@@ -14,6 +14,7 @@
  * what was read before it; of an attribute the parser reads once, the first usable one
  * wins; one too short for its type is skipped. */
 #include "swtel.h"
+#include "genl.h"
 
 #include <errno.h>
 #include <linux/ethtool_netlink.h>
@@ -43,34 +44,7 @@ _Static_assert(ETHTOOL_STATS_RMON + 1 == STATS_GROUPS_KNOWN, "the four standard 
 #define REPLY_MAX 65536  /* one reply datagram; larger is EMSGSIZE (a FEC reply is ~2 KiB) */
 #define STALE_MAX 64     /* replies to older requests skipped before giving up (EIO) */
 
-static uint32_t next_seq(void)
-{
-    static uint32_t seq;
-    return __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED);
-}
-
 /* ---------------------------------------------------------------- attributes */
-
-typedef struct {
-    const char *p;
-    size_t len;
-} span;
-
-/* The next well-formed attribute at *pos; 0 at the end or at a bad length. */
-static int next_attr(span in, size_t *pos, uint16_t *type, span *payload)
-{
-    struct nlattr nla;
-    if (*pos > in.len || in.len - *pos < sizeof(nla))
-        return 0;
-    memcpy(&nla, in.p + *pos, sizeof(nla));
-    if (nla.nla_len < sizeof(nla) || nla.nla_len > in.len - *pos)
-        return 0;
-    *type = (uint16_t)(nla.nla_type & NLA_TYPE_MASK);
-    payload->p = in.p + *pos + NLA_HDRLEN;
-    payload->len = nla.nla_len - NLA_HDRLEN;
-    *pos += NLA_ALIGN(nla.nla_len); /* may pass the end: the next call stops there */
-    return 1;
-}
 
 static uint32_t get_u32(span s)
 {
@@ -117,64 +91,18 @@ static uint32_t header_ifindex(span nest)
 
 /* ---------------------------------------------------------------- messages */
 
-static int reply_errno(const char *msg, size_t len)
-{
-    int32_t error = 0;
-    if (len >= NLMSG_LENGTH(sizeof(error)))
-        memcpy(&error, msg + NLMSG_HDRLEN, sizeof(error));
-    if (error == 0)
-        return 0;
-    return error < 0 && error != INT32_MIN ? -error : EIO;
-}
-
 /* The attributes of the first generic netlink message with command cmd in buf.
  * 1: found; -1: an exception is set (a malformed header, an error reply, no such reply). */
 static int find_reply(const char *buf, size_t size, uint8_t cmd, const char *what, span *attrs)
 {
     size_t off = 0;
-    while (off < size) {
-        struct nlmsghdr nh;
-        if (size - off < sizeof(nh)) {
-            PyErr_SetString(PyExc_ValueError, "truncated netlink message header");
-            return -1;
-        }
-        memcpy(&nh, buf + off, sizeof(nh));
-        if (nh.nlmsg_len < sizeof(nh) || nh.nlmsg_len > size - off) {
-            PyErr_Format(PyExc_ValueError, "netlink message length %u at offset %zu: %zu bytes left",
-                         nh.nlmsg_len, off, size - off);
-            return -1;
-        }
-        const char *msg = buf + off;
-        size_t len = nh.nlmsg_len;
-        off += NLMSG_ALIGN(len) < size - off ? NLMSG_ALIGN(len) : size - off;
-        if (nh.nlmsg_type == NLMSG_ERROR || nh.nlmsg_type == NLMSG_DONE) {
-            if (nh.nlmsg_type == NLMSG_ERROR && len < NLMSG_LENGTH(sizeof(int32_t))) {
-                PyErr_SetString(PyExc_ValueError, "NLMSG_ERROR too short for its error code");
-                return -1;
-            }
-            int code = reply_errno(msg, len);
-            if (code != 0) {
-                errno = code;
-                PyErr_SetFromErrno(PyExc_OSError);
-                return -1;
-            }
-            continue;
-        }
-        if (nh.nlmsg_type < NLMSG_MIN_TYPE)
-            continue;
-        if (len < NLMSG_LENGTH(GENL_HDRLEN)) {
-            PyErr_SetString(PyExc_ValueError, "generic netlink message too short for its genlmsghdr");
-            return -1;
-        }
-        struct genlmsghdr gh;
-        memcpy(&gh, msg + NLMSG_HDRLEN, sizeof(gh));
-        if (gh.cmd != cmd)
-            continue;
-        attrs->p = msg + NLMSG_LENGTH(GENL_HDRLEN);
-        attrs->len = len - NLMSG_LENGTH(GENL_HDRLEN);
-        return 1;
-    }
-    PyErr_Format(PyExc_ValueError, "no %s reply in the buffer", what);
+    uint8_t got;
+    int rc;
+    while ((rc = genl_next(buf, size, &off, &got, attrs)) == 1)
+        if (got == cmd)
+            return 1;
+    if (rc == 0)
+        PyErr_Format(PyExc_ValueError, "no %s reply in the buffer", what);
     return -1;
 }
 
@@ -217,17 +145,6 @@ static PyObject *ethnl_family_parse(PyObject *self, PyObject *args)
 }
 
 /* ---------------------------------------------------------------- requests */
-
-static size_t put_attr(char *buf, size_t off, uint16_t type, const void *data, size_t len)
-{
-    struct nlattr nla = {.nla_len = (uint16_t)(NLA_HDRLEN + len), .nla_type = type};
-    memcpy(buf + off, &nla, sizeof(nla));
-    if (len)
-        memcpy(buf + off + NLA_HDRLEN, data, len);
-    size_t end = off + NLA_ALIGN(nla.nla_len);
-    memset(buf + off + nla.nla_len, 0, end - off - nla.nla_len);
-    return end;
-}
 
 /* Close a nest opened at start (its header written with the final length). */
 static void end_nest(char *buf, size_t start, size_t end, uint16_t type)
@@ -346,7 +263,7 @@ static PyObject *ethnl_family(PyObject *self, PyObject *args)
     if (reply == NULL)
         return PyErr_NoMemory();
     char req[64];
-    uint32_t seq = next_seq();
+    uint32_t seq = genl_next_seq();
     size_t off = NLMSG_LENGTH(GENL_HDRLEN);
     struct genlmsghdr gh = {.cmd = CTRL_CMD_GETFAMILY, .version = 1};
     memcpy(req + NLMSG_HDRLEN, &gh, sizeof(gh));
@@ -414,7 +331,7 @@ static PyObject *ethnl_query(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n && err == 0; i++) {
         char req[128];
-        uint32_t seq = next_seq();
+        uint32_t seq = genl_next_seq();
         size_t len = build_request(req, (uint16_t)family, (uint8_t)cmd, seq, ifindexes[i], (uint32_t)groups);
         ssize_t got = exchange(fd, req, len, seq, scratch);
         if (got < 0) {

@@ -14,7 +14,7 @@ import socket
 import struct
 from collections.abc import Sequence
 
-from agent._fallback.ethnl import (
+from agent._fallback.genl import (
     CTRL_ATTR_FAMILY_ID,
     CTRL_ATTR_FAMILY_NAME,
     CTRL_CMD_GETFAMILY,
@@ -24,12 +24,15 @@ from agent._fallback.ethnl import (
     NLMSG_MIN_TYPE,
     REPLY_MAX,
     STALE_MAX,
-    _align4,
-    _attr,
-    _attrs,
-    _borrow,
-    _next_seq,
 )
+from agent._fallback.genl import GENL as _GENL
+from agent._fallback.genl import NLMSG as _NLMSG
+from agent._fallback.genl import align4 as _align4
+from agent._fallback.genl import attr as _attr
+from agent._fallback.genl import attrs as _attrs
+from agent._fallback.genl import borrow as _borrow
+from agent._fallback.genl import messages as _messages
+from agent._fallback.genl import next_seq as _next_seq
 
 # DEVLINK_CMD_* (UAPI linux/devlink.h)
 DEVLINK_PORT_GET = 5
@@ -53,8 +56,6 @@ NAME_MAX_LEN = 64
 _FIELDS = {1: (1, 0), 2: (2, 0), 3: (3, 4), 11: (4, 4), 17: (5, 2), 22: (6, 2), 18: (7, 1),
            23: (8, 4), 24: (9, 4), 7: (10, 0)}
 _UNPACK = {1: struct.Struct("=B"), 2: struct.Struct("=H"), 4: struct.Struct("=I")}
-_NLMSG = struct.Struct("=IHHII")
-_GENL = struct.Struct("=BBH")
 
 Handle = tuple[str, str, int]
 Message = tuple  # (cmd, bus, dev, port, sb, pool, tc, pool_type, occ_cur, occ_max, netdev)
@@ -81,31 +82,7 @@ def _message(cmd: int, attrs: bytes) -> Message:
 
 def devlink_parse(buf) -> list[Message]:
     """See agent/_ext/devlink.c: every devlink message in ``buf`` as a tuple."""
-    data = memoryview(buf).tobytes()
-    off, size = 0, len(data)
-    out: list[Message] = []
-    while off < size:
-        if size - off < _NLMSG.size:
-            raise ValueError("truncated netlink message header")
-        length, mtype = struct.unpack_from("=IH", data, off)
-        if length < _NLMSG.size or length > size - off:
-            raise ValueError(f"netlink message length {length} at offset {off}: {size - off} bytes left")
-        start = off
-        off += min(_align4(length), size - off)
-        if mtype in (NLMSG_ERROR, NLMSG_DONE):
-            if mtype == NLMSG_ERROR and length < _NLMSG.size + 4:
-                raise ValueError("NLMSG_ERROR too short for its error code")
-            error = struct.unpack_from("=i", data, start + _NLMSG.size)[0] if length >= _NLMSG.size + 4 else 0
-            if error != 0:
-                code = -error if -(2**31) < error < 0 else errno.EIO
-                raise OSError(code, os.strerror(code))
-            continue
-        if mtype < NLMSG_MIN_TYPE:
-            continue
-        if length < _NLMSG.size + _GENL.size:
-            raise ValueError("generic netlink message too short for its genlmsghdr")
-        out.append(_message(data[start + _NLMSG.size], data[start + _NLMSG.size + _GENL.size : start + length]))
-    return out
+    return [_message(cmd, body) for cmd, body in _messages(memoryview(buf).tobytes())]
 
 
 # ---------------------------------------------------------------- requests

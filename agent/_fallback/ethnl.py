@@ -10,22 +10,35 @@ usable one wins; one too short for its type is skipped.
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 import socket
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+
+from agent._fallback.genl import (
+    CTRL_ATTR_FAMILY_ID,
+    CTRL_ATTR_FAMILY_NAME,
+    CTRL_CMD_GETFAMILY,
+    CTRL_CMD_NEWFAMILY,
+    GENL_ID_CTRL,
+    NLA_F_NESTED,
+    NLM_F_REQUEST,
+    NLMSG_MIN_TYPE,
+    REPLY_MAX,
+    STALE_MAX,
+)
+from agent._fallback.genl import GENL as _GENL
+from agent._fallback.genl import NLMSG as _NLMSG
+from agent._fallback.genl import attr as _attr
+from agent._fallback.genl import attrs as _attrs
+from agent._fallback.genl import borrow as _borrow
+from agent._fallback.genl import messages as _messages
+from agent._fallback.genl import next_seq as _next_seq
 
 ETHNL_FEC_GET = 29  # ETHTOOL_MSG_FEC_GET
 ETHNL_STATS_GET = 32  # ETHTOOL_MSG_STATS_GET
 FEC_GET_REPLY, STATS_GET_REPLY = 30, 33  # ETHTOOL_MSG_*_GET_REPLY
 
-NLMSG_ERROR, NLMSG_DONE, NLMSG_MIN_TYPE = 2, 3, 0x10
-NLM_F_REQUEST = 1
-NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
-NLA_F_NESTED = 0x8000
-GENL_ID_CTRL, CTRL_CMD_NEWFAMILY, CTRL_CMD_GETFAMILY = 0x10, 1, 3
-CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
 ETHTOOL_GENL_VERSION = 1
 A_HEADER_DEV_INDEX, A_HEADER_FLAGS = 1, 3
 FLAG_STATS = 1 << 2
@@ -38,15 +51,9 @@ GRP_ID, GRP_SS_ID, GRP_STAT, GRP_HIST_RX, GRP_HIST_TX = 2, 3, 4, 5, 6
 GRP_HIST_BKT_LOW, GRP_HIST_BKT_HI, GRP_HIST_VAL = 7, 8, 9
 BITSET_NOMASK, BITSET_SIZE, BITSET_VALUE = 1, 2, 4
 GROUPS_KNOWN = 4  # eth-phy, eth-mac, eth-ctrl, rmon
-REPLY_MAX = 65536
-STALE_MAX = 64
 
-_NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
-_GENL = struct.Struct("=BBH")  # cmd, version, reserved
-_NLA = struct.Struct("=HH")  # len, type
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
-_seq = itertools.count(1)
 
 FecBin = tuple[int, int, int, list[int]]
 FecReply = tuple[int, list[int], list[int], list[int], list[FecBin]]
@@ -54,22 +61,7 @@ Bucket = tuple[int, int, int]
 Group = tuple[int, int, list[tuple[int, int]], list[Bucket], list[Bucket]]
 
 
-def _align4(n: int) -> int:
-    return (n + 3) & ~3
-
-
 # ---------------------------------------------------------------- attributes
-
-
-def _attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(type, payload) of each attribute up to the first bad length."""
-    pos, end = 0, len(data)
-    while end - pos >= _NLA.size:
-        nla_len, nla_type = _NLA.unpack_from(data, pos)
-        if nla_len < _NLA.size or nla_len > end - pos:
-            return
-        yield nla_type & NLA_TYPE_MASK, data[pos + _NLA.size : pos + nla_len]
-        pos += _align4(nla_len)
 
 
 def _u64s(payload: bytes) -> list[int]:
@@ -89,30 +81,9 @@ def _header_ifindex(nest: bytes) -> int:
 
 def _find_reply(data: bytes, cmd: int, what: str) -> bytes:
     """The attributes of the first generic netlink message with command ``cmd``."""
-    off, size = 0, len(data)
-    while off < size:
-        if size - off < _NLMSG.size:
-            raise ValueError("truncated netlink message header")
-        length, mtype = struct.unpack_from("=IH", data, off)
-        if length < _NLMSG.size or length > size - off:
-            raise ValueError(f"netlink message length {length} at offset {off}: {size - off} bytes left")
-        start = off
-        off += min(_align4(length), size - off)
-        if mtype in (NLMSG_ERROR, NLMSG_DONE):
-            if mtype == NLMSG_ERROR and length < _NLMSG.size + 4:
-                raise ValueError("NLMSG_ERROR too short for its error code")
-            error = struct.unpack_from("=i", data, start + _NLMSG.size)[0] if length >= _NLMSG.size + 4 else 0
-            if error != 0:
-                code = -error if -(2**31) < error < 0 else errno.EIO
-                raise OSError(code, os.strerror(code))
-            continue
-        if mtype < NLMSG_MIN_TYPE:
-            continue
-        if length < _NLMSG.size + _GENL.size:
-            raise ValueError("generic netlink message too short for its genlmsghdr")
-        if data[start + _NLMSG.size] != cmd:
-            continue
-        return data[start + _NLMSG.size + _GENL.size : start + length]
+    for got, body in _messages(data):
+        if got == cmd:
+            return body
     raise ValueError(f"no {what} reply in the buffer")
 
 
@@ -126,11 +97,6 @@ def ethnl_family_parse(buf) -> int:
 
 
 # ---------------------------------------------------------------- requests
-
-
-def _attr(nla_type: int, payload: bytes) -> bytes:
-    raw = _NLA.pack(_NLA.size + len(payload), nla_type) + payload
-    return raw + bytes(-len(raw) % 4)
 
 
 def _message(mtype: int, seq: int, cmd: int, version: int, attrs: bytes) -> bytes:
@@ -180,15 +146,6 @@ def _exchange(sock: socket.socket, req: bytes, seq: int) -> bytes:
             continue  # an answer to a request that timed out earlier
         return data
     raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-
-def _borrow(fd: int) -> socket.socket:
-    """A socket object over the caller's fd (detached again, never closed, by the caller)."""
-    return socket.socket(fileno=fd)
-
-
-def _next_seq() -> int:
-    return next(_seq) & 0xFFFFFFFF
 
 
 def ethnl_family(fd: int) -> int:
