@@ -179,7 +179,7 @@ def test_peak_and_histogram_reach_every_exporter_exactly(plugins, tmp_path, prof
             assert point.kind == "histogram" and point.bounds == (0.0, 1.0, 3.0)
             assert point.temporality == 2 and 0 < point.start_ns <= point.time_ns  # cumulative
             assert "bin" not in point.attr
-        peak = rx.latest("nvswitch_interface_tc_peak_occupancy", interface="p1", tc="3")
+        peak = rx.latest("nvswitch_interface_shared_buffer_port_tc_peak_occupancy", interface="p1", tc="3")
         assert peak is not None and peak.kind == "gauge" and peak.value == expected(FREEZE, 1)["peak"]
     finally:
         assert agent.stop() == 0

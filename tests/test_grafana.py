@@ -4,12 +4,14 @@ Prometheus (Debian's) scraping `swtel collect --prometheus` during a simulated-f
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
 import urllib.parse
 
 import pytest
+import yaml
 
 from agent.tools.collect import Collector
 from agent.tools.fabric import LEAF_UPLINKS, Fabric
@@ -32,13 +34,33 @@ def test_promtool_accepts_the_rules():
 
 def _exprs() -> list[tuple[str, str]]:
     dash = json.loads(DASHBOARD.read_text())
+    threshold = next(v["query"] for v in dash["templating"]["list"] if v["name"] == "queue_threshold")
     out = []
     for panel in dash["panels"]:
         for target in panel["targets"]:
             expr = (target["expr"].replace("$__rate_interval", "10s").replace('"$interface"', '".*"')
-                    .replace('"$uplinks"', '"' + "|".join(LEAF_UPLINKS) + '"'))
+                    .replace('"$uplinks"', '"' + "|".join(LEAF_UPLINKS) + '"')
+                    .replace("$queue_threshold", threshold))
             out.append((panel["title"], expr))
     return out
+
+
+def test_dashboard_and_rules_use_names_the_exporter_sends():
+    """Every nvswitch_* name of the dashboard and the rules is one of the name table's (or the
+    exporter's histogram), and the queue panels and alert read the TC peak, else the watermark."""
+    from agent.exporters import otlp_names
+
+    sent = {name for shape in otlp_names.SHAPES for name in shape.leaves.values()} | {otlp_names.EGRESS_HISTOGRAM}
+    used = set(re.findall(r"nvswitch_\w*[a-z0-9]\b", DASHBOARD.read_text() + RULES.read_text()))
+    assert used and used <= sent, used - sent
+    assert not used & set(otlp_names.DEPRECATED)
+    peak, watermark = otlp_names.TC["peak-occupancy"], otlp_names.TC["watermark"]
+    queue_panels = [(t, e) for t, e in _exprs() if t.startswith(("Queue peaks", "Queues over"))]
+    assert len(queue_panels) == 2 and all(peak in e and watermark in e for _t, e in queue_panels)
+    assert "4194304" in queue_panels[1][1]  # the threshold variable's default
+    rules = yaml.safe_load(RULES.read_text())
+    alert = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "SwtelQueueOverThreshold")
+    assert peak in alert["expr"] and watermark in alert["expr"] and alert["expr"].endswith(">= 4194304")
 
 
 def test_dashboard_panels_have_expressions():
@@ -115,6 +137,19 @@ def test_no_symbol_error_alert_in_a_clean_run(tmp_path):
         assert _wait(run, "nvswitch_interface_phy_stats_phy_symbol_errors", 30)
         time.sleep(20)  # the rule's 30 s window and 10 s "for" have passed
         assert run.query('ALERTS{alertname="SwtelSymbolErrors"}') == []
+        assert run.query('ALERTS{alertname="SwtelQueueOverThreshold"}') == []  # no queue reached 4 MiB
         assert run.query("interface:rx_bits:rate1m > 0")  # the recording rules run
     finally:
         run.close()
+
+
+@pytest.mark.once
+@needs_prometheus
+@pytest.mark.slow
+def test_queue_alert_fires_on_a_microburst(tmp_path):
+    run = _Run(tmp_path / "burst", "microburst")
+    try:
+        firing = _wait(run, 'ALERTS{alertname="SwtelQueueOverThreshold",alertstate="firing"}', 45)
+    finally:
+        run.close()
+    assert {(a["metric"]["target"], a["metric"]["interface"]) for a in firing} >= {("leaf-3", "swp1")}

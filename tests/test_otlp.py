@@ -29,10 +29,17 @@ from tests.sim_model import Model
 NS = 1_000_000_000
 
 # Cumulus Linux 5.15/5.16 "Open Telemetry Export", as shared/DESIGN.md quotes it ("Counter
-# names by driver"): the metric names of the interface export, and the swtel path each must
-# come from (X = the interface, N = the traffic class or switch priority).
+# names by driver"), checked against 5.19's list (agent/exporters/otlp_names.py CUMULUS_519):
+# the metric names of the interface and buffer export, and the swtel path each must come from
+# (X = the interface, N = the traffic class or switch priority).
 CUMULUS = {
     "nvswitch_interface_ether_stats_octets": "/interfaces/interface[name=X]/state/counters/in-octets",
+    "nvswitch_interface_ether_stats_multicast_pkts": "swtel:/interfaces/interface[name=X]/hw/state/counters/in-mcast-pkts",
+    "nvswitch_interface_ether_stats_broadcast_pkts": "/interfaces/interface[name=X]/state/counters/in-broadcast-pkts",
+    "nvswitch_interface_shared_buffer_port_tc_curr_occupancy":
+        "swtel:/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/current-occupancy",
+    "nvswitch_interface_shared_buffer_port_tc_watermark":
+        "swtel:/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/watermark",
     "nvswitch_interface_ether_stats_pkts": "/interfaces/interface[name=X]/state/counters/in-pkts",
     "nvswitch_interface_if_in_ucast_pkts": "swtel:/interfaces/interface[name=X]/hw/state/counters/in-ucast-pkts",
     "nvswitch_interface_if_in_discards": "/interfaces/interface[name=X]/state/counters/in-discards",
@@ -90,6 +97,7 @@ def test_every_driver_table_lands_on_the_cumulus_names():
 
     assert via(ethtool.SWITCHD, "HwIfInOctets") == CUMULUS_NAME("ether_stats_octets")
     assert via(ethtool.SWITCHD, "HwIfInUcastPkts") == CUMULUS_NAME("if_in_ucast_pkts")
+    assert via(ethtool.SWITCHD, "HwIfInMcastPkts") == CUMULUS_NAME("ether_stats_multicast_pkts")
     assert via(ethtool.SWITCHD, "HwIfInDot3FrameErrors") == CUMULUS_NAME("dot3_stats_fcs_errors")
     assert via(ethtool.SWITCHD, "HwIfInPfc3Pkt") == CUMULUS_NAME("sp_rx_pause")
     assert via(ethtool.SWITCHD, "HwIfOutQ3WredDrops") == CUMULUS_NAME("tc_tx_wred_discard")
@@ -142,6 +150,12 @@ def test_config_defaults_and_limits():
     with pytest.raises(config.ConfigError) as info:
         config.parse("exporters: {otlp: {endpoint: 'collector', queue: 0}}\n")
     assert any(p.startswith("exporters.otlp.endpoint: expected host:port") for p in info.value.problems)
+    assert (o.egress_histogram, o.egress_histogram_min, o.egress_histogram_size) == (False, 960, 12288)
+    with pytest.raises(config.ConfigError) as info:
+        config.parse("exporters: {otlp: {insecure: true, egress_histogram_size: 100, egress_histogram_min: -1}}\n")
+    assert info.value.problems == [
+        "exporters.otlp.egress_histogram_min: must be 0 to 2^32 bytes, got -1",
+        "exporters.otlp.egress_histogram_size: must be a multiple of 8 from 8 to 2^32 bytes, got 100"]
     with pytest.raises(config.ConfigError) as info:
         config.parse("exporters: {otlp: {queue: 0, tls: {cert: /nonexistent.pem}}}\n")
     text = "\n".join(info.value.problems)
@@ -225,6 +239,74 @@ def test_otel_sums_start_times_and_a_reset():
     assert by_time[12 * NS] == (11 * NS, 30)  # new start: the previous read; counts from the reset
     assert by_time[13 * NS] == (11 * NS, 50)
     _assert_no_negative_rate(series)
+
+
+def _queue_table():
+    """swp1 TC 3 with its occupancy and peak, swp2 TC 0 with only its occupancy (as the asic
+    source declares them), and a counter the histogram leaves alone."""
+    from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+
+    def q(port, tc):
+        return Container(SWTEL_ORIGIN, f"/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={tc}]/state")
+
+    return CounterTable("asic", [
+        CounterSpec(q("swp1", 3), "current-occupancy", kind=GAUGE, port="swp1"),
+        CounterSpec(q("swp1", 3), "peak-occupancy", kind=GAUGE, port="swp1"),
+        CounterSpec(q("swp2", 0), "current-occupancy", kind=GAUGE, port="swp2"),
+        CounterSpec(q("swp2", 0), "ecn-marked-pkts", port="swp2"),
+    ])
+
+
+def _egress_points(requests) -> dict[tuple[str, int], object]:
+    out = {}
+    for request in requests:
+        for m in request.resource_metrics[0].scope_metrics[0].metrics:
+            if m.name == otlp_names.EGRESS_HISTOGRAM:
+                assert m.unit == "bytes" and m.histogram.aggregation_temporality == 2  # cumulative
+                for dp in m.histogram.data_points:
+                    attrs = {a.key: a.value for a in dp.attributes}
+                    out[(attrs["interface"].string_value, attrs["tc"].int_value)] = dp
+    return out
+
+
+@pytest.mark.parametrize("profile", ["cumulus", "otel"])
+def test_egress_buffer_histogram_bins_each_read_once(profile):
+    """min 1000, size 8000: bin 0 below 1000, bins 1-8 1000 bytes each, bin 9 at 9000 and above;
+    swp1's level is its peak (its occupancy says otherwise), swp2's its occupancy."""
+    store, table = Store(), _queue_table()
+    exp = _exporter(None, profile, egress_histogram=True, egress_histogram_min=1000, egress_histogram_size=8000)
+    exp._store = store
+    peaks = [999, 1000, 1999, 2000, 8999, 9000, 10**12]
+    levels = [0, 999, 5500, 0, 0, 123456, 8999]
+    for n, (peak, level) in enumerate(zip(peaks, levels, strict=True)):
+        store.set_source("asic", table, array("Q", [5, peak, level, 7]), (10 + n) * NS)
+        points = _egress_points(exp.build())
+        if n == 2:
+            points = _egress_points(exp.build())  # the same read again: binned once
+    assert set(points) == {("swp1", 3), ("swp2", 0)}
+    one, two = points[("swp1", 3)], points[("swp2", 0)]
+    assert list(one.bucket_counts) == [1, 2, 1, 0, 0, 0, 0, 0, 1, 2] and one.count == 7
+    assert list(two.bucket_counts) == [4, 0, 0, 0, 0, 1, 0, 0, 1, 1] and two.count == 7
+    assert list(one.explicit_bounds) == [999, 1999, 2999, 3999, 4999, 5999, 6999, 7999, 8999]
+    assert (one.start_time_unix_nano, one.time_unix_nano) == (10 * NS, 16 * NS)
+    assert exp.points == 4 + 2  # the table's 4 values as before, and a histogram per TC
+
+
+def test_no_egress_histogram_unless_asked():
+    store = Store()
+    exp = _exporter(None)
+    exp._store = store
+    store.set_source("asic", _queue_table(), array("Q", [5, 6, 7, 8]), NS)
+    assert _egress_points(exp.build()) == {}
+    assert exp.points == 4
+
+
+def test_egress_histogram_bins_of_cumulus_defaults():
+    from agent.exporters.otlp import EgressHistogram
+
+    h = EgressHistogram(960, 12288)
+    assert h.bounds() == [959, 2495, 4031, 5567, 7103, 8639, 10175, 11711, 13247]
+    assert [h.bin(v) for v in (0, 959, 960, 2495, 2496, 13247, 13248)] == [0, 0, 1, 1, 2, 8, 9]
 
 
 def _assert_no_negative_rate(series):
@@ -502,8 +584,9 @@ def test_otel_counter_clear_gives_a_new_start_time_and_no_negative_rate(tmp_path
     sums = [p for p in rx.points if p.kind == "sum"]
     assert len(sums) > 10_000
     gauges = {p.name for p in rx.points if p.kind == "gauge"}
-    assert gauges == {"nvswitch_interface_tc_current_occupancy", "nvswitch_interface_tc_watermark",
-                      "nvswitch_interface_tc_peak_occupancy"}
+    assert gauges == {"nvswitch_interface_shared_buffer_port_tc_curr_occupancy",
+                      "nvswitch_interface_shared_buffer_port_tc_watermark",
+                      "nvswitch_interface_shared_buffer_port_tc_peak_occupancy"}
     rx.points = sums
     assert _check_against_model(rx, Model(sim), start) == len(sums)
 

@@ -9,6 +9,8 @@ Two profiles:
   **gauge** with ``asDouble`` values, named ``nvswitch_interface_*`` with the attribute
   ``interface`` (plus ``tc`` or ``priority``); names in agent/exporters/otlp_names.py and
   docs/paths.md. Values are swtel's wrap- and reset-corrected totals, so they never go down.
+  With ``egress_histogram``, also Cumulus' egress buffer histogram (an OTel Histogram, as
+  Cumulus sends it), binned here from every TC's level of each read (:class:`EgressHistogram`).
 * ``otel``: the OTel data model: counters are monotonic cumulative **Sums** (``asInt``)
   with ``start_time_unix_nano``, gauges are Gauges. A counter's start time is when swtel
   first saw it (its value is the device's count, as an OTel collector's Prometheus
@@ -111,11 +113,37 @@ def _attr(key: str, value: str) -> common_pb2.KeyValue:
     return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
 
 
+# the levels the egress buffer histogram bins, the preferred first: swtel's peak, the occupancy
+_EGRESS_LEVELS = (otlp_names.TC["peak-occupancy"], otlp_names.TC["current-occupancy"])
+
+
+@dataclass(frozen=True)
+class EgressHistogram:
+    """Cumulus' egress buffer histogram: 10 bins of a TC's level in bytes; bin 0 below
+    ``low``, bin 9 at or above ``low + size``, bins 1-8 each ``size / 8`` wide."""
+
+    low: int
+    size: int
+
+    def bin(self, level: int) -> int:
+        if level < self.low:
+            return 0
+        if level >= self.low + self.size:
+            return 9
+        return 1 + (level - self.low) * 8 // self.size
+
+    def bounds(self) -> list[float]:
+        """OTel's explicit bounds: bin k counts the levels up to bound k (whole bytes, so the
+        last byte of the bin), as Cumulus' own export gives them."""
+        return [float(self.low - 1 + k * self.size // 8) for k in range(9)]
+
+
 class _Layout:
     """The request(s) for one set of source tables, built once: per source the
     (value index, data point, point key, counter?) of every exported counter."""
 
-    def __init__(self, tables: list[CounterTable], profile: str, resource: resource_pb2.Resource) -> None:
+    def __init__(self, tables: list[CounterTable], profile: str, resource: resource_pb2.Resource,
+                 egress: EgressHistogram | None = None) -> None:
         self.tables = tables
         # point key -> (rank, source position, index, counter?); the best-ranked source wins
         chosen: dict[tuple[str, tuple], tuple[int, int, int, bool]] = {}
@@ -169,7 +197,54 @@ class _Layout:
                     dp = points.add()
                     dp.attributes.extend(_attr(k, v) for k, v in key[1])
                     self.points[pos].append((i, dp, key, counter and otel_sum))
+        #: the egress buffer histogram: per (interface, tc), its data point and the level it bins
+        self.egress: list[tuple[Any, tuple[str, str], int, int]] = []
+        if egress is not None:
+            self._egress(egress, resource, scope)
         self.count = sum(self.request_points)  # data points (an otel histogram's bins make one)
+
+    def _new_request(self, resource: Any, scope: Any) -> Any:
+        request = ms_pb2.ExportMetricsServiceRequest()
+        rm = request.resource_metrics.add()
+        rm.resource.CopyFrom(resource)
+        sm = rm.scope_metrics.add()
+        sm.scope.CopyFrom(scope)
+        self.requests.append(request)
+        self.request_points.append(0)
+        return sm
+
+    def _egress(self, egress: EgressHistogram, resource: Any, scope: Any) -> None:
+        """The TC levels the histogram bins, one per (interface, tc): the peak where a source
+        has one, else the occupancy at the read. Its own request(s), Cumulus' attributes."""
+        levels: dict[tuple[str, str], tuple[int, int, int]] = {}  # key -> (peak?, pos, index)
+        for pos, table in enumerate(self.tables):
+            names = names_of(table)
+            for i in table.visible:
+                name, attrs, _rank = names[i]
+                if name not in _EGRESS_LEVELS:
+                    continue
+                a = dict(attrs)
+                key = (a["interface"], a["tc"])
+                peak = int(name == _EGRESS_LEVELS[0])
+                if key not in levels or peak > levels[key][0]:
+                    levels[key] = (peak, pos, i)
+        metric = None
+        bounds = egress.bounds()
+        for n, key in enumerate(sorted(levels, key=lambda k: (k[0], k[1].zfill(8)))):
+            if n % MAX_POINTS == 0:
+                sm = self._new_request(resource, scope)
+                metric = sm.metrics.add(name=otlp_names.EGRESS_HISTOGRAM, unit="bytes")
+                metric.histogram.aggregation_temporality = metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+            dp = metric.histogram.data_points.add()
+            dp.attributes.append(_attr("interface", key[0]))
+            # as Cumulus sends it: tc an int here (a string in its gauges)
+            tc = common_pb2.AnyValue(int_value=int(key[1])) if key[1].isdigit() else \
+                common_pb2.AnyValue(string_value=key[1])
+            dp.attributes.append(common_pb2.KeyValue(key="tc", value=tc))
+            dp.explicit_bounds.extend(bounds)
+            self.request_points[-1] += 1
+            _peak, pos, i = levels[key]
+            self.egress.append((dp, key, pos, i))
 
     def _histogram(self, name: str, members: list, sm: Any, in_request: int, resource: Any,
                    scope: Any) -> tuple[Any, int]:
@@ -227,6 +302,16 @@ class OtlpConfig:
     queue: int = setting(60, type="integer, 1–10000", doc=(
         "export requests kept while the receiver is slow or down (the oldest is dropped and counted); "
         "values are totals, so a dropped request loses no count"))
+    egress_histogram: bool = setting(False, doc=(
+        "also send `nvswitch_histogram_interface_egress_buffer` (an OTel Histogram per interface and "
+        "TC, as Cumulus' histogram export): each export bins every TC's level of the newest read, "
+        "its peak where the source has one, else its occupancy; counts are cumulative"))
+    egress_histogram_min: int = setting(960, type="bytes, 0–2^32", doc=(
+        "the histogram's minimum: bin 0 counts the levels below it (Cumulus' `bin-min-boundary`, "
+        "default 960)"))
+    egress_histogram_size: int = setting(12288, type="bytes, a multiple of 8, 8–2^32", doc=(
+        "the histogram's size: bins 1–8 split min … min + size evenly, bin 9 counts the levels at "
+        "or above min + size (Cumulus' `histogram-size`, default 12288)"))
     timeout: Duration = setting(Duration(10.0), type="duration, 100ms–24h", doc=(
         "deadline of one Export call; a failed call is retried with backoff (0.5 s doubling to 5 s, "
         "with jitter)"))
@@ -261,6 +346,13 @@ class OtlpExporter(ReconnectingSender, Exporter):
             problems.append(f"{where}.queue: must be at least 1 and at most 10000, got {section.queue}")
         if section.timeout < 0.1:
             problems.append(f"{where}.timeout: must be at least 100ms, got {section.timeout}")
+        if not 0 <= section.egress_histogram_min <= 2**32:
+            problems.append(f"{where}.egress_histogram_min: must be 0 to 2^32 bytes, got "
+                            f"{section.egress_histogram_min}")
+        size = section.egress_histogram_size
+        if not 8 <= size <= 2**32 or size % 8:  # 8 equal bins of whole bytes
+            problems.append(f"{where}.egress_histogram_size: must be a multiple of 8 from 8 to 2^32 bytes, "
+                            f"got {size}")
         check_tls(problems, where, section.insecure, section.tls)
 
     @classmethod
@@ -292,6 +384,10 @@ class OtlpExporter(ReconnectingSender, Exporter):
         self._starts: dict[tuple, tuple[int, int]] = {}
         self._resets: list[tuple[CounterTable, list[tuple[int, int]], int]] = []
         self._seen: dict[str, Batch] = {}  # otel: the newest batch of each source, with its resets
+        self._egress = EgressHistogram(cfg.egress_histogram_min, cfg.egress_histogram_size) \
+            if cfg.egress_histogram else None
+        # egress histogram: (interface, tc) -> [start ns, ts of the read last binned, 10 counts]
+        self._egress_counts: dict[tuple[str, str], list] = {}
         self._channel: grpc.Channel | None = None
         self._call: Any = None
         # status (the rest: ReconnectingSender)
@@ -393,7 +489,7 @@ class OtlpExporter(ReconnectingSender, Exporter):
         sources = self._sources()
         tables = [t for t, _v, _ts in sources]
         if self._layout is None or not self._layout.matches(tables):
-            self._layout = _Layout(tables, self.profile, self.resource)
+            self._layout = _Layout(tables, self.profile, self.resource, self._egress)
         layout = self._layout
         otel = self.profile == "otel"
         if otel:
@@ -418,6 +514,8 @@ class OtlpExporter(ReconnectingSender, Exporter):
                     dp.as_int = min(values[i], _MAX_INT64)
         if otel:
             self._fill_histograms(layout, sources, seen)
+        if layout.egress:
+            self._fill_egress(layout, sources)
         if otel and len(starts) > len(seen):
             for key in [k for k in starts if k not in seen]:  # ports that are gone
                 del starts[key]
@@ -444,6 +542,28 @@ class OtlpExporter(ReconnectingSender, Exporter):
             del dp.bucket_counts[:]
             dp.bucket_counts.extend(counts)
             dp.count = sum(counts)
+
+    def _fill_egress(self, layout: _Layout, sources: list[tuple[CounterTable, Any, int]]) -> None:
+        """Bin each TC's level once per read (an export that finds the same read again adds
+        nothing), counts since the TC's first read."""
+        counts, binner, seen = self._egress_counts, self._egress, set()
+        for dp, key, pos, i in layout.egress:
+            _table, values, ts = sources[pos]
+            state = counts.get(key)
+            if state is None:
+                state = counts[key] = [ts, None, [0] * 10]
+            if state[1] != ts:
+                state[2][binner.bin(values[i])] += 1
+                state[1] = ts
+            seen.add(key)
+            dp.time_unix_nano = ts
+            dp.start_time_unix_nano = state[0]
+            del dp.bucket_counts[:]
+            dp.bucket_counts.extend(state[2])
+            dp.count = sum(state[2])
+        if len(counts) > len(seen):
+            for key in [k for k in counts if k not in seen]:  # ports that are gone
+                del counts[key]
 
     def _apply_resets(self, resets: list[tuple[CounterTable, list[tuple[int, int]], int]]) -> None:
         for table, hits, start in resets:

@@ -9,6 +9,11 @@ on the same names. Counters Cumulus does not export get names in the same style
 (``nvswitch_interface_<group>_<leaf>``); values outside an interface get ``swtel_``
 names. docs/paths.md has the table (rendered from :data:`SHAPES` by agent/pathdoc.py).
 
+Checked against Cumulus Linux 5.19's list (:data:`SOURCE_519`): every name of the tables
+below is either in :data:`CUMULUS_519` (found in that page's tables) or swtel's own in
+Cumulus' style (:data:`SWTEL_OWN`, with why); the names Cumulus 5.15 deprecated
+(:data:`DEPRECATED`) are never sent. A test holds all three to the tables.
+
 No protobuf here: the OTLP exporter, ``swtel collect --prometheus`` and the docs share it.
 """
 
@@ -45,21 +50,24 @@ def _shape(title: str, path: str, attrs: tuple[str, ...], leaves: dict[str, str]
     regex = "^" + re.escape(path).replace(re.escape("{X}"), _KEY) + "$"
     doc = path
     for name in attrs:
-        doc = doc.replace("{X}", {"interface": "X", "tc": "N", "priority": "N", "lane": "N",
-                                  "port": "P"}.get(name, "D"), 1)
+        doc = doc.replace("{X}", {"interface": "X", "tc": "N", "priority": "N", "lane": "N", "pg": "N",
+                                  "sb": "S", "pool": "P", "port": "P"}.get(name, "D"), 1)
     return Shape(title, re.compile(regex), attrs, leaves, default, rank, doc)
 
 
 _IF = interface_path("{X}")
 _Q = qos_interface_path("{X}") + "/output/queues/queue[name={X}]/state"
+_PG = qos_interface_path("{X}") + "/input/priority-groups/priority-group[name={X}]/state"
+_SB = f"{_IF}/devlink/sb[index={{X}}]"  # devlink's shared buffer N of a port
 
 #: Interface counters (OpenConfig state/counters: the kernel's, carrier changes).
 STATE = {
     "in-octets": PREFIX + "ether_stats_octets",
     "in-pkts": PREFIX + "ether_stats_pkts",
     "in-unicast-pkts": PREFIX + "if_in_ucast_pkts",
-    "in-multicast-pkts": PREFIX + "if_in_multicast_pkts",
-    "in-broadcast-pkts": PREFIX + "if_in_broadcast_pkts",
+    # Cumulus 5.15 retired if_in_multicast_pkts and if_in_broadcast_pkts for these (DEPRECATED)
+    "in-multicast-pkts": PREFIX + "ether_stats_multicast_pkts",
+    "in-broadcast-pkts": PREFIX + "ether_stats_broadcast_pkts",
     "in-discards": PREFIX + "if_in_discards",
     "in-errors": PREFIX + "if_in_errors",
     "in-fcs-errors": PREFIX + "dot3_stats_fcs_errors",
@@ -77,8 +85,8 @@ STATE = {
 HW = {
     "in-octets": PREFIX + "ether_stats_octets",
     "in-ucast-pkts": PREFIX + "if_in_ucast_pkts",
-    "in-mcast-pkts": PREFIX + "if_in_multicast_pkts",
-    "in-bcast-pkts": PREFIX + "if_in_broadcast_pkts",
+    "in-mcast-pkts": PREFIX + "ether_stats_multicast_pkts",
+    "in-bcast-pkts": PREFIX + "ether_stats_broadcast_pkts",
     "in-discards": PREFIX + "if_in_discards",
     "in-errors": PREFIX + "if_in_errors",
     "out-octets": PREFIX + "if_out_octets",
@@ -100,26 +108,52 @@ ETHERNET = {
     "in-jabber-frames": PREFIX + "ether_stats_jabbers",
 }
 
-#: Per switch priority (attribute ``priority``).
+#: Per switch priority (attribute ``priority``). Cumulus 5.15 retired sp_rx_octets,
+#: sp_rx_frames, sp_tx_octets and sp_tx_frames (DEPRECATED): swtel's per-priority octets and
+#: packets take the shape's default (``sp_in_octets`` ...), never a name Cumulus retired.
 PRIORITY = {
     "in-pause-pkts": PREFIX + "sp_rx_pause",
     "in-pause-duration": PREFIX + "sp_rx_pause_duration",
     "out-pause-pkts": PREFIX + "sp_tx_pause",
     "out-pause-duration": PREFIX + "sp_tx_pause_duration",
-    "in-octets": PREFIX + "sp_rx_octets",
-    "in-pkts": PREFIX + "sp_rx_frames",
-    "out-octets": PREFIX + "sp_tx_octets",
-    "out-pkts": PREFIX + "sp_tx_frames",
 }
 
-#: Per traffic class (attribute ``tc``).
+#: Per traffic class (attribute ``tc``): counters, and the egress buffer of the TC.
 TC = {
     "transmit-pkts": PREFIX + "tc_tx_frames",
+    "transmit-uc-pkts": PREFIX + "tc_tx_uc_frames",
     "transmit-octets": PREFIX + "tc_tx_octet",
     "wred-dropped-pkts": PREFIX + "tc_tx_wred_discard",
     "ecn-marked-pkts": PREFIX + "tc_tx_ecn_marked_tc",
     "dropped-pkts": PREFIX + "tc_tx_no_buffer_discard_uc",
+    # mlxsw's tc_transmit_queue_tc_N, Cumulus' gNMI instant-queue-len: the queue's depth now
+    "instant-queue-len": PREFIX + "tc_tx_queue",
+    "current-occupancy": PREFIX + "shared_buffer_port_tc_curr_occupancy",
+    # the highest level since the last clear (Cumulus' meaning): the ASIC's own watermark
+    "watermark": PREFIX + "shared_buffer_port_tc_watermark",
+    # swtel's PEAK, the highest level since the previous read: its own name (docs/otlp.md)
+    "peak-occupancy": PREFIX + "shared_buffer_port_tc_peak_occupancy",
 }
+
+#: Per ingress priority group (attribute ``pg``): no source has these paths yet (the
+#: simulator's PG model will); the names are ready. Shared buffer and headroom apart.
+PG = {
+    "in-pkts": PREFIX + "pg_rx_frames",
+    "in-octets": PREFIX + "pg_rx_octet",
+    "current-occupancy": PREFIX + "shared_buffer_port_pg_curr_occupancy",
+    "watermark": PREFIX + "shared_buffer_port_pg_watermark",
+    "peak-occupancy": PREFIX + "shared_buffer_port_pg_peak_occupancy",
+    "headroom-occupancy": PREFIX + "headroom_buffer_pg_curr_occupancy",
+    "headroom-watermark": PREFIX + "headroom_buffer_pg_watermark",
+    "headroom-peak-occupancy": PREFIX + "headroom_buffer_pg_peak_occupancy",
+}
+
+
+def _devlink(kind: str) -> dict[str, str]:
+    """devlink's per-port buffer leaves (agent/sources/devlink*.py): ``occupancy`` is the
+    level at the snapshot, ``peak-occupancy`` the maximum since the previous poll's clear."""
+    return {"occupancy": f"{PREFIX}shared_buffer_port_{kind}_curr_occupancy",
+            "peak-occupancy": f"{PREFIX}shared_buffer_port_{kind}_peak_occupancy"}
 
 PHY = {
     "received-bits": PREFIX + "phy_stats_phy_received_bits",
@@ -144,7 +178,18 @@ SHAPES: list[Shape] = [
            PREFIX + "ethernet_{leaf}", rank=2),
     _shape("switch priority (PFC)", f"{_IF}/pfc/priority[id={{X}}]/state", ("interface", "priority"),
            PRIORITY, PREFIX + "sp_{leaf}"),
-    _shape("traffic class", _Q, ("interface", "tc"), TC, PREFIX + "tc_{leaf}"),
+    _shape("traffic class (and its egress buffer)", _Q, ("interface", "tc"), TC, PREFIX + "tc_{leaf}"),
+    _shape("ingress priority group (no source yet)", _PG, ("interface", "pg"), PG, PREFIX + "pg_{leaf}"),
+    _shape("devlink egress TC buffer", f"{_SB}/tc[index={{X}}][type=egress]/state", ("interface", "sb", "tc"),
+           _devlink("tc"), PREFIX + "devlink_tc_{leaf}"),
+    _shape("devlink ingress TC (priority group) buffer", f"{_SB}/tc[index={{X}}][type=ingress]/state",
+           ("interface", "sb", "pg"), _devlink("pg"), PREFIX + "devlink_pg_{leaf}"),
+    _shape("devlink ingress pool, per port", f"{_SB}/pool[index={{X}}][type=ingress]/state",
+           ("interface", "sb", "pool"), _devlink("ingress_pool"), PREFIX + "devlink_pool_{leaf}"),
+    _shape("devlink egress pool, per port", f"{_SB}/pool[index={{X}}][type=egress]/state",
+           ("interface", "sb", "pool"), _devlink("egress_pool"), PREFIX + "devlink_pool_{leaf}"),
+    _shape("devlink pool of unknown direction, per port", f"{_SB}/pool[index={{X}}]/state",
+           ("interface", "sb", "pool"), _devlink("pool"), PREFIX + "devlink_pool_{leaf}"),
     _shape("PHY", f"{_IF}/phy/state", ("interface",), PHY, PREFIX + "phy_stats_{leaf}", rank=2),
     _shape("PHY FEC", f"{_IF}/phy/fec/state", ("interface",), PHY_FEC,
            PREFIX + "phy_stats_fec_{leaf}", rank=2),
@@ -164,6 +209,77 @@ SHAPES: list[Shape] = [
     _shape("switch (psutil)", "/system/state", (), {}, "swtel_system_{leaf}"),
     _shape("the agent itself", "/agent/state", (), {}, "swtel_agent_{leaf}"),
 ]
+
+#: built by the OTLP exporter from the TC levels above (its ``egress_histogram``), not from a path
+EGRESS_HISTOGRAM = "nvswitch_histogram_interface_egress_buffer"
+
+# ---------------------------------------------------------------- checked against Cumulus
+
+#: where the names were checked: Cumulus Linux 5.19's "Open Telemetry Export" (its tables
+#: "Interface Statistic Format", "Buffer Statistic Format", "Histogram Data Format"), read
+#: from the source of docs.nvidia.com, github.com/CumulusNetworks/docs,
+#: content/cumulus-linux-519/Monitoring-and-Troubleshooting/Open-Telemetry-Export.md
+SOURCE_519 = ("https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-519/"
+              "Monitoring-and-Troubleshooting/Open-Telemetry-Export/")
+#: and the deprecations: Cumulus Linux 5.15's "What's New", "Deprecated OTEL Metrics"
+#: (content/cumulus-linux-515/Whats-New/_index.md in the same repository)
+SOURCE_515 = "https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-515/Whats-New/"
+
+#: every name of the tables above that 5.19's page lists (checked one by one, 2026-12-04)
+CUMULUS_519 = frozenset(PREFIX + n for n in (
+    "ether_stats_octets", "ether_stats_pkts", "ether_stats_multicast_pkts", "ether_stats_broadcast_pkts",
+    "if_in_ucast_pkts", "if_in_discards", "if_in_errors", "if_out_octets", "if_out_pkts",
+    "if_out_ucast_pkts", "if_out_multicast_pkts", "if_out_broadcast_pkts", "if_out_discards",
+    "if_out_errors", "carrier_changes_total", "dot3_stats_fcs_errors", "dot3_stats_symbol_errors",
+    "dot3_in_pause_frames", "dot3_out_pause_frames", "ether_stats_undersize_pkts",
+    "ether_stats_oversize_pkts", "ether_stats_fragments", "ether_stats_jabbers",
+    "sp_rx_pause", "sp_rx_pause_duration", "sp_tx_pause", "sp_tx_pause_duration",
+    "tc_tx_frames", "tc_tx_uc_frames", "tc_tx_octet", "tc_tx_wred_discard", "tc_tx_ecn_marked_tc",
+    "tc_tx_no_buffer_discard_uc", "tc_tx_queue", "pg_rx_frames", "pg_rx_octet",
+    "shared_buffer_port_tc_curr_occupancy", "shared_buffer_port_tc_watermark",
+    "shared_buffer_port_pg_curr_occupancy", "shared_buffer_port_pg_watermark",
+    "headroom_buffer_pg_curr_occupancy", "headroom_buffer_pg_watermark",
+    "shared_buffer_port_ingress_pool_curr_occupancy", "shared_buffer_port_egress_pool_curr_occupancy",
+    "phy_stats_phy_received_bits", "phy_stats_phy_symbol_errors", "phy_stats_phy_effective_errors",
+    "phy_stats_phy_raw_errors", "phy_stats_phy_corrected_bits", "phy_rs_fec_histogram",
+    "phy_stats_raw_ber", "phy_stats_symbol_ber", "phy_stats_effective_ber",
+)) | {EGRESS_HISTOGRAM}
+
+_PEAK = "swtel's PEAK (the highest level since the previous read): Cumulus has no such value"
+#: the names of the tables above that 5.19's page does not list, and why swtel has them
+SWTEL_OWN = {
+    PREFIX + "shared_buffer_port_tc_peak_occupancy": _PEAK,
+    PREFIX + "shared_buffer_port_pg_peak_occupancy": _PEAK,
+    PREFIX + "headroom_buffer_pg_peak_occupancy": _PEAK,
+    PREFIX + "shared_buffer_port_ingress_pool_peak_occupancy": _PEAK,
+    PREFIX + "shared_buffer_port_egress_pool_peak_occupancy": _PEAK,
+    PREFIX + "shared_buffer_port_pool_peak_occupancy": _PEAK,
+    PREFIX + "shared_buffer_port_pool_curr_occupancy":
+        "a devlink pool whose direction the path does not give (Cumulus: ingress_pool or egress_pool)",
+    PREFIX + "phy_stats_phy_raw_errors_lane":
+        "5.19 lists phy_stats_phy_raw_errors as 'lane 0 through lane 7' without saying how a lane "
+        "is told apart: swtel's per-lane count keeps its own name (attribute lane)",
+}
+
+#: Cumulus 5.15's deprecated OTLP names -> the name that replaces it ("": unsupported on
+#: Spectrum, none). swtel sends none of them.
+DEPRECATED = {PREFIX + old: PREFIX + new if new else "" for old, new in (
+    ("if_in_multicast_pkts", "ether_stats_multicast_pkts"),
+    ("if_in_broadcast_pkts", "ether_stats_broadcast_pkts"),
+    ("if_in_octets", "ether_stats_octets"),
+    ("discards_egress_general", "if_out_discards"),
+    ("discards_ingress_general", "if_in_discards"),
+    *((n, "") for n in (
+        "discards_egress_link_down", "discards_ingress_discard_all", "discards_port_isolation",
+        "dot3_stats_alignment_errors", "dot3_stats_excessive_collisions",
+        "dot3_stats_internal_mac_receive_errors", "dot3_stats_internal_mac_transmit_errors",
+        "dot3_stats_late_collisions", "dot3_stats_multiple_collision_frames",
+        "dot3_stats_single_collision_frames", "dot3_stats_sqe_test_errors", "ether_stats_collisions",
+        "if_in_unknown_protos", "pg_rx_buffer_discard", "pg_rx_shared_buffer_discard",
+        "sp_rx_bc_frames", "sp_rx_frames", "sp_rx_mc_frames", "sp_rx_octets", "sp_rx_pause_transition",
+        "sp_rx_uc_frames", "sp_tx_bc_frames", "sp_tx_frames", "sp_tx_mc_frames", "sp_tx_octets",
+        "sp_tx_uc_frames", "tc_tx_bc_frames", "tc_tx_mc_frames")),
+)}
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -255,13 +371,17 @@ def doc_rows() -> list[str]:
            "one the table names. Names from Cumulus Linux's own OTLP export where it has the counter, "
            "others in its style. Where two sources give one name for one port (the kernel's "
            "`in-octets` and switchd's `HwIfInOctets`), the one of higher rank is sent.", "",
-           "| path | name | attributes | rank |", "|---|---|---|---|"]
+           "The column Cumulus 5.19 says whether the name is in Cumulus Linux 5.19's list "
+           f"([Open Telemetry Export]({SOURCE_519})): `yes`, or `swtel` (a name of swtel's own in "
+           "Cumulus' style; docs/otlp.md says why). No name Cumulus 5.15 deprecated is sent.", "",
+           "| path | name | attributes | rank | Cumulus 5.19 |", "|---|---|---|---|---|"]
     for shape in SHAPES:
         attrs = ", ".join(f"`{a}`" for a in shape.attrs) or "none"
         for leaf, name in shape.leaves.items():
-            out.append(f"| `{shape.doc_path}/{leaf}` | `{name}` | {attrs} | {shape.rank} |")
+            known = "yes" if name in CUMULUS_519 else "swtel"
+            out.append(f"| `{shape.doc_path}/{leaf}` | `{name}` | {attrs} | {shape.rank} | {known} |")
         default = shape.default.replace("{leaf}", "<leaf>")
-        out.append(f"| `{shape.doc_path}/<leaf>` (any other) | `{default}` | {attrs} | {shape.rank} |")
+        out.append(f"| `{shape.doc_path}/<leaf>` (any other) | `{default}` | {attrs} | {shape.rank} | swtel |")
     out += ["", "`<leaf>` is the path's leaf with `-` as `_`. Any other path is "
             "`swtel_<element>_<element>...` with its keys as attributes (`source` for "
             "`source[name=S]`). OTLP resource attributes: `host.name`, `service.name` (`swtel`), "
@@ -270,5 +390,7 @@ def doc_rows() -> list[str]:
             "histogram's name: in the `cumulus` profile (and Prometheus) one gauge per bin with the "
             "attribute `bin` = I, in the `otel` profile one cumulative OTel Histogram per port whose "
             "`explicit_bounds` are the bins' upper bounds (a bin counts the values up to its upper "
-            "bound and above the previous one's)."]
+            "bound and above the previous one's).", "",
+            f"`{EGRESS_HISTOGRAM}` (attributes `interface`, `tc`) is not a path's: the OTLP exporter "
+            "builds it from the TC levels above when `egress_histogram` is on (docs/otlp.md)."]
     return out
