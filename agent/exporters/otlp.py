@@ -176,13 +176,7 @@ class _Layout:
             for start in range(0, len(members), MAX_POINTS):
                 chunk = members[start:start + MAX_POINTS]
                 if in_request + len(chunk) > MAX_POINTS:
-                    request = ms_pb2.ExportMetricsServiceRequest()
-                    rm = request.resource_metrics.add()
-                    rm.resource.CopyFrom(resource)
-                    sm = rm.scope_metrics.add()
-                    sm.scope.CopyFrom(scope)
-                    self.requests.append(request)
-                    self.request_points.append(0)
+                    sm = self._new_request(resource, scope)
                     in_request = 0
                 in_request += len(chunk)
                 self.request_points[-1] += len(chunk)
@@ -204,6 +198,7 @@ class _Layout:
         self.count = sum(self.request_points)  # data points (an otel histogram's bins make one)
 
     def _new_request(self, resource: Any, scope: Any) -> Any:
+        """A new request of this export (resource and scope set); its scope metrics."""
         request = ms_pb2.ExportMetricsServiceRequest()
         rm = request.resource_metrics.add()
         rm.resource.CopyFrom(resource)
@@ -256,13 +251,7 @@ class _Layout:
             rest = tuple(kv for kv in key[1] if kv[0] != "bin")
             points.setdefault(rest, []).append((index, pos, i, high, key))
         if sm is None or in_request + len(points) > MAX_POINTS:
-            request = ms_pb2.ExportMetricsServiceRequest()
-            rm = request.resource_metrics.add()
-            rm.resource.CopyFrom(resource)
-            sm = rm.scope_metrics.add()
-            sm.scope.CopyFrom(scope)
-            self.requests.append(request)
-            self.request_points.append(0)
+            sm = self._new_request(resource, scope)
             in_request = 0
         in_request += len(points)
         self.request_points[-1] += len(points)
