@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import socket
+import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -186,3 +189,32 @@ def leaf_name(raw: str) -> str:
 def interface(port: str, origin: str, tail: str) -> Container:
     """Container below one interface, e.g. ``interface(p, OPENCONFIG, "state/counters")``."""
     return Container(origin, f"{interface_path(port)}/{tail}")
+
+
+NETLINK_GENERIC = 16
+#: SO_RCVTIMEO of a generic netlink socket: the kernel answers at once; this bounds a stuck request
+GENL_RECV_TIMEOUT_S = 1
+
+
+class GenlSocket:
+    """One NETLINK_GENERIC socket of a source (devlink, ethnl): blocking with a receive timeout
+    (not settimeout, which would make the fd non-blocking for the C reader), its family
+    resolved on first use by ``resolve(fd)`` and then kept."""
+
+    def __init__(self, resolve: Callable[[int], int]) -> None:
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", GENL_RECV_TIMEOUT_S, 0))
+        self._resolve = resolve
+        self._family: int | None = None
+
+    @property
+    def fd(self) -> int:
+        return self._sock.fileno()
+
+    def family(self) -> int:
+        if self._family is None:
+            self._family = self._resolve(self.fd)
+        return self._family
+
+    def close(self) -> None:
+        self._sock.close()

@@ -22,8 +22,6 @@ poll is timed and the figures are in status (``poll_us``).
 from __future__ import annotations
 
 import errno
-import socket
-import struct
 import time
 from array import array
 from dataclasses import dataclass
@@ -34,10 +32,16 @@ from agent.config import Duration, setting
 from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.links import Link, select
 from agent.pathgrammar import format_elem, interface_path
-from agent.sources.base import NO_DATA, Source, SourceConfig, doc_row, interface, register
+from agent.sources.base import (
+    NO_DATA,
+    GenlSocket,
+    Source,
+    SourceConfig,
+    doc_row,
+    interface,
+    register,
+)
 
-NETLINK_GENERIC = 16
-RECV_TIMEOUT_S = 1  # SO_RCVTIMEO: bounds a stuck request; a snapshot answers at once
 RETRY_S = 30.0  # no devlink, no shared buffer, or a failed setup: looked for again this often
 
 # The replies' commands: each GET is answered by its NEW (DEVLINK_CMD_*_NEW = *_GET + 2).
@@ -100,28 +104,17 @@ class DevlinkIO(Protocol):
     def close(self) -> None: ...
 
 
-class NetlinkIO:
-    """One NETLINK_GENERIC socket; the "devlink" family resolved on first use, then kept."""
+class NetlinkIO(GenlSocket):
+    """The source's generic netlink socket, for the "devlink" family."""
 
     def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        # blocking with a receive timeout (not settimeout, which makes the fd non-blocking for C)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", RECV_TIMEOUT_S, 0))
-        self._family: int | None = None
-
-    def family(self) -> int:
-        if self._family is None:
-            self._family = _backend.reader.devlink_family(self._sock.fileno())
-        return self._family
+        super().__init__(lambda fd: _backend.reader.devlink_family(fd))
 
     def dump(self, cmd: int) -> bytes:
-        return _backend.reader.devlink_dump(self._sock.fileno(), self.family(), cmd)
+        return _backend.reader.devlink_dump(self.fd, self.family(), cmd)
 
     def execute(self, cmd: int, handles: list[Handle]) -> list[bytes]:
-        return _backend.reader.devlink_exec(self._sock.fileno(), self.family(), cmd, handles)
-
-    def close(self) -> None:
-        self._sock.close()
+        return _backend.reader.devlink_exec(self.fd, self.family(), cmd, handles)
 
 
 @dataclass

@@ -19,8 +19,6 @@ next link change; that is not an error. The layout follows what the device repor
 from __future__ import annotations
 
 import errno
-import socket
-import struct
 import time
 from array import array
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from agent.pathgrammar import interface_path
 from agent.sources.asic import bin_container
 from agent.sources.base import (
     NO_DATA,
+    GenlSocket,
     Source,
     SourceConfig,
     doc_row,
@@ -42,8 +41,6 @@ from agent.sources.base import (
     register,
 )
 
-NETLINK_GENERIC = 16
-RECV_TIMEOUT_S = 1  # SO_RCVTIMEO: the kernel answers a doit at once; this only bounds a stuck one
 RETRY_S = 30.0  # a probe that failed (not "unsupported") or a missing family is tried again this often
 _VANISHING = (errno.ENODEV, errno.ENXIO)  # the port is being removed: not an error
 _UNSUPPORTED = (errno.EOPNOTSUPP,)
@@ -160,25 +157,14 @@ class EthnlIO(Protocol):
     def close(self) -> None: ...
 
 
-class NetlinkIO:
-    """One NETLINK_GENERIC socket; the "ethtool" family resolved on first use, then kept."""
+class NetlinkIO(GenlSocket):
+    """The source's generic netlink socket, for the "ethtool" family."""
 
     def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        # blocking with a receive timeout (not settimeout, which makes the fd non-blocking for C)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", RECV_TIMEOUT_S, 0))
-        self._family: int | None = None
-
-    def family(self) -> int:
-        if self._family is None:
-            self._family = _backend.reader.ethnl_family(self._sock.fileno())
-        return self._family
+        super().__init__(lambda fd: _backend.reader.ethnl_family(fd))
 
     def query(self, cmd: int, ifindexes: list[int], groups: int) -> list[bytes]:
-        return _backend.reader.ethnl_query(self._sock.fileno(), self.family(), cmd, ifindexes, groups)
-
-    def close(self) -> None:
-        self._sock.close()
+        return _backend.reader.ethnl_query(self.fd, self.family(), cmd, ifindexes, groups)
 
 
 @dataclass
