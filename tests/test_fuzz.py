@@ -9,7 +9,7 @@
   unhandled exception), the agent stays up and its RSS bounded.
 * The parsers (netdev_parse, ethtool_parse, ethtool_strings_parse, link_parse: the code
   the reader runs on the kernel's replies): hypothesis, both backends agreeing; and the atheris
-  harness (bench/fuzz_parsers.py, coverage-guided, ASan/UBSan build) for 25 s.
+  harness (fuzz/fuzz_parsers.py, coverage-guided, ASan/UBSan build) for 25 s.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def test_ethtool_parse_bounds(impl):
 @pytest.mark.once
 @pytest.mark.slow
 def test_atheris_harness_coverage_guided(tmp_path):
-    """bench/fuzz_parsers.py for 25 s: no crash, no hang, no disagreement, coverage grows."""
+    """fuzz/fuzz_parsers.py for 25 s: no crash, no hang, no disagreement, coverage grows."""
     if _backend.NAME != "C":
         pytest.skip("the coverage-guided harness fuzzes the C extension (fallback: the hypothesis test above)")
     stats = tmp_path / "stats.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench/fuzz_parsers.py"), "--seconds", "25",
+    proc = subprocess.run([sys.executable, str(ROOT / "fuzz/fuzz_parsers.py"), "--seconds", "25",
                            "--stats", str(stats), "--artifacts", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -358,4 +358,4 @@ def test_fuzz_inputs_seeds_parse():
     links = [fuzz_inputs.run(_backend.reader, s) for s in fuzz_inputs.seeds() if s[0] == 3]
     assert links[0] == ("links", ([(16, 3, 0x1043, "swp1", 6, "veth", 4), (17, 4, 0x1043, "swp2s1", 6, "", 4)], True))
     assert links[1] == ("links", "OSError", 1)  # NLMSG_ERROR -EPERM
-    assert Path(ROOT / "bench/fuzz_cov.c").exists()
+    assert Path(ROOT / "fuzz/fuzz_cov.c").exists()

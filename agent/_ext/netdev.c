@@ -4,7 +4,7 @@
  *
  * The reply parser (parse_dump) trusts nothing in the buffer: netdev_read runs
  * it on what recv() returned, netdev_parse on a caller's buffer (for tests and
- * the fuzz harness, bench/fuzz_parsers.py), so both exercise the same code. */
+ * the fuzz harness, fuzz/fuzz_parsers.py), so both exercise the same code. */
 #include "swtel.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* Coverage shim for bench/fuzz_parsers.py: gcc cannot build for libFuzzer
+/* Coverage shim for fuzz/fuzz_parsers.py: gcc cannot build for libFuzzer
  * (-fsanitize=fuzzer-no-link is clang's), but it can emit
  * -fsanitize-coverage=trace-pc,trace-cmp callbacks. This file, linked into the
  * fuzz build of agent._swtel and compiled WITHOUT those flags, turns each

@@ -7,11 +7,11 @@ tests/fixtures/ethnl and tests/fixtures/devlink: the code the reader runs on wha
 kernel returns), with the pure-Python fallback as a differential oracle: every input must give
 the same result, outputs and errors in both backends (tests/fuzz_inputs.py).
 
-    python bench/fuzz_parsers.py [--seconds 300] [--corpus DIR] [--plain]
+    python fuzz/fuzz_parsers.py [--seconds 300] [--corpus DIR] [--plain]
 
 With atheris and gcc (the default): builds a copy of the extension with AddressSanitizer
 and UndefinedBehaviorSanitizer, its parser files instrumented with gcc's
--fsanitize-coverage=trace-pc,trace-cmp (bench/fuzz_cov.c turns those callbacks into
+-fsanitize-coverage=trace-pc,trace-cmp (fuzz/fuzz_cov.c turns those callbacks into
 libFuzzer's inline 8-bit counters and compare hooks), then re-runs itself with libasan
 preloaded and lets atheris' libFuzzer drive it. ``--plain`` fuzzes the ordinary build
 (no sanitizers; coverage of the Python harness only). Without atheris: random and
