@@ -70,9 +70,21 @@ the reads before it.
   ``v(t) - v(a)`` from a on.
 * ``breakout``: from a the 400G port is replaced by ``<port>s0..s3`` at 100G whose counters
   start at 0 (``v(t) - v(a)``); the generation is 1 + the number of breakouts passed.
+* ``fec-degrade`` (needs its end, b - a >= 2 s; default port as symbol-errors): a link that
+  fails by its FEC histogram's tail. Failing from ``f = b - (b - a) // 10`` (slots). Phases
+  j = 0..11 start at ``a + (f - a) * j // 12``, phase 12 is [f, b); in phase j the tail's
+  front is bin ``m = 3 + j``. ``tail_k(t) = sum_{j >= k - 3} (S << (3 + j - k)) * ns_j(t)
+  // 64e12``, ``ns_j(t)`` the ns of phase j before t: the front bin gets S/64000 codewords/s
+  (6.25/s at 400G), each bin below it twice the one above (log-linear, its level doubling
+  with every step of the front). The histogram's bins k >= 1 are the
+  ladder of the corrected bits before the tail plus ``tail_k``; ``phy_corrected_bits`` (and
+  the lanes) gain ``sum_k k * tail_k``; bin 0 stays the other codewords. From f on:
+  ``phy_effective_errors`` (and the frame/in-errors) ``1 + hash % 8`` per cell (so the
+  first uncorrectable codeword comes within 100 ms of f) and ``phy_symbol_errors`` as
+  symbol-errors' table (keys K_FEC_EFF, K_SYM). After b the tail and the errors stop.
 
-Traffic scenarios (symbol-errors, imbalance, pfc-storm, link-flap) may not overlap in time on
-one port (imbalance covers every uplink): open() refuses the config.
+Traffic scenarios (symbol-errors, imbalance, pfc-storm, link-flap, fec-degrade) may not
+overlap in time on one port (imbalance covers every uplink): open() refuses the config.
 """
 
 from __future__ import annotations
@@ -98,10 +110,14 @@ PORT_UP, PORT_HOST = 1, 2
 K_RX, K_TX, K_CORR, K_OCC, K_FLAP, K_DIP, K_SYM, K_EFF = 1, 2, 3, 4, 5, 6, 8, 9
 K_PFC, K_PFCOCC, K_MB_START, K_MB_LEN, K_MB_DROP, K_MB_WRED, K_MB_OCC = 10, 11, 12, 13, 14, 15, 16
 K_RETR, K_RETR_SCN, K_OOS, K_CNP, K_CNPH, K_ECNR, K_HTX, K_HRX = 17, 18, 19, 20, 21, 22, 23, 24
+K_FEC_EFF = 25
+FEC_PHASES = 12  # fec-degrade: the tail's front moves from bin 3 to bin 15 in 12 steps
+FEC_MIN_SLOTS = 200  # fec-degrade: a window of at least 2 s
+FEC_DEN = 64_000_000_000_000  # fec-degrade: (Mb/s x ns) -> codewords; the front bin gets S/64000 per s
 
 SCENARIOS = ("symbol-errors", "imbalance", "pfc-storm", "microburst", "link-flap",
-             "counter-clear", "breakout")
-TRAFFIC = {"symbol-errors", "imbalance", "pfc-storm", "link-flap"}
+             "counter-clear", "breakout", "fec-degrade")
+TRAFFIC = {"symbol-errors", "imbalance", "pfc-storm", "link-flap", "fec-degrade"}
 KEYS = ("role", "seed", "start", "ports", "uplinks", "load", "scenario")
 MAX_SCENARIOS = 64
 MAX_PORT_WINDOWS = 16
@@ -251,6 +267,17 @@ class Scenario:
         self.b = INF if b_ns is None or name in ("counter-clear", "breakout") else b_ns // SLOT
         if self.b <= self.a:
             raise ConfigError(f"sim: scenario '{spec}': end must be after start (10 ms resolution)")
+        if name == "fec-degrade":
+            if self.b == INF or self.b - self.a < FEC_MIN_SLOTS:
+                raise ConfigError(f"sim: scenario '{spec}': needs an end at least 2s after its start"
+                                  " (fec-degrade@START-END)")
+            self.fail = self.b - (self.b - self.a) // 10  # the first uncorrectable codeword's slot
+
+    def fec_phase(self, j: int) -> int:
+        """fec-degrade: the first slot of phase j (0..12; the front at bin 3 + j), j = 13: b."""
+        if j > FEC_PHASES:
+            return self.b
+        return self.a + (self.fail - self.a) * j // FEC_PHASES
 
 
 def parse_config(config: str) -> dict:
@@ -498,6 +525,12 @@ class Port:
                                lambda h: 1024 - (410 + (h >> 32) % 307) if h % 100 < 30 else 0),
                 )
                 self.corr.over.append((sc.a, sc.b, self.speed * 1024 * 2 // 100))
+            elif sc.name == "fec-degrade":
+                mult = max(1, self.speed // 100_000)
+                self.tables[sc.ord] = (
+                    cell_table(self, K_SYM, lambda h, m=mult: (((h % 64) ** 2) >> 2) * m),
+                    cell_table(self, K_FEC_EFF, lambda h: 1 + h % 8),
+                )
 
     def raw(self, t: int, since: int | None = None) -> list[int]:
         """Every counter at t, before clears and truncation (full precision); the peaks since
@@ -517,6 +550,7 @@ class Port:
             n_tx -= (self.tx.rate_at(sc.a) * d) << 10
             n_corr -= (self.corr.rate_at(sc.a) * d) << 10
         sym = eff = q_drops = w_drops = 0
+        tail = [0] * FEC_BINS  # fec-degrade's extra codewords per bin
         for sc in self.wins:
             w = _window_ns(sc, t)
             if sc.name == "symbol-errors":
@@ -537,7 +571,14 @@ class Port:
             elif sc.name == "microburst":
                 q_drops += self.mb_drops(sc, t, K_MB_DROP, 1500, 1001)
                 w_drops += self.mb_drops(sc, t, K_MB_WRED, 400, 301)
+            elif sc.name == "fec-degrade":
+                (sv, sp), (ev, ep) = self.tables[sc.ord]
+                failing = max(0, min(t, sc.b * SLOT) - sc.fail * SLOT)
+                sym += table_count(sv, sp, failing)
+                eff += table_count(ev, ep, failing)
+                self._fec_tail(sc, t, tail)
         rx, tx, corr = n_rx // DEN, n_tx // DEN, n_corr // DEN
+        tail_bits = sum(k * n for k, n in enumerate(tail))
         v[0:4] = [rx, rx >> 12, rx >> 27, rx >> 32]
         v[4:8] = [tx, tx >> 12, tx >> 27, tx >> 32]
         v[IDX["HwIfInDot3FrameErrors"]] = eff
@@ -549,11 +590,11 @@ class Port:
         v[IDX["ecn_marked_tc_3"]] = tx >> 23
         v[IDX["phy_received_bits"]] = self.speed * (t - down) // 1000
         v[IDX["phy_symbol_errors"]] = sym
-        v[IDX["phy_corrected_bits"]] = corr
+        v[IDX["phy_corrected_bits"]] = corr + tail_bits
         v[IDX["phy_effective_errors"]] = eff
         lane0 = IDX["phy_raw_errors_lane0"]
         for i in range(self.lanes):
-            v[lane0 + i] = corr // self.lanes
+            v[lane0 + i] = (corr + tail_bits) // self.lanes
         v[IDX["carrier_changes"]] = changes
         c = t // CELL
         c0 = max(min(t if since is None else since, t) // CELL, c - PEAK_CELLS + 1, 0)
@@ -564,19 +605,31 @@ class Port:
             v[occ0 + tc] = levels[-1]
             v[wm0 + tc] = max(levels)
             v[pk0 + tc] = max(self.occupancy(tc, x) for x in range(c0, c + 1))
-        self._fec_bins(v)
+        self._fec_bins(v, corr, tail)
         return v
 
+    def _fec_tail(self, sc: Scenario, t: int, tail: list[int]) -> None:
+        """fec-degrade's codewords per bin at t, added to ``tail``: in phase j the front bin
+        m = 3 + j gets S/64000 codewords/s and each bin below it twice the one above."""
+        for k in range(1, FEC_BINS):
+            n = 0
+            for j in range(max(0, k - 3), FEC_PHASES + 1):
+                lo, hi = sc.fec_phase(j) * SLOT, sc.fec_phase(j + 1) * SLOT
+                if t > lo:
+                    n += (self.speed << (3 + j - k)) * (min(t, hi) - lo)
+            tail[k] += n // FEC_DEN
+
     @staticmethod
-    def _fec_bins(v: list[int]) -> None:
+    def _fec_bins(v: list[int], corr: int, tail: list[int]) -> None:
         """The RS-FEC histogram (``phy_rs_fec_histogram``, bins S0..S15) from the PHY's
-        counters as the plugin holds them (64-bit): bin k >= 1 = corrected >> (3k - 2), bin 0
-        the other codewords received (bits // 5440)."""
-        corr = v[IDX["phy_corrected_bits"]] & MASK64
+        counters as the plugin holds them (64-bit): bin k >= 1 = (corrected before
+        fec-degrade's tail) >> (3k - 2) plus the tail's codewords, bin 0 the other codewords
+        received (bits // 5440)."""
+        corr &= MASK64
         fec0 = IDX["phy_rs_fec_histogram"]
         errored = 0
         for k in range(1, FEC_BINS):
-            v[fec0 + k] = corr >> (3 * k - 2)
+            v[fec0 + k] = (corr >> (3 * k - 2)) + tail[k]
             errored += v[fec0 + k]
         v[fec0] = max((v[IDX["phy_received_bits"]] & MASK64) // CW_BITS - errored, 0)
 
@@ -718,7 +771,7 @@ class Model:
                 name = sc.port
                 if name is None:
                     name = "swp1"
-                    if sc.name == "symbol-errors" and "swp11s1" in byname:
+                    if sc.name in ("symbol-errors", "fec-degrade") and "swp11s1" in byname:
                         name = "swp11s1"
                 if name not in byname:
                     raise ConfigError(f"sim: scenario '{sc.spec}': no port '{name}'")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -193,6 +194,24 @@ def test_demo_no_tui_shows_both_field_cases(tmp_path):
     assert any("host-1" in r and "roce" in r for r in rows), out
     assert (tmp_path / "collector.jsonl").stat().st_size > 0
     assert str(tmp_path / "collector.jsonl") in out
+
+
+def test_demo_fec_degrade_predicts_the_failing_link(tmp_path):
+    """`swtel demo --scenario fec-degrade`: link-degrading on spine-1 swp13 well before its
+    first uncorrectable codeword (22.6 s), the lead printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent", "demo", "--scenario", "fec-degrade", "--duration", "25", "--no-tui",
+         "--dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=90, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    rows = out[out.index("event timeline"):].splitlines()
+    assert any("spine-1" in r and "swp13" in r and "link-degrading" in r for r in rows), out
+    m = re.search(r"spine-1 swp13: link-degrading raised at \+([\d.]+)s, the first uncorrectable codeword at "
+                  r"\+22\.6s: lead ([\d.]+)s", out)
+    assert m, out
+    assert float(m.group(2)) >= 8 and float(m.group(1)) + float(m.group(2)) == pytest.approx(22.6, abs=0.11)
 
 
 def test_demo_into_a_closed_pipe_stops_quietly(tmp_path):

@@ -231,6 +231,11 @@ SCENARIO_CONFIGS = [
     ("role=host seed=99 load=0.1 scenario=symbol-errors@1s,counter-clear@3s", [0.5, 3.5, 70]),
     ("ports=16 load=1.0 scenario=microburst@1s-9s:swp16", [1.3, 4.4, 9.5]),
     ("ports=16 load=0 scenario=symbol-errors@1s-9s", [2.0, 8.0]),
+    ("role=spine scenario=fec-degrade@2s-22s:swp11s1", [1.9, 2.35, 9.87, 19.7, 20.05, 21.9, 23]),
+    ("role=spine seed=5 scenario=fec-degrade@1s-3s:swp7,fec-degrade@4s-64s:swp7,counter-clear@3.5s",
+     [0.9, 2.85, 3.6, 33.3, 61, 70]),
+    ("role=leaf scenario=fec-degrade@100ms-10s", [0.05, 5.55, 9.95, 12]),
+    ("role=spine scenario=breakout@1s:swp5,fec-degrade@1s-9s:swp5s2", [0.5, 1.5, 8.5]),
 ]
 
 
@@ -553,9 +558,9 @@ BAD = [
     ("load=.5", "sim: load: expected 0.0..1.0, got '.5'"),
     ("load=0.1234567", "sim: load: expected 0.0..1.0, got '0.1234567'"),
     ("scenario=x", "sim: scenario 'x': unknown name (known: symbol-errors imbalance pfc-storm "
-                   "microburst link-flap counter-clear breakout)"),
+                   "microburst link-flap counter-clear breakout fec-degrade)"),
     ("scenario=microburst,", "sim: scenario '': unknown name (known: symbol-errors imbalance "
-                             "pfc-storm microburst link-flap counter-clear breakout)"),
+                             "pfc-storm microburst link-flap counter-clear breakout fec-degrade)"),
     ("scenario=link-flap@5", "sim: scenario 'link-flap@5': bad time '5' (e.g. 5s, 500ms, 2m)"),
     ("scenario=link-flap@5s-2x",
      "sim: scenario 'link-flap@5s-2x': bad time '2x' (e.g. 5s, 500ms, 2m)"),
@@ -581,6 +586,14 @@ BAD = [
     ("role=leaf scenario=imbalance@1s-9s,link-flap@5s:swp63",
      "sim: scenarios 'imbalance@1s-9s' and 'link-flap@5s:swp63' overlap on swp63"),
     ("scenario=" + ",".join(["microburst"] * 65), "sim: too many scenarios (max 64)"),
+    ("scenario=fec-degrade@5s", "sim: scenario 'fec-degrade@5s': needs an end at least 2s after its "
+                                "start (fec-degrade@START-END)"),
+    ("scenario=fec-degrade@5s-6.99s:swp1", "sim: scenario 'fec-degrade@5s-6.99s:swp1': needs an end at "
+                                          "least 2s after its start (fec-degrade@START-END)"),
+    ("role=host scenario=fec-degrade@1s-9s",
+     "sim: scenario 'fec-degrade@1s-9s': not available with role=host"),
+    ("scenario=fec-degrade@1s-9s:swp2,link-flap@8s:swp2",
+     "sim: scenarios 'fec-degrade@1s-9s:swp2' and 'link-flap@8s:swp2' overlap on swp2"),
 ]
 
 
@@ -678,3 +691,40 @@ def test_the_peak_sees_bursts_the_instantaneous_level_misses():
         seen_peak += v[peak] > burst
         seen_level += v[occ] > burst
     assert seen_peak >= 15 and seen_level <= seen_peak // 3, (seen_peak, seen_level)
+
+
+def test_fec_degrade_scenario():
+    """fec-degrade: healthy (bins 0-2), then a log-linear tail whose highest bin moves from 3
+    to 15 over the window, the first uncorrectable codeword in the last tenth (within a 100 ms
+    cell of it), symbol errors from then; histogram and PHY counters stay consistent."""
+    model = Model("role=spine scenario=fec-degrade@10s-70s:swp2")
+    port = next(p for p in model.all_ports if p.name == "swp2")
+    fec0, fail = IDX["phy_rs_fec_histogram"], (70 - 6) * S  # END - (END - START) / 10
+    prev, fronts, first_eff = None, [], None
+    kinds = sim_model.value_kinds([port.counters])
+    for k in range(0, 801):  # 0..80 s every 100 ms
+        t = k * S // 10
+        v = port.values(t)
+        bins = v[fec0:fec0 + sim_model.FEC_BINS]
+        assert sum(bins) == v[IDX["phy_received_bits"]] // sim_model.CW_BITS
+        assert sum(n * i for i, n in enumerate(bins)) <= v[IDX["phy_corrected_bits"]]
+        if prev is not None:
+            assert all(b >= a for a, b, k in zip(prev, v, kinds, strict=True) if k == sim_model.COUNTER)
+            assert (v[IDX["phy_effective_errors"]] > prev[IDX["phy_effective_errors"]]) <= (t > fail)
+            if t % (5 * S) == 0:
+                d = [b - a for a, b in zip(prev[fec0:fec0 + 16], bins, strict=True)]
+                fronts.append((t // S, max(i for i, n in enumerate(d) if n)))
+        if first_eff is None and v[IDX["phy_effective_errors"]]:
+            first_eff = t
+            assert v[IDX["phy_symbol_errors"]] > 0
+        prev = v
+    assert fail < first_eff <= fail + S // 10
+    front = dict(fronts)
+    assert front[5] <= 3 and front[75] <= 3  # healthy before and after
+    assert front[15] <= 4 and 8 <= front[40] <= 10 and front[65] == 15
+    assert all(front[t] <= front[t + 5] for t in range(10, 60, 5))  # the front only moves out
+    d = [b - a for a, b in zip(port.values(60 * S)[fec0:fec0 + 16], port.values(62 * S)[fec0:fec0 + 16],
+                               strict=True)]
+    assert all(0.4 < d[i + 1] / d[i] < 0.6 for i in range(1, 13))  # about 2x a bin: log-linear
+    other = next(p for p in model.all_ports if p.name == "swp3")
+    assert other.values(65 * S)[IDX["phy_effective_errors"]] == 0

@@ -40,14 +40,15 @@ CARRIER = "carrier"  # carrier transitions
 ROCE = "roce"  # RDMA retransmission-related counters; sub = counter name (hyphenated)
 ECN = "ecn-marks"  # packets ECN-marked on egress; sub = queue
 DROP_REASON = "drop-reason"  # packets dropped for one reason; sub = "group/reason"
+FEC_BIN = "fec-bin"  # RS-FEC codewords by corrected symbols (histogram bin); sub = the bin's index
 # Levels (gauges): a feed carries a level's latest value, not a delta.
 QUEUE_PEAK = "queue-peak"  # highest occupancy since the previous read, bytes; sub = queue
 QUEUE_LEVEL = "queue-level"  # occupancy at the read, bytes; sub = queue
 
 #: Every semantic.
 ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, PAUSE,
-       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE, ECN, DROP_REASON, QUEUE_PEAK,
-       QUEUE_LEVEL)
+       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE, ECN, DROP_REASON, FEC_BIN,
+       QUEUE_PEAK, QUEUE_LEVEL)
 #: the semantics that are levels (read from gauges)
 LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL})
 _BY_QUEUE = "*"  # a _LEAVES sub meaning "the queue's name"
@@ -95,6 +96,8 @@ ROCE_LEAVES = frozenset({
 
 _PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
 _DROP_REASON = re.compile(rf"^drops/group\[name=({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
+# the port's histogram (the asic source's bin_container, ethtool netlink's total), not per lane
+_FEC_BIN = re.compile(r"^phy/fec/state/rs-fec-histogram/bin\[index=(\d+)\]\[lower=\d+\]\[upper=(?:\d+|inf)\]$")
 _QUEUE = re.compile(rf"^/output/queues/queue\[name=({KEY_VALUE_RE})\]/state$")
 _RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
                    rf"(?:/ports/port\[id={KEY_VALUE_RE}\])?/hw-counters$")
@@ -127,6 +130,9 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
         m = _DROP_REASON.match(tail) if leaf == "packets" else None
         if m:
             return port, DROP_REASON, f"{unescape_key(m.group(1))}/{unescape_key(m.group(2))}"
+        m = _FEC_BIN.match(tail) if leaf == "count" else None
+        if m:
+            return port, FEC_BIN, m.group(1)
         sem = _LEAVES.get((tail, leaf))
         return (port, sem[0], sem[1]) if sem else None
     if path.startswith(QOS_INTERFACE_PREFIX):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.config import Duration
 from agent.control.client import ControlError, request
 from agent.control.printable import printable
 from agent.control.top import rates
@@ -85,6 +86,39 @@ class Timeline:
         if len(lines) == 2:
             lines.append("(no events)")
         return lines
+
+
+def failing_at(spec: str) -> tuple[str, float] | None:
+    """(port, seconds from the start) of a ``fec-degrade@START-END:PORT`` scenario's first
+    uncorrectable codeword: END - (END - START) / 10, in the sim's 10 ms slots."""
+    m = re.match(r"^fec-degrade@([^-]+)-([^:]+):(.+)$", spec)
+    if not m:
+        return None
+    a, b = (round(Duration.parse(x) * 100) for x in m.group(1, 2))
+    return m.group(3), (b - (b - a) // 10) / 100
+
+
+def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
+    """For each fec-degrade scenario: when link-degrading was raised, and how long before the
+    port's first uncorrectable codeword (the prediction's lead)."""
+    out = []
+    for sw in fabric.switches:
+        for spec in sw.scenarios:
+            hit = failing_at(spec)
+            if hit is None:
+                continue
+            port, fail_s = hit
+            starts = sorted((int(ev["start-ns"]) - timeline.origin_ns) / 1e9
+                            for (target, _id), ev in timeline.rows.items()
+                            if target == sw.name and ev.get("type") == "link-degrading"
+                            and port in str(ev.get("interfaces", "")).split(",") and "start-ns" in ev)
+            if starts and starts[0] < fail_s:
+                out.append(f"\n{sw.name} {port}: link-degrading raised at {starts[0]:+.1f}s, the first uncorrectable "
+                           f"codeword at {fail_s:+.1f}s: lead {fail_s - starts[0]:.1f}s")
+            else:
+                out.append(f"\n{sw.name} {port}: link-degrading not raised before the first uncorrectable "
+                           f"codeword ({fail_s:+.1f}s)")
+    return out
 
 
 def _port_rates(fabric: Fabric, prev: dict[str, dict]) -> dict[str, list[dict[str, Any]]]:
@@ -203,6 +237,8 @@ def demo_main(args: Any) -> int:
     failed = {k: v for k, v in codes.items() if v not in (0, None)}
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
+    for line in lead_lines(fabric, timeline):
+        print(line)
     print(f"\nraw data: every update the collector received, one JSON line each: {out_path}\n"
           f"configs, control sockets and agent logs: {workdir}\n"
           f"run it yourself: swtel run -c {workdir / 'spine-1.yaml'}  |  swtel fabric  |  swtel top")

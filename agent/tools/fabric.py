@@ -32,6 +32,8 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     "microburst": {"leaf-3": ["microburst@3s:swp1"]},
     "link-flap": {"spine-1": ["link-flap@3s-15s:swp2"]},
     "counter-clear": {"spine-1": ["counter-clear@5s"], "leaf-3": ["counter-clear@5s"]},
+    # a failing optic: its FEC histogram's tail grows, the first uncorrectable codeword at 22.6 s
+    "fec-degrade": {"spine-1": ["fec-degrade@1s-25s:swp13"]},
     "clean": {},
 }
 LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3

@@ -254,7 +254,8 @@ int build(struct sim *s, char *err, size_t errlen)
                 list[n++] = s->uplinks[i];
         } else {
             if (!sc->has_port) {
-                int sym11 = sc->type == SC_SYM && find_port(s, "swp11s1") >= 0;
+                int sym11 = (sc->type == SC_SYM || sc->type == SC_FEC) &&
+                            find_port(s, "swp11s1") >= 0;
                 strcpy(sc->port, sym11 ? "swp11s1" : "swp1");
                 sc->has_port = 1;
             }
@@ -345,6 +346,11 @@ int build(struct sim *s, char *err, size_t errlen)
                 o->a = sc->a;
                 o->b = sc->b;
                 o->r = p->speed * 1024 * 2 / 100;
+            } else if (sc->type == SC_FEC) {
+                uint64_t mult = max64(1, p->speed / 100000);
+                if (!(wn->t[0] = make_table(p, K_SYM, 1, mult)) ||
+                    !(wn->t[1] = make_table(p, K_FEC_EFF, 4, 1)))
+                    goto oom;
             }
         }
     }

@@ -194,15 +194,39 @@ static void raw_host(const struct port *p, uint64_t t, uint64_t *v)
     v[10] = (uint64_t)(proc_value(p, &p->rx, t, 1) >> 2);
 }
 
-/* The RS-FEC histogram from the PHY's counters: bin k >= 1 holds corrected >> (3k - 2)
- * codewords (each a shift of a monotonic count, so monotonic itself; about 65 % of the
- * corrected symbols), bin 0 the rest of the codewords received. A healthy link: mass in
- * bins 0-2. */
-static void fec_bins(uint64_t *v)
+/* fec-degrade: the first slot of phase j (0..12, the tail's front at bin 3 + j); 13: the end */
+static uint64_t fec_phase(const struct scen *sc, int j)
 {
-    uint64_t corr = v[C_PHY_CORR], errored = 0;
+    if (j > FEC_PHASES)
+        return sc->b;
+    return sc->a + (sc->fail - sc->a) * (uint64_t)j / FEC_PHASES;
+}
+
+/* fec-degrade's codewords per bin at t, added to tail: in phase j the front bin m = 3 + j
+ * gets S/64000 codewords/s and each bin below it twice the one above (a log-linear tail
+ * whose front moves out), monotonic in t. */
+static void fec_tail(const struct port *p, const struct scen *sc, uint64_t t, uint64_t *tail)
+{
     for (int k = 1; k < FEC_BINS; k++) {
-        uint64_t n = corr >> (3 * k - 2);
+        u128 n = 0;
+        for (int j = k > 3 ? k - 3 : 0; j <= FEC_PHASES; j++) {
+            uint64_t lo = fec_phase(sc, j) * SLOT, hi = fec_phase(sc, j + 1) * SLOT;
+            if (t > lo)
+                n += ((u128)p->speed << (3 + j - k)) * (min64(t, hi) - lo);
+        }
+        tail[k] += (uint64_t)(n / FEC_DEN);
+    }
+}
+
+/* The RS-FEC histogram from the PHY's counters: bin k >= 1 holds corr >> (3k - 2)
+ * codewords (corr: the corrected bits before fec-degrade's tail; each a shift of a monotonic
+ * count, so monotonic itself; about 65 % of the corrected symbols) plus the tail's, bin 0 the
+ * rest of the codewords received. A healthy link: mass in bins 0-2. */
+static void fec_bins(uint64_t *v, uint64_t corr, const uint64_t *tail)
+{
+    uint64_t errored = 0;
+    for (int k = 1; k < FEC_BINS; k++) {
+        uint64_t n = (corr >> (3 * k - 2)) + tail[k];
         v[C_FEC0 + k] = n;
         errored += n;
     }
@@ -222,6 +246,7 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
     const u128 den = (u128)SLOT << 20;
     u128 rx, tx, corr;
     uint64_t down = 0, changes = 0, sym = 0, eff = 0, qd = 0, wd = 0;
+    uint64_t tail[FEC_BINS] = {0}; /* fec-degrade's extra codewords per bin */
     uint32_t tcs = 1u << 3;
     if (!p->nwin) {
         rx = proc_x(p, &p->rx, t, 0) / (SLOT << 10);
@@ -268,6 +293,12 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
             } else if (sc->type == SC_MB) {
                 qd += mb_drops(p, wn, t, K_MB_DROP, 1500, 1001);
                 wd += mb_drops(p, wn, t, K_MB_WRED, 400, 301);
+            } else if (sc->type == SC_FEC) {
+                uint64_t f = sc->fail * SLOT, e = min64(t, sc->b * SLOT);
+                uint64_t failing = e > f ? e - f : 0;
+                sym += table_count(wn->t[0], failing);
+                eff += table_count(wn->t[1], failing);
+                fec_tail(p, sc, t, tail);
             }
         }
         rx = (u128)n_rx / den;
@@ -291,9 +322,12 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
     v[C_ECN0 + 3] = (uint64_t)(tx >> 23);
     v[C_PHY_BITS] = (uint64_t)((u128)p->speed * (t - down) / 1000);
     v[C_PHY_SYM] = sym;
-    v[C_PHY_CORR] = (uint64_t)corr;
+    u128 tail_bits = 0;
+    for (int k = 1; k < FEC_BINS; k++)
+        tail_bits += (u128)k * tail[k];
+    v[C_PHY_CORR] = (uint64_t)(corr + tail_bits);
     v[C_PHY_EFF] = eff;
-    u128 lane = corr / (unsigned)p->lanes;
+    u128 lane = (corr + tail_bits) / (unsigned)p->lanes;
     for (int i = 0; i < p->lanes && i < 8; i++)
         v[C_LANE0 + i] = (uint64_t)lane;
     v[C_CARRIER] = changes;
@@ -315,7 +349,7 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
         v[C_WM0 + tc] = wm;
         v[C_PEAK0 + tc] = pk;
     }
-    fec_bins(v);
+    fec_bins(v, (uint64_t)corr, tail);
 }
 
 void port_values(const struct port *p, uint64_t t, uint64_t since, uint64_t *out)
@@ -357,6 +391,9 @@ struct table *make_table(const struct port *p, uint64_t key, int kind, uint64_t 
             break;
         case 2: /* effective errors */
             x = h % 8;
+            break;
+        case 4: /* fec-degrade's effective errors: the first cell has one */
+            x = 1 + h % 8;
             break;
         default: /* throughput dips (fraction lost, /1024) */
             x = h % 100 < 30 ? 1024 - (410 + (h >> 32) % 307) : 0;

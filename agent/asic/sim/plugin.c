@@ -3,7 +3,8 @@
  * Config: space-separated key=value: role=spine|leaf|host seed=N start=<epoch ns>
  * ports=N uplinks=4|8 load=0.0..1.0 scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable,
  * or comma-separated). Scenarios: symbol-errors imbalance pfc-storm microburst link-flap
- * counter-clear breakout.
+ * counter-clear breakout fec-degrade (START-END required: the FEC histogram's tail grows bin by
+ * bin, the first uncorrectable codeword at END - (END - START) / 10).
  *
  * Layout calls (port_count, port_info, counter_count, counter_info) describe the layout of
  * the generation last returned by generation() (the one at open() before any call).

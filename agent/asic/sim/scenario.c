@@ -1,6 +1,8 @@
 /* The simulated switch's config string: space-separated key=value (role, seed, start,
  * ports, uplinks, load) and scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable, or
- * comma-separated), checked and parsed into struct sim; layout.c places the scenarios. */
+ * comma-separated), checked and parsed into struct sim; layout.c places the scenarios.
+ * fec-degrade needs its END, at least 2 s after START: its uncorrectable codewords begin
+ * at END - (END - START) / 10. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +10,12 @@
 #include "sim.h"
 
 static const char *const SC_NAMES[] = {"symbol-errors", "imbalance", "pfc-storm", "microburst",
-                                       "link-flap", "counter-clear", "breakout"};
+                                       "link-flap", "counter-clear", "breakout", "fec-degrade"};
 
 static const char *const KEYS[] = {"role", "seed", "start", "ports", "uplinks", "load", "scenario"};
 #define KNOWN_KEYS "role seed start ports uplinks load scenario"
-#define KNOWN_SC "symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout"
+#define KNOWN_SC \
+    "symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade"
 
 /* digits only, at most 20 of them, value <= limit */
 static int parse_uint(const char *s, uint64_t limit, uint64_t *out)
@@ -160,6 +163,16 @@ static int parse_scenario(struct sim *s, const char *spec, char *err, size_t err
     if (sc->b <= sc->a) {
         errf(err, errlen, "sim: scenario '%s': end must be after start (10 ms resolution)", spec);
         goto out;
+    }
+    if (sc->type == SC_FEC) {
+        if (sc->b == INF || sc->b - sc->a < FEC_MIN_SLOTS) {
+            errf(err, errlen,
+                 "sim: scenario '%s': needs an end at least 2s after its start "
+                 "(fec-degrade@START-END)",
+                 spec);
+            goto out;
+        }
+        sc->fail = sc->b - (sc->b - sc->a) / 10;
     }
     rc = 0;
 out:

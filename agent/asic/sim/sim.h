@@ -45,11 +45,18 @@ typedef __int128 i128;
 enum { K_RX = 1, K_TX = 2, K_CORR = 3, K_OCC = 4, K_FLAP = 5, K_DIP = 6, K_SYM = 8, K_EFF = 9,
        K_PFC = 10, K_PFCOCC = 11, K_MB_START = 12, K_MB_LEN = 13, K_MB_DROP = 14, K_MB_WRED = 15,
        K_MB_OCC = 16, K_RETR = 17, K_RETR_SCN = 18, K_OOS = 19, K_CNP = 20, K_CNPH = 21,
-       K_ECNR = 22, K_HTX = 23, K_HRX = 24 };
+       K_ECNR = 22, K_HTX = 23, K_HRX = 24, K_FEC_EFF = 25 };
 
-enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT };
-#define N_SC 7
-#define IS_TRAFFIC(x) ((x) == SC_SYM || (x) == SC_IMB || (x) == SC_PFC || (x) == SC_FLAP)
+enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC };
+#define N_SC 8
+#define IS_TRAFFIC(x) \
+    ((x) == SC_SYM || (x) == SC_IMB || (x) == SC_PFC || (x) == SC_FLAP || (x) == SC_FEC)
+
+/* fec-degrade: the tail's front moves from bin 3 to bin 15 in FEC_PHASES steps over a window
+ * of at least FEC_MIN_SLOTS; the front bin gets S/64000 codewords/s (FEC_DEN: Mb/s x ns) */
+#define FEC_PHASES 12
+#define FEC_MIN_SLOTS 200
+#define FEC_DEN 64000000000000ULL
 
 /* counter indices (tests/sim_model.py SWITCH_COUNTERS) */
 enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16,
@@ -61,6 +68,7 @@ enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DI
 struct scen {
     int type, ord;
     uint64_t a, b; /* slots */
+    uint64_t fail; /* fec-degrade: the first uncorrectable codeword's slot */
     int prio;      /* -1: none given */
     int has_port;
     char port[SWTEL_ASIC_NAME_MAX];
