@@ -434,7 +434,8 @@ def _number_keys():
 
 
 _LIST_ITEM = {"dialout": {"address": "h:1", "insecure": True},
-              "tunnel": {"address": "h", "port": 1, "insecure": True}}
+              "tunnel": {"address": "h", "port": 1, "insecure": True},
+              "remote_write": {"url": "http://127.0.0.1:9/api/v1/write"}}
 
 
 def _doc_setting(key: str, value) -> str:

@@ -42,6 +42,7 @@ def test_sections_keep_their_order():
         "enabled", "history", "error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
         "throughput_dip", "roce_retrans"])
     assert {"devlink", "ethnl"} <= {f.name for f in fields(cfg.sources)}
+    assert {"remote_write"} <= {f.name for f in fields(cfg.exporters)}
     assert {"congestion", "drop_reason", "link_degrading"} <= {f.name for f in fields(cfg.insights)}
 
 
