@@ -8,7 +8,9 @@ counters), as on a loaded switch. Prints the median and p99 cost of one pass:
 ``on_batch`` (per change) plus ``end_pass`` (per sample and event handling). A third row
 adds buffer and drop-reason data: 8 egress-queue peaks per port (gauges, every one
 changing every pass, as an ASIC's clear-on-read peaks do) and 6 drop reasons per port
-(counting now and then), read by the congestion and drop-reason detectors.
+(counting now and then), read by the congestion and drop-reason detectors. A fourth adds
+the 16-bin RS-FEC histogram per port (low bins moving every pass, as on a healthy 400G
+link), read by the link-degrading detector.
 
     .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600]
 """
@@ -25,9 +27,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import agent.plugins  # noqa: E402, F401  (fills the config registries)
 from agent.config import Insights  # noqa: E402
-from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable  # noqa: E402
+from agent.counters import GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable  # noqa: E402
 from agent.insights import InsightsRunner  # noqa: E402
-from agent.pathgrammar import drop_reason_path, qos_interface_path  # noqa: E402
+from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path  # noqa: E402
 from tests.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
 
 FILLER = 100 - len(ASIC)  # counters no detector reads, to ~100 per port
@@ -58,7 +60,18 @@ class _Quiet:
     info = warning
 
 
-def run(ports: int, passes: int, groups: bool, buffers: bool = False) -> dict[str, float]:
+def _with_fec(table: CounterTable, where: dict, names: list[str]) -> CounterTable:
+    """``table`` plus a 16-bin RS-FEC histogram per port (bin b: codewords with b corrected symbols)."""
+    specs = list(table.specs)
+    for p in names:
+        for b in range(16):
+            c = Container(OPENCONFIG, interface_path(p) + f"/phy/fec/state/rs-fec-histogram/bin[index={b}][lower={b}][upper={b}]")
+            where[(p, f"bin{b}")] = len(specs)
+            specs.append(CounterSpec(c, "count", port=p))
+    return CounterTable(table.source, specs)
+
+
+def run(ports: int, passes: int, groups: bool, buffers: bool = False, fec: bool = False) -> dict[str, float]:
     names = [f"swp{i // 4 + 1}s{i % 4}" for i in range(ports)]
     ins = Insights()
     if groups:
@@ -73,6 +86,8 @@ def run(ports: int, passes: int, groups: bool, buffers: bool = False) -> dict[st
     peaks: list[int] = []
     if buffers:
         table, peaks = _with_buffers(table, where, names)
+    if fec:
+        table = _with_fec(table, where, names)
     stream = Stream(table, where)
     load = Healthy(names, speed=400e9)
     ts = T0
@@ -83,6 +98,9 @@ def run(ports: int, passes: int, groups: bool, buffers: bool = False) -> dict[st
         for p in names:
             for k in range(BUSY_FILLER):
                 deltas[(p, f"other-{k}")] = 1 + (n + k) % 7
+            if fec:  # 400G: ~6e9 codewords/s in bin 0 ... a few in bin 3 per pass
+                for b in range(4):
+                    deltas[(p, f"bin{b}")] = (600_000_000 >> (5 * b)) + (n + b) % 3
             if buffers and n % 10 == 0:
                 deltas[(p, REASONS[n // 10 % len(REASONS)][1])] = 1 + n % 3
         batch = stream.batch(ts, deltas)
@@ -118,10 +136,12 @@ def main() -> None:
 
     print(f"insights cost per 100 ms pass, {args.ports} ports, reader backend {_backend.NAME}")
     run(args.ports, 100, False)  # warm-up: the first run in a process pays for the allocator
-    for groups, buffers in ((False, False), (True, False), (False, True)):
-        r = run(args.ports, args.passes, groups, buffers)
+    for groups, buffers, fec in ((False, False, False), (True, False, False), (False, True, False),
+                                 (False, False, True)):
+        r = run(args.ports, args.passes, groups, buffers, fec)
         label = ("with an 8-uplink imbalance group" if groups else
-                 "with 8 queue peaks + 6 drop reasons" if buffers else "default detectors")
+                 "with 8 queue peaks + 6 drop reasons" if buffers else
+                 "with a 16-bin FEC histogram" if fec else "default detectors")
         print(f"  {label:34s} {r['counters']:6d} counters, {r['changed']:6.0f} changed/pass: "
               f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
               f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
