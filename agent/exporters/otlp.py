@@ -45,7 +45,7 @@ from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
 from agent.exporters import otlp_names
 from agent.exporters.base import Exporter, check_tls, register
-from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
+from agent.exporters.sender import BoundedQueue, PeriodicSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -307,13 +307,12 @@ class OtlpConfig:
 
 
 @register
-class OtlpExporter(ReconnectingSender, Exporter):
+class OtlpExporter(PeriodicSender, Exporter):
     """The Listener for ``exporters.otlp``.
 
-    Its exports are unary calls, not a connection held open: it takes ReconnectingSender's
-    health, backoff and outage logging, and runs its own loop (:meth:`_run`), which retries
-    the oldest queued request with the backoff and calls the receiver reached once one is
-    accepted."""
+    Its exports are unary calls, not a connection held open: PeriodicSender's loop exports
+    every interval and retries the oldest queued request with the backoff; the receiver
+    counts as reached once one is accepted."""
 
     name = "otlp"
     config_name = "otlp"
@@ -379,7 +378,7 @@ class OtlpExporter(ReconnectingSender, Exporter):
         self._egress_counts: dict[tuple[str, str], list] = {}
         self._channel: grpc.Channel | None = None
         self._call: Any = None
-        # status (the rest: ReconnectingSender)
+        # status (the rest: PeriodicSender)
         self.exports = 0  # export intervals built
         self.sent = 0  # requests the receiver accepted
         self.points = 0  # data points of the last export
@@ -634,36 +633,6 @@ class OtlpExporter(ReconnectingSender, Exporter):
         self._log_outage("warning", "down", "OTLP export failed; retrying",
                          endpoint=str(self.cfg.endpoint), error=error)
 
-    def _run(self) -> None:
-        """Export every interval; send the queue oldest first, a failed request retried with
-        the backoff (its own loop: see the class)."""
-        retry_at = 0.0
-        next_export = time.monotonic()
-        timeout = float(self.cfg.timeout)
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            if now >= next_export:
-                self._export()
-                next_export += self.interval
-                if next_export <= now:  # fell behind (a slow receiver): no burst to catch up
-                    next_export = now + self.interval
-            if self._queue and now >= retry_at:
-                if self._send_one(timeout):
-                    self.backoff.reset()
-                    retry_at = 0.0
-                else:
-                    self.retries += 1
-                    retry_at = time.monotonic() + self.backoff.next()
-                continue
-            wait = next_export - now
-            if self._queue:
-                wait = min(wait, retry_at - now)
-            self._wake.wait(max(wait, 0.0))
-            self._wake.clear()
-        # stopping: the newest values, then whatever fits before the deadline
-        self._export()
-        while self._queue and time.monotonic() < self._flush_deadline:
-            if not self._send_one(max(0.1, self._flush_deadline - time.monotonic())):
-                break
+    def _close(self) -> None:
         if self._channel is not None:
             self._channel.close()

@@ -44,7 +44,7 @@ from agent.config import ClientTls, Duration, file_problem, setting
 from agent.counters import CounterTable
 from agent.exporters.base import Exporter, check_auth, check_tls, register
 from agent.exporters.otlp import names_of
-from agent.exporters.sender import BoundedQueue, ReconnectingSender
+from agent.exporters.sender import BoundedQueue, PeriodicSender
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -327,13 +327,12 @@ def ssl_context(tls_cfg: ClientTls) -> ssl.SSLContext:
 
 
 @register
-class RemoteWriteExporter(ReconnectingSender, Exporter):
+class RemoteWriteExporter(PeriodicSender, Exporter):
     """The Listener for one ``exporters.remote_write[]`` destination.
 
-    Its requests are single HTTP POSTs over a kept-alive connection: it takes
-    ReconnectingSender's health, backoff and outage logging and runs its own loop (as OTLP
-    does), which retries the oldest queued request with the backoff and calls the receiver
-    reached once one is accepted."""
+    Its requests are single HTTP POSTs over a kept-alive connection: PeriodicSender's loop
+    (as OTLP's) exports every interval and retries the oldest queued request with the
+    backoff; the receiver counts as reached once one is accepted."""
 
     config_name = "remote_write"
     config_class = RemoteWriteConfig
@@ -424,7 +423,7 @@ class RemoteWriteExporter(ReconnectingSender, Exporter):
         self._resend_all = False  # a request was dropped: send every series read since
         self._conn: http.client.HTTPConnection | None = None
         self._headers: dict[str, str] = {}
-        # status (the rest: ReconnectingSender)
+        # status (the rest: PeriodicSender)
         self.exports = 0  # export intervals built
         self.sent = 0  # requests the receiver accepted
         self.samples = 0  # samples in them
@@ -649,35 +648,3 @@ class RemoteWriteExporter(ReconnectingSender, Exporter):
         self._log_outage("warning", "down", "remote write failed; retrying", destination=self.name,
                          url=self.shown_url, error=error)
 
-    def _run(self) -> None:
-        """Export every interval; send the queue oldest first, a failed request retried with
-        the backoff."""
-        retry_at = 0.0
-        next_export = time.monotonic()
-        timeout = float(self.cfg.timeout)
-        while not self._stopping.is_set():
-            now = time.monotonic()
-            if now >= next_export:
-                self._export()
-                next_export += self.interval
-                if next_export <= now:  # fell behind (a slow receiver): no burst to catch up
-                    next_export = now + self.interval
-            if self._queue and now >= retry_at:
-                if self._send_one(timeout):
-                    self.backoff.reset()
-                    retry_at = 0.0
-                else:
-                    self.retries += 1
-                    retry_at = time.monotonic() + self.backoff.next()
-                continue
-            wait = next_export - now
-            if self._queue:
-                wait = min(wait, retry_at - now)
-            self._wake.wait(max(wait, 0.0))
-            self._wake.clear()
-        # stopping: the newest values, then whatever fits before the deadline
-        self._export()
-        while self._queue and time.monotonic() < self._flush_deadline:
-            if not self._send_one(max(0.1, self._flush_deadline - time.monotonic())):
-                break
-        self._close()

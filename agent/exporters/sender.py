@@ -6,8 +6,8 @@ their own. :class:`ReconnectingSender` holds what they share: the health fields 
 count of proven connections), exponential backoff with jitter (:class:`Backoff`), and the
 outage's log lines, rate-limited per key and forgotten once a connection is proven, so that
 the next failure is news again. Dial-out and the tunnel hold a connection open and take its
-loop too (:meth:`ReconnectingSender._run`: attempt, then back off and retry); OTLP's unary
-exports run their own loop around the same parts. :class:`BoundedQueue` is the queue of
+loop too (:meth:`ReconnectingSender._run`: attempt, then back off and retry); OTLP and remote
+write export every interval as unary requests (:class:`PeriodicSender`'s loop). :class:`BoundedQueue` is the queue of
 dial-out and OTLP: the oldest item goes on overflow, counted.
 """
 
@@ -157,6 +157,66 @@ class ReconnectingSender:
             self._went_down(error, delay, unexpected)
             self._stopping.wait(delay)
         self.state = "down"
+
+
+class PeriodicSender(ReconnectingSender):
+    """A sender whose work is one export every ``interval``, sent as unary requests from a
+    bounded queue (OTLP, remote write). :meth:`_run` exports on time (never in a burst to catch
+    up), sends the queue oldest first, retries a failed request with the backoff, and on stop
+    makes one last export and sends what fits before ``_flush_deadline``.
+
+    A subclass sets ``cfg`` (with ``timeout``), ``interval``, ``_queue``, ``_wake`` (an Event
+    that cuts a wait short), ``_flush_deadline`` and ``retries``, and gives :meth:`_export`,
+    :meth:`_send_one` and :meth:`_close`."""
+
+    cfg: Any
+    interval: float
+    _queue: BoundedQueue[Any]
+    _wake: threading.Event
+    _flush_deadline: float
+    retries: int
+
+    def _export(self) -> None:
+        """Build this interval's request(s) and queue them."""
+        raise NotImplementedError
+
+    def _send_one(self, timeout: float) -> bool:
+        """Send the oldest queued request; False: it failed and stays queued (retry later)."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release the connection (the thread is ending)."""
+
+    def _run(self) -> None:
+        retry_at = 0.0
+        next_export = time.monotonic()
+        timeout = float(self.cfg.timeout)
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            if now >= next_export:
+                self._export()
+                next_export += self.interval
+                if next_export <= now:  # fell behind (a slow receiver): no burst to catch up
+                    next_export = now + self.interval
+            if self._queue and now >= retry_at:
+                if self._send_one(timeout):
+                    self.backoff.reset()
+                    retry_at = 0.0
+                else:
+                    self.retries += 1
+                    retry_at = time.monotonic() + self.backoff.next()
+                continue
+            wait = next_export - now
+            if self._queue:
+                wait = min(wait, retry_at - now)
+            self._wake.wait(max(wait, 0.0))
+            self._wake.clear()
+        # stopping: the newest values, then whatever fits before the deadline
+        self._export()
+        while self._queue and time.monotonic() < self._flush_deadline:
+            if not self._send_one(max(0.1, self._flush_deadline - time.monotonic())):
+                break
+        self._close()
 
 
 class BoundedQueue(Generic[T]):
