@@ -23,6 +23,8 @@ INTERFACE_PREFIX = "/interfaces/interface[name="
 QOS_INTERFACE_PREFIX = "/qos/interfaces/interface[interface-id="
 #: the same for an RDMA device
 RDMA_DEVICE_PREFIX = "/rdma/devices/device[name="
+#: the same for a devlink device (``<bus>/<dev>``)
+DEVLINK_DEVICE_PREFIX = "/devlink/devices/device[name="
 
 #: a regular expression matching one escaped key value as it stands in a path string
 #: (no group: callers wrap it in their own)
@@ -161,6 +163,14 @@ def drop_reason_path(port: str, group: str, reason: str) -> str:
     """``/interfaces/interface[name=<port>]/drops/group[name=<group>]/reason[name=<reason>]/state``:
     one drop reason of a port (docs/insights.md, "Drop reasons"), every name escaped."""
     return (f"{interface_path(port)}/drops/group[name={escape_key(group)}]"
+            f"/reason[name={escape_key(reason)}]/state")
+
+
+def devlink_drop_reason_path(device: str, group: str, reason: str) -> str:
+    """``/devlink/devices/device[name=<bus>/<dev>]/drops/group[name=<group>]/reason[name=<reason>]/state``:
+    one packet trap of a devlink device (its statistics are per device, not per port), every
+    name escaped; the tail below the device is :func:`drop_reason_path`'s."""
+    return (f"{DEVLINK_DEVICE_PREFIX}{escape_key(device)}]/drops/group[name={escape_key(group)}]"
             f"/reason[name={escape_key(reason)}]/state")
 
 

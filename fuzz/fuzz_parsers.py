@@ -2,7 +2,7 @@
 parse_dump, ethtool.c's gstats_take and gstrings_list, links.c's link messages, reached
 through netdev_parse, ethtool_parse, ethtool_strings_parse and link_parse; ethnl.c's generic
 netlink replies through ethnl_family_parse, ethnl_fec_parse and ethnl_stats_parse, and
-devlink.c's through devlink_parse, every input given to all four, seeded with
+devlink.c's through devlink_parse and devlink_trap_parse, every input given to all five, seeded with
 tests/fixtures/ethnl and tests/fixtures/devlink: the code the reader runs on what the
 kernel returns), with the pure-Python fallback as a differential oracle: every input must give
 the same result, outputs and errors in both backends (tests/fuzz_inputs.py).
@@ -102,7 +102,7 @@ class Stats:
             Path(self.path).write_text(json.dumps(self.summary()))
 
 
-ETHNL_PARSERS = ("ethnl_family_parse", "ethnl_fec_parse", "ethnl_stats_parse", "devlink_parse")
+ETHNL_PARSERS = ("ethnl_family_parse", "ethnl_fec_parse", "ethnl_stats_parse", "devlink_parse", "devlink_trap_parse")
 
 
 def ethnl_run(impl, data: bytes) -> tuple:

@@ -41,7 +41,7 @@ def test_sections_keep_their_order():
     _known_first([f.name for f in fields(cfg.insights)], [
         "enabled", "history", "error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
         "throughput_dip", "roce_retrans"])
-    assert {"devlink", "ethnl"} <= {f.name for f in fields(cfg.sources)}
+    assert {"devlink", "devlink_trap", "ethnl"} <= {f.name for f in fields(cfg.sources)}
     assert {"remote_write"} <= {f.name for f in fields(cfg.exporters)}
     assert {"congestion", "drop_reason", "link_degrading"} <= {f.name for f in fields(cfg.insights)}
 

@@ -1,5 +1,6 @@
 /* devlink (generic netlink family "devlink"): shared-buffer occupancy of switch ASICs
- * (mlxsw). agent/sources/devlink.py names and maps what this returns;
+ * (mlxsw), and packet-trap statistics (devlink_trap_parse: the drop reasons).
+ * agent/sources/devlink.py and devlink_trap.py name and map what this returns;
  * agent/_fallback/devlink.py is the pure-Python twin and both must give the same answer
  * for any buffer.
  *
@@ -27,7 +28,9 @@ _Static_assert(SWTEL_DEVLINK_PORT_GET == DEVLINK_CMD_PORT_GET && SWTEL_DEVLINK_S
                    SWTEL_DEVLINK_SB_PORT_POOL_GET == DEVLINK_CMD_SB_PORT_POOL_GET &&
                    SWTEL_DEVLINK_SB_TC_POOL_BIND_GET == DEVLINK_CMD_SB_TC_POOL_BIND_GET &&
                    SWTEL_DEVLINK_SB_OCC_SNAPSHOT == DEVLINK_CMD_SB_OCC_SNAPSHOT &&
-                   SWTEL_DEVLINK_SB_OCC_MAX_CLEAR == DEVLINK_CMD_SB_OCC_MAX_CLEAR,
+                   SWTEL_DEVLINK_SB_OCC_MAX_CLEAR == DEVLINK_CMD_SB_OCC_MAX_CLEAR &&
+                   SWTEL_DEVLINK_TRAP_GET == DEVLINK_CMD_TRAP_GET &&
+                   SWTEL_DEVLINK_TRAP_GROUP_GET == DEVLINK_CMD_TRAP_GROUP_GET,
                "swtel.h spells the UAPI command numbers");
 
 #define REPLY_MAX 65536        /* one datagram: the kernel's dump skbs stay below 32 KiB */
@@ -35,6 +38,8 @@ _Static_assert(SWTEL_DEVLINK_PORT_GET == DEVLINK_CMD_PORT_GET && SWTEL_DEVLINK_S
 #define STALE_MAX 64           /* datagrams of older requests skipped before giving up (EIO) */
 #define NAME_MAX_LEN 64        /* bus and device names in a request (the kernel's are shorter) */
 #define FIELDS 11              /* devlink_parse's tuple */
+#define TRAP_FIELDS 12         /* devlink_trap_parse's tuple */
+#define TRAP_GENERIC_SLOT 7
 
 /* ---------------------------------------------------------------- parsing */
 
@@ -73,9 +78,35 @@ static PyObject *field_value(const field *f, span a)
         memcpy(&v, a.p, sizeof(v));
         return PyLong_FromUnsignedLong(v);
     }
+    if (f->size == 8) { /* nla_put_u64_64bit: 4-byte aligned only, hence memcpy */
+        uint64_t v;
+        memcpy(&v, a.p, sizeof(v));
+        return PyLong_FromUnsignedLongLong(v);
+    }
     uint32_t v;
     memcpy(&v, a.p, sizeof(v));
     return PyLong_FromUnsignedLong(v);
+}
+
+/* Fill the empty slots of t that attrs' attributes of table give (the first usable wins);
+ * -1 with an exception set. */
+static int fill_fields(PyObject *t, span attrs, const field *table, size_t n)
+{
+    size_t pos = 0;
+    uint16_t type;
+    span a;
+    while (next_attr(attrs, &pos, &type, &a)) {
+        for (size_t i = 0; i < n; i++) {
+            const field *f = &table[i];
+            if (f->type != type || PyTuple_GET_ITEM(t, f->slot) != NULL || a.len < f->size)
+                continue;
+            PyObject *v = field_value(f, a);
+            if (v == NULL)
+                return -1;
+            PyTuple_SET_ITEM(t, f->slot, v);
+        }
+    }
+    return 0;
 }
 
 /* One devlink message's tuple: (cmd, bus, dev, port, sb, pool, tc, pool_type, occ_cur,
@@ -89,20 +120,8 @@ static PyObject *message_tuple(uint8_t cmd, span attrs)
     if (c == NULL)
         goto fail;
     PyTuple_SET_ITEM(t, 0, c);
-    size_t pos = 0;
-    uint16_t type;
-    span a;
-    while (next_attr(attrs, &pos, &type, &a)) {
-        for (size_t i = 0; i < sizeof(FIELDS_OF) / sizeof(FIELDS_OF[0]); i++) {
-            const field *f = &FIELDS_OF[i];
-            if (f->type != type || PyTuple_GET_ITEM(t, f->slot) != NULL || a.len < f->size)
-                continue;
-            PyObject *v = field_value(f, a);
-            if (v == NULL)
-                goto fail;
-            PyTuple_SET_ITEM(t, f->slot, v);
-        }
-    }
+    if (fill_fields(t, attrs, FIELDS_OF, sizeof(FIELDS_OF) / sizeof(FIELDS_OF[0])) < 0)
+        goto fail;
     for (int i = 1; i < FIELDS; i++)
         if (PyTuple_GET_ITEM(t, i) == NULL) {
             Py_INCREF(Py_None);
@@ -114,16 +133,19 @@ fail:
     return NULL;
 }
 
-/* Every devlink message in buf appended to out; -1 with an exception set (a malformed
- * header, or an error reply: NLMSG_ERROR, or a failed dump's NLMSG_DONE). */
-static int parse_messages(const char *buf, size_t size, PyObject *out)
+typedef PyObject *(*tuple_of)(uint8_t cmd, span attrs);
+
+/* Every devlink message in buf appended to out, as make_tuple gives it; -1 with an
+ * exception set (a malformed header, or an error reply: NLMSG_ERROR, or a failed dump's
+ * NLMSG_DONE). */
+static int parse_with(const char *buf, size_t size, PyObject *out, tuple_of make_tuple)
 {
     size_t off = 0;
     uint8_t cmd;
     span attrs;
     int rc;
     while ((rc = genl_next(buf, size, &off, &cmd, &attrs)) == 1) {
-        PyObject *t = message_tuple(cmd, attrs);
+        PyObject *t = make_tuple(cmd, attrs);
         if (t == NULL)
             return -1;
         rc = PyList_Append(out, t);
@@ -132,6 +154,93 @@ static int parse_messages(const char *buf, size_t size, PyObject *out)
             return -1;
     }
     return rc;
+}
+
+static int parse_messages(const char *buf, size_t size, PyObject *out)
+{
+    return parse_with(buf, size, out, message_tuple);
+}
+
+/* ---------------------------------------------------------------- traps */
+
+static const field TRAP_FIELDS_OF[] = {
+    {DEVLINK_ATTR_BUS_NAME, 1, 0},
+    {DEVLINK_ATTR_DEV_NAME, 2, 0},
+    {DEVLINK_ATTR_TRAP_GROUP_NAME, 3, 0},
+    {DEVLINK_ATTR_TRAP_NAME, 4, 0},
+    {DEVLINK_ATTR_TRAP_TYPE, 5, 1},
+    {DEVLINK_ATTR_TRAP_ACTION, 6, 1},
+    {DEVLINK_ATTR_TRAP_POLICER_ID, 8, 4},
+};
+
+/* Inside DEVLINK_ATTR_STATS (its own attribute space; DEVLINK_ATTR_PAD there is skipped). */
+static const field STATS_FIELDS_OF[] = {
+    {DEVLINK_ATTR_STATS_RX_PACKETS, 9, 8},
+    {DEVLINK_ATTR_STATS_RX_BYTES, 10, 8},
+    {DEVLINK_ATTR_STATS_RX_DROPPED, 11, 8},
+};
+
+/* One trap (or trap group, or policer) message's tuple: (cmd, bus, dev, group, trap, type,
+ * action, generic, policer_id, rx_packets, rx_bytes, rx_dropped); generic is a bool, the
+ * rest None for what the message lacks. Every DEVLINK_ATTR_STATS nest is walked, the first
+ * usable value of each statistic winning, as at the top level. */
+static PyObject *trap_tuple(uint8_t cmd, span attrs)
+{
+    PyObject *t = PyTuple_New(TRAP_FIELDS);
+    if (t == NULL)
+        return NULL;
+    PyObject *c = PyLong_FromUnsignedLong(cmd);
+    if (c == NULL)
+        goto fail;
+    PyTuple_SET_ITEM(t, 0, c);
+    if (fill_fields(t, attrs, TRAP_FIELDS_OF, sizeof(TRAP_FIELDS_OF) / sizeof(TRAP_FIELDS_OF[0])) < 0)
+        goto fail;
+    size_t pos = 0;
+    uint16_t type;
+    span a;
+    while (next_attr(attrs, &pos, &type, &a)) {
+        if (type == DEVLINK_ATTR_TRAP_GENERIC && PyTuple_GET_ITEM(t, TRAP_GENERIC_SLOT) == NULL) {
+            Py_INCREF(Py_True);
+            PyTuple_SET_ITEM(t, TRAP_GENERIC_SLOT, Py_True);
+        } else if (type == DEVLINK_ATTR_STATS &&
+                   fill_fields(t, a, STATS_FIELDS_OF, sizeof(STATS_FIELDS_OF) / sizeof(STATS_FIELDS_OF[0])) < 0) {
+            goto fail;
+        }
+    }
+    if (PyTuple_GET_ITEM(t, TRAP_GENERIC_SLOT) == NULL) {
+        Py_INCREF(Py_False);
+        PyTuple_SET_ITEM(t, TRAP_GENERIC_SLOT, Py_False);
+    }
+    for (int i = 1; i < TRAP_FIELDS; i++)
+        if (PyTuple_GET_ITEM(t, i) == NULL) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(t, i, Py_None);
+        }
+    return t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+PyDoc_STRVAR(trap_parse_doc,
+"devlink_trap_parse(buf) -> list[tuple]\n\n"
+"Every devlink message in buf (a DEVLINK_CMD_TRAP_GET or _TRAP_GROUP_GET dump), in order, as\n"
+"(cmd, bus, dev, group, trap, type, action, generic, policer_id, rx_packets, rx_bytes,\n"
+"rx_dropped): the genlmsghdr command and DEVLINK_ATTR_BUS_NAME, _DEV_NAME, _TRAP_GROUP_NAME,\n"
+"_TRAP_NAME, _TRAP_TYPE, _TRAP_ACTION, _TRAP_GENERIC (a bool), _TRAP_POLICER_ID and, from the\n"
+"DEVLINK_ATTR_STATS nest, _STATS_RX_PACKETS, _RX_BYTES and _RX_DROPPED; None for what a\n"
+"message lacks. Errors as devlink_parse.");
+
+static PyObject *devlink_trap_parse(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out != NULL && parse_with(view.buf, (size_t)view.len, out, trap_tuple) < 0)
+        Py_CLEAR(out);
+    PyBuffer_Release(&view);
+    return out;
 }
 
 PyDoc_STRVAR(parse_doc,
@@ -188,7 +297,7 @@ static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t se
 static int is_dump(int cmd)
 {
     return cmd == DEVLINK_CMD_PORT_GET || cmd == DEVLINK_CMD_SB_GET || cmd == DEVLINK_CMD_SB_PORT_POOL_GET ||
-           cmd == DEVLINK_CMD_SB_TC_POOL_BIND_GET;
+           cmd == DEVLINK_CMD_SB_TC_POOL_BIND_GET || cmd == DEVLINK_CMD_TRAP_GET || cmd == DEVLINK_CMD_TRAP_GROUP_GET;
 }
 
 static int check_request(long family, int cmd, int dump)
@@ -362,7 +471,8 @@ static PyObject *oserror(int code)
 
 PyDoc_STRVAR(dump_doc,
 "devlink_dump(fd, family, cmd) -> bytes\n\n"
-"Dump cmd (DEVLINK_PORT_GET, _SB_GET, _SB_PORT_POOL_GET, _SB_TC_POOL_BIND_GET) over every\n"
+"Dump cmd (DEVLINK_PORT_GET, _SB_GET, _SB_PORT_POOL_GET, _SB_TC_POOL_BIND_GET, _TRAP_GET,\n"
+"_TRAP_GROUP_GET) over every\n"
 "devlink device on the NETLINK_GENERIC socket fd, the GIL released: every datagram of the\n"
 "answer, concatenated up to the one with NLMSG_DONE (or an error), for devlink_parse.\n"
 "OSError when the socket fails (EAGAIN: its SO_RCVTIMEO passed).");
@@ -537,5 +647,6 @@ PyMethodDef swtel_devlink_methods[] = {
     {"devlink_dump", devlink_dump, METH_VARARGS, dump_doc},
     {"devlink_exec", devlink_exec, METH_VARARGS, exec_doc},
     {"devlink_parse", devlink_parse, METH_VARARGS, parse_doc},
+    {"devlink_trap_parse", devlink_trap_parse, METH_VARARGS, trap_parse_doc},
     {NULL, NULL, 0, NULL},
 };

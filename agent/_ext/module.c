@@ -80,7 +80,9 @@ PyMODINIT_FUNC PyInit__swtel(void)
         PyModule_AddIntConstant(m, "DEVLINK_SB_PORT_POOL_GET", SWTEL_DEVLINK_SB_PORT_POOL_GET) < 0 ||
         PyModule_AddIntConstant(m, "DEVLINK_SB_TC_POOL_BIND_GET", SWTEL_DEVLINK_SB_TC_POOL_BIND_GET) < 0 ||
         PyModule_AddIntConstant(m, "DEVLINK_SB_OCC_SNAPSHOT", SWTEL_DEVLINK_SB_OCC_SNAPSHOT) < 0 ||
-        PyModule_AddIntConstant(m, "DEVLINK_SB_OCC_MAX_CLEAR", SWTEL_DEVLINK_SB_OCC_MAX_CLEAR) < 0)
+        PyModule_AddIntConstant(m, "DEVLINK_SB_OCC_MAX_CLEAR", SWTEL_DEVLINK_SB_OCC_MAX_CLEAR) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_TRAP_GET", SWTEL_DEVLINK_TRAP_GET) < 0 ||
+        PyModule_AddIntConstant(m, "DEVLINK_TRAP_GROUP_GET", SWTEL_DEVLINK_TRAP_GROUP_GET) < 0)
         goto fail;
     return m;
 fail:

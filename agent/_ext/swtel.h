@@ -50,6 +50,8 @@ extern PyMethodDef swtel_devlink_methods[];
 #define SWTEL_DEVLINK_SB_TC_POOL_BIND_GET 23
 #define SWTEL_DEVLINK_SB_OCC_SNAPSHOT 27
 #define SWTEL_DEVLINK_SB_OCC_MAX_CLEAR 28
+#define SWTEL_DEVLINK_TRAP_GET 61
+#define SWTEL_DEVLINK_TRAP_GROUP_GET 65
 
 /* One buffer argument: its item size, whether C writes into it, its name for errors. */
 typedef struct {

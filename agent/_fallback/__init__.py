@@ -33,11 +33,14 @@ from agent._fallback.devlink import (
     DEVLINK_SB_OCC_SNAPSHOT,
     DEVLINK_SB_PORT_POOL_GET,
     DEVLINK_SB_TC_POOL_BIND_GET,
+    DEVLINK_TRAP_GET,
+    DEVLINK_TRAP_GROUP_GET,
     devlink_dump,
     devlink_exec,
     devlink_family,
     devlink_parse,
     devlink_request,
+    devlink_trap_parse,
 )
 from agent._fallback.encode import encode_updates
 from agent._fallback.ethnl import (
@@ -70,7 +73,8 @@ __all__ = [
     "encode_updates", "ethnl_family",
     "DEVLINK_PORT_GET", "DEVLINK_SB_GET", "DEVLINK_SB_OCC_MAX_CLEAR", "DEVLINK_SB_OCC_SNAPSHOT",
     "DEVLINK_SB_PORT_POOL_GET", "DEVLINK_SB_TC_POOL_BIND_GET", "devlink_dump", "devlink_exec",
-    "devlink_family", "devlink_parse", "devlink_request", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
+    "devlink_family", "devlink_parse", "devlink_request", "devlink_trap_parse", "DEVLINK_TRAP_GET",
+    "DEVLINK_TRAP_GROUP_GET", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
     "ethtool_strings_parse", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

@@ -1,9 +1,10 @@
 """Pure-Python devlink: the same functions and results as agent/_ext/devlink.c.
 
-Shared-buffer occupancy over the generic netlink family "devlink". The parser follows
-the C side's rules exactly, so both backends agree on any buffer: a bad message header
-is a ValueError; a bad attribute length ends that message's attribute walk; of each
-attribute the first usable one wins; one too short for its type is skipped.
+Shared-buffer occupancy and packet-trap statistics over the generic netlink family
+"devlink". The parsers follow the C side's rules exactly, so both backends agree on any
+buffer: a bad message header is a ValueError; a bad attribute length ends that message's
+(or that nest's) attribute walk; of each attribute the first usable one wins; one too
+short for its type is skipped.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ DEVLINK_SB_PORT_POOL_GET = 19
 DEVLINK_SB_TC_POOL_BIND_GET = 23
 DEVLINK_SB_OCC_SNAPSHOT = 27
 DEVLINK_SB_OCC_MAX_CLEAR = 28
-_DUMPS = (DEVLINK_PORT_GET, DEVLINK_SB_GET, DEVLINK_SB_PORT_POOL_GET, DEVLINK_SB_TC_POOL_BIND_GET)
+DEVLINK_TRAP_GET = 61
+DEVLINK_TRAP_GROUP_GET = 65
+_DUMPS = (DEVLINK_PORT_GET, DEVLINK_SB_GET, DEVLINK_SB_PORT_POOL_GET, DEVLINK_SB_TC_POOL_BIND_GET,
+          DEVLINK_TRAP_GET, DEVLINK_TRAP_GROUP_GET)
 _SB_REQUESTS = (DEVLINK_SB_OCC_SNAPSHOT, DEVLINK_SB_OCC_MAX_CLEAR)
 
 DEVLINK_GENL_VERSION = 1
@@ -55,19 +59,28 @@ NAME_MAX_LEN = 64
 #: _SB_OCC_CUR, _SB_OCC_MAX (u32), _PORT_NETDEV_NAME
 _FIELDS = {1: (1, 0), 2: (2, 0), 3: (3, 4), 11: (4, 4), 17: (5, 2), 22: (6, 2), 18: (7, 1),
            23: (8, 4), 24: (9, 4), 7: (10, 0)}
-_UNPACK = {1: struct.Struct("=B"), 2: struct.Struct("=H"), 4: struct.Struct("=I")}
+#: devlink_trap_parse's: DEVLINK_ATTR_BUS_NAME, _DEV_NAME, _TRAP_GROUP_NAME, _TRAP_NAME,
+#: _TRAP_TYPE (u8), _TRAP_ACTION (u8), _TRAP_POLICER_ID (u32); _TRAP_GENERIC (a flag) and the
+#: DEVLINK_ATTR_STATS nest are taken apart
+_TRAP_FIELDS = {1: (1, 0), 2: (2, 0), 135: (3, 0), 130: (4, 0), 132: (5, 1), 131: (6, 1), 142: (8, 4)}
+#: inside DEVLINK_ATTR_STATS (its own attribute space): _STATS_RX_PACKETS, _RX_BYTES, _RX_DROPPED (u64)
+_STATS_FIELDS = {0: (9, 8), 1: (10, 8), 2: (11, 8)}
+A_STATS, A_TRAP_GENERIC, TRAP_GENERIC_SLOT = 129, 133, 7
+_UNPACK = {1: struct.Struct("=B"), 2: struct.Struct("=H"), 4: struct.Struct("=I"), 8: struct.Struct("=Q")}
 
 Handle = tuple[str, str, int]
 Message = tuple  # (cmd, bus, dev, port, sb, pool, tc, pool_type, occ_cur, occ_max, netdev)
+#: (cmd, bus, dev, group, trap, type, action, generic, policer_id, rx_packets, rx_bytes, rx_dropped)
+TrapMessage = tuple
 
 
 # ---------------------------------------------------------------- parsing
 
 
-def _message(cmd: int, attrs: bytes) -> Message:
-    out: list = [cmd] + [None] * 10
+def _fill(out: list, attrs: bytes, fields: dict[int, tuple[int, int]]) -> None:
+    """The empty slots of ``out`` that ``attrs`` give (the first usable attribute wins)."""
     for t, p in _attrs(attrs):
-        field = _FIELDS.get(t)
+        field = fields.get(t)
         if field is None:
             continue
         slot, size = field
@@ -77,7 +90,30 @@ def _message(cmd: int, attrs: bytes) -> Message:
             out[slot] = os.fsdecode(p.split(b"\0", 1)[0])
         else:
             out[slot] = _UNPACK[size].unpack_from(p)[0]
+
+
+def _message(cmd: int, attrs: bytes) -> Message:
+    out: list = [cmd] + [None] * 10
+    _fill(out, attrs, _FIELDS)
     return tuple(out)
+
+
+def _trap_message(cmd: int, attrs: bytes) -> TrapMessage:
+    out: list = [cmd] + [None] * 11
+    _fill(out, attrs, _TRAP_FIELDS)
+    for t, p in _attrs(attrs):
+        if t == A_TRAP_GENERIC:
+            out[TRAP_GENERIC_SLOT] = True
+        elif t == A_STATS:  # every nest walked, the first usable value of each winning
+            _fill(out, p, _STATS_FIELDS)
+    if out[TRAP_GENERIC_SLOT] is None:
+        out[TRAP_GENERIC_SLOT] = False
+    return tuple(out)
+
+
+def devlink_trap_parse(buf) -> list[TrapMessage]:
+    """See agent/_ext/devlink.c: every devlink trap (or trap group) message in ``buf``."""
+    return [_trap_message(cmd, body) for cmd, body in _messages(memoryview(buf).tobytes())]
 
 
 def devlink_parse(buf) -> list[Message]:

@@ -14,6 +14,7 @@ import re
 
 from agent.counters import COUNTER, GAUGE, CounterSpec, CounterTable
 from agent.pathgrammar import (
+    DEVLINK_DEVICE_PREFIX,
     INTERFACE_PREFIX,
     KEY_VALUE_RE,
     QOS_INTERFACE_PREFIX,
@@ -97,6 +98,9 @@ ROCE_LEAVES = frozenset({
 _PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
 _DROP_REASON = re.compile(rf"^drops/group\[name=({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
 # the port's histogram (the asic source's bin_container, ethtool netlink's total), not per lane
+# a devlink device's trap (sources/devlink_trap.py): per device, so the device is the "port"
+_DEVLINK_DROP_REASON = re.compile(rf"^{re.escape(DEVLINK_DEVICE_PREFIX)}({KEY_VALUE_RE})\]/drops/group\[name="
+                                  rf"({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
 _FEC_BIN = re.compile(r"^phy/fec/state/rs-fec-histogram/bin\[index=(\d+)\]\[lower=\d+\]\[upper=(?:\d+|inf)\]$")
 _QUEUE = re.compile(rf"^/output/queues/queue\[name=({KEY_VALUE_RE})\]/state$")
 _RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
@@ -144,6 +148,11 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
                 return None
             return port, sem[0], unescape_key(m.group(1)) if sem[1] == _BY_QUEUE else sem[1]
         return None
+    if path.startswith(DEVLINK_DEVICE_PREFIX):
+        m = _DEVLINK_DROP_REASON.match(path) if leaf == "packets" else None
+        if m is None or unescape_key(m.group(1)) != port:
+            return None
+        return port, DROP_REASON, f"{unescape_key(m.group(2))}/{unescape_key(m.group(3))}"
     if path.startswith(RDMA_DEVICE_PREFIX) and _RDMA.match(path):
         name = leaf.replace("_", "-")
         return (port, ROCE, name) if name in ROCE_LEAVES else None

@@ -73,7 +73,7 @@ class DropReason(Detector):
     name = "drop_reason"
     config_class = DropReasonConfig
     doc = "packets dropped for one reason (What Just Happened, devlink traps)"
-    reads = ("asic",)
+    reads = ("asic", "devlink_trap")
     types = ("drop-reason",)
     sems = frozenset({c.DROP_REASON})
     every_sample = False  # only samples in which a reason counted something
