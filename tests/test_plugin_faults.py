@@ -442,7 +442,10 @@ def test_agent_contains_plugin_fault(case, faulty, plugin_dir, tmp_path):
             # ... and on time: the tick thread never waited out the plugin (a 5 s open, a hung read)
             netdev = json.loads(_swtel_status(tmp_path, "--json").stdout)["sources"]["netdev"]
             print(case, "netdev reads", netdev["reads"], "overruns", netdev["overruns"])
-            assert netdev["overruns"] <= max(3, netdev["reads"] // 50), netdev
+            # One waited-out 5 s timeout would miss 50 polls of 100 ms at once; a loaded machine
+            # (CI beside other jobs) misses a few here and there, which is not what this checks.
+            stall = int(5 / 0.1)
+            assert netdev["overruns"] < stall // 2, netdev
 
             # SIGTERM ends it within 2 s, whatever the plugin is doing (a helper in flight when possible)
             if case not in ("crash-open", "fifo"):  # (a FIFO may be refused before any helper starts)
