@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     fab.add_argument("--scenario", default="field",
                      help="field (default: symbol errors on spine-1 swp11s1, then leaf-3 uplink "
                           "imbalance), symbol-errors, imbalance, pfc-storm, microburst, link-flap, "
-                          "counter-clear, fec-degrade or clean")
+                          "counter-clear, fec-degrade, incast or clean")
     fab.add_argument("--seed", type=int, default=1, help="traffic model seed (default 1)")
     fab.add_argument("--interval", default="100ms", help="poll interval of every agent (default 100ms)")
     fab.add_argument("--duration", type=_positive_duration, default=None,
@@ -165,7 +165,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="how long to run (30s, 2m or seconds; default 30s, at most 24h)")
     demo.add_argument("--scenario", default="field",
                       help="field (default: both cases), symbol-errors, imbalance, pfc-storm, "
-                           "microburst, link-flap, counter-clear, fec-degrade or clean")
+                           "microburst, link-flap, counter-clear, fec-degrade, incast (a queue a 1 s "
+                           "poller calls calm, beside swtel's peaks) or clean")
     demo.add_argument("--no-tui", action="store_true",
                       help="plain lines (one per raised and cleared event) instead of the live view; "
                            "implied when stdout is not a terminal")

@@ -89,7 +89,7 @@ def main() -> None:
         print(f"{label:40} {n:9d} {us:10.1f} {us * 1000 / n:11.2f} "
               f"{us * POLL_HZ / 1e6 * 100:14.3f}")
     us = rows[0][1]
-    print(f"\n  {args.ports} ports x 124 values at {POLL_HZ} Hz = {us * POLL_HZ / 1e4:.2f} % "
+    print(f"\n  {args.ports} ports x 174 values at {POLL_HZ} Hz = {us * POLL_HZ / 1e4:.2f} % "
           f"of one core (target: a small fraction; read well under 1 ms: {us:.0f} us)")
 
 

@@ -40,7 +40,9 @@ Gauges: TC 3's occupancy is ``hash(cell) % 64 KiB`` per 100 ms cell, other TCs 0
 now (a watermark cleared every second). ``tc_peak_occupancy_N`` (kind PEAK, cleared by
 reading): max occupancy of the cells from the previous successful read's cell to now (at most
 the last 600 cells; a handle's first read: its own cell), the one value that depends on
-the reads before it.
+the reads before it. ``asic=spectrum1|2|3|4`` (default 4) sets the buffer cell: 96, 144, 144,
+192 bytes; incast's levels (below) are whole cells. The PG (``pg_*``) and ingress pool
+(``ingress_pool_*_0``) gauges are 0 outside incast.
 
 **Scenarios** (window [a, b) in slots, b open-ended = infinite):
 
@@ -83,6 +85,26 @@ the reads before it.
   first uncorrectable codeword comes within 100 ms of f) and ``phy_symbol_errors`` as
   symbol-errors' table (keys K_FEC_EFF, K_SYM). After b the tail and the errors stop.
 
+* ``incast`` (``PORT/TC[/LEN[/PERIOD]]``, TC default 3, LEN 50ms (1 ms..PERIOD/2), PERIOD
+  2s (100 ms..60 s); default port swp1): sub-cell bursts on one egress queue, to the ns.
+  Burst i (one per whole period inside the window, n = (b - a) * SLOT // PERIOD of them, INF
+  when open-ended) starts at ``a*SLOT + i*PERIOD + hash % (PERIOD / 4us) * 1us`` (the first
+  quarter of its period: bursts at least 3/4 of a period apart) and lasts
+  ``1ms + hash % ((LEN - 1ms)/1us + 1) * 1us``. Drops before burst i ``E(i) = 1000i + g(i) -
+  g(0)`` (g = hash % 1001), burst i drops ``d = E(i+1) - E(i)`` (0..2000); its top is
+  ``6 MiB // cell + d * (5120 // cell)`` cells (a larger burst drops more). Its level ramps
+  linearly: ``top * (x + 1) // len`` cells x ns into it (the top at its last ns), 0 after
+  (the queue drains within microseconds). The TC's occupancy is the max of the cell model
+  above and the burst level at t; the watermark and the peak the max of those and the
+  highest burst level in [epoch start, t] and in [max(since, the peak's first cell), t]. In
+  a burst, ``HwIfOutQDrops``/``HwIfOutDiscards`` rise by ``d * level // top``,
+  ``ecn_marked_tc_TC`` by ``(1536 + d) * level // top``. The ingress side (PG = TC): the PG
+  holds ``min(level, XOFF)`` (XOFF = 3 MiB // cell) shared and ``(level - XOFF) // 16`` in
+  headroom above it, the ingress pool 0 their sum; its watermark and peaks follow the
+  level's (monotone). ``HwIfOutPfc<TC>Pkt`` (pause sent) is ``(cells above XOFF so far) //
+  64``: the bursts before i each ``top - XOFF``, plus the current ``level - XOFF``. A port's
+  incast windows may not overlap in time.
+
 Traffic scenarios (symbol-errors, imbalance, pfc-storm, link-flap, fec-degrade) may not
 overlap in time on one port (imbalance covers every uplink): open() refuses the config.
 """
@@ -111,14 +133,21 @@ K_RX, K_TX, K_CORR, K_OCC, K_FLAP, K_DIP, K_SYM, K_EFF = 1, 2, 3, 4, 5, 6, 8, 9
 K_PFC, K_PFCOCC, K_MB_START, K_MB_LEN, K_MB_DROP, K_MB_WRED, K_MB_OCC = 10, 11, 12, 13, 14, 15, 16
 K_RETR, K_RETR_SCN, K_OOS, K_CNP, K_CNPH, K_ECNR, K_HTX, K_HRX = 17, 18, 19, 20, 21, 22, 23, 24
 K_FEC_EFF = 25
+K_IC_START, K_IC_LEN, K_IC_DROP = 26, 27, 28
+US, MS = 1_000, 1_000_000
+IC_LEN, IC_PERIOD = 50 * MS, 2_000 * MS  # incast's defaults: bursts of 1 ms..50 ms, one per 2 s
+IC_PERIOD_MIN, IC_PERIOD_MAX = 100 * MS, 60_000 * MS
+CELL_BYTES = {"spectrum1": 96, "spectrum2": 144, "spectrum3": 144, "spectrum4": 192}  # asic=
+IC_BASE, IC_PER_DROP = 6 << 20, 5120  # an incast burst's top: 6 MiB + 5 KiB per drop (whole cells of each)
+PG_XOFF, PFC_CELLS, HR_DIV = 3 << 20, 64, 16  # the PG's XOFF; a pause frame per 64 cells above; 1/16 to headroom
 FEC_PHASES = 12  # fec-degrade: the tail's front moves from bin 3 to bin 15 in 12 steps
 FEC_MIN_SLOTS = 200  # fec-degrade: a window of at least 2 s
 FEC_DEN = 64_000_000_000_000  # fec-degrade: (Mb/s x ns) -> codewords; the front bin gets S/64000 per s
 
 SCENARIOS = ("symbol-errors", "imbalance", "pfc-storm", "microburst", "link-flap",
-             "counter-clear", "breakout", "fec-degrade")
+             "counter-clear", "breakout", "fec-degrade", "incast")
 TRAFFIC = {"symbol-errors", "imbalance", "pfc-storm", "link-flap", "fec-degrade"}
-KEYS = ("role", "seed", "start", "ports", "uplinks", "load", "scenario")
+KEYS = ("role", "seed", "start", "ports", "uplinks", "load", "asic", "scenario")
 MAX_SCENARIOS = 64
 MAX_PORT_WINDOWS = 16
 
@@ -147,6 +176,10 @@ SWITCH_COUNTERS = [(name, 64, COUNTER) for name in _counter_names()]
 SWITCH_COUNTERS += [(f"tc_curr_occupancy_{i}", 64, GAUGE) for i in range(8)]
 SWITCH_COUNTERS += [(f"tc_watermark_{i}", 64, GAUGE) for i in range(8)]
 SWITCH_COUNTERS += [(f"tc_peak_occupancy_{i}", 64, PEAK) for i in range(8)]
+SWITCH_COUNTERS += [(f"pg_{what}_{i}", 64, PEAK if "peak" in what else GAUGE)
+                    for what in ("curr_occupancy", "watermark", "peak_occupancy", "headroom_occupancy",
+                                 "headroom_watermark", "headroom_peak_occupancy") for i in range(8)]
+SWITCH_COUNTERS += [("ingress_pool_occupancy_0", 64, GAUGE), ("ingress_pool_peak_occupancy_0", 64, PEAK)]
 SWITCH_COUNTERS += [("phy_rs_fec_histogram", 64, HISTOGRAM)]  # FEC_BINS values: bins [b, b]
 HOST_COUNTERS = [(name, 32, COUNTER) for name in (
     "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "out_of_sequence",
@@ -241,14 +274,31 @@ class Scenario:
                 f"sim: scenario '{name}': unknown name (known: {' '.join(SCENARIOS)})")
         self.name = name
         self.prio = None
+        self.blen, self.period = IC_LEN, IC_PERIOD  # incast: the longest burst, the period (ns)
         if self.port is not None and "/" in self.port:
             self.port, _, prio = self.port.partition("/")
-            if name != "pfc-storm":
-                raise ConfigError(f"sim: scenario '{spec}': a priority is only for pfc-storm")
+            if name not in ("pfc-storm", "incast"):
+                raise ConfigError(f"sim: scenario '{spec}': a priority is only for pfc-storm"
+                                  " (a traffic class for incast)")
+            length = period = None
+            if name == "incast":  # TC[/LEN[/PERIOD]]
+                prio, _, rest = prio.partition("/")
+                if _:
+                    length, _, period = rest.partition("/")
+                    period = period if _ else None
             p = _uint(prio, 7)
             if p is None:
-                raise ConfigError(f"sim: scenario '{spec}': priority must be 0..7")
+                what = "priority" if name == "pfc-storm" else "traffic class"
+                raise ConfigError(f"sim: scenario '{spec}': {what} must be 0..7")
             self.prio = p
+            if length is not None:
+                self.blen = parse_time(length)
+                if self.blen is None:
+                    raise ConfigError(f"sim: scenario '{spec}': bad burst length '{length}' (e.g. 20ms)")
+            if period is not None:
+                self.period = parse_time(period)
+                if self.period is None:
+                    raise ConfigError(f"sim: scenario '{spec}': bad period '{period}' (e.g. 2s)")
         if self.port == "":
             raise ConfigError(f"sim: scenario '{spec}': empty port name")
         a_ns, b_ns = 0, None
@@ -263,6 +313,11 @@ class Scenario:
                 if b_ns is None:
                     raise ConfigError(
                         f"sim: scenario '{spec}': bad time '{second}' (e.g. 5s, 500ms, 2m)")
+        if name == "incast":
+            if not IC_PERIOD_MIN <= self.period <= IC_PERIOD_MAX:
+                raise ConfigError(f"sim: scenario '{spec}': period must be 100ms..60s")
+            if not MS <= self.blen <= self.period // 2:
+                raise ConfigError(f"sim: scenario '{spec}': burst length must be 1ms..half the period")
         self.a = a_ns // SLOT
         self.b = INF if b_ns is None or name in ("counter-clear", "breakout") else b_ns // SLOT
         if self.b <= self.a:
@@ -282,7 +337,7 @@ class Scenario:
 
 def parse_config(config: str) -> dict:
     cfg: dict = {"role": "spine", "seed": 1, "start": None, "ports": None, "uplinks": 4,
-                 "load": 550_000, "scenarios": []}
+                 "load": 550_000, "cell": 192, "scenarios": []}
     seen = set()
     for tok in config.split():
         key, eq, val = tok.partition("=")
@@ -325,6 +380,11 @@ def parse_config(config: str) -> dict:
             if ppm is None or ppm > 1_000_000:
                 raise ConfigError(f"sim: load: expected 0.0..1.0, got '{val}'")
             cfg["load"] = ppm
+        elif key == "asic":
+            if val not in CELL_BYTES:
+                raise ConfigError("sim: asic: expected spectrum1, spectrum2, spectrum3 or spectrum4,"
+                                  f" got '{val}'")
+            cfg["cell"] = CELL_BYTES[val]
         else:
             for spec in val.split(","):
                 if len(cfg["scenarios"]) >= MAX_SCENARIOS:
@@ -414,6 +474,7 @@ class Port:
         self.clears: list[int] = []  # ns
         self.clear_vals: list[list[int]] = []
         self.lanes = max(1, speed // 100_000)
+        self.cell = model.cfg["cell"]
         load = model.cfg["load"]
         if self.host:
             cap = 400_000 * 1250 * 4096 * 1024 // 4116
@@ -489,6 +550,56 @@ class Port:
         st, ln = self.mb_start(sc, i) * SLOT, self.mb_len(i) * SLOT
         x = min(max(t - st, 0), ln)
         return e(i) + (e(i + 1) - e(i)) * x // ln
+
+    # incast schedule: one burst per period, at a hashed offset in its first quarter
+    def ic_e(self, i: int) -> int:
+        """Drops before burst i."""
+        return 1000 * i + self.h(K_IC_DROP, i) % 1001 - self.h(K_IC_DROP, 0) % 1001
+
+    def ic_burst(self, sc: Scenario, i: int) -> tuple[int, int, int, int]:
+        """(start ns, length ns, top in cells, drops) of incast burst i."""
+        length = MS + self.h(K_IC_LEN, i) % ((sc.blen - MS) // US + 1) * US
+        start = sc.a * SLOT + i * sc.period + self.h(K_IC_START, i) % (sc.period // (4 * US)) * US
+        drops = self.ic_e(i + 1) - self.ic_e(i)
+        return start, length, IC_BASE // self.cell + drops * (IC_PER_DROP // self.cell), drops
+
+    def ic_peak(self, sc: Scenario, n: int, lo: int, t: int) -> int:
+        """The highest incast level (cells) in [lo, t]: a burst ramps to its top at its last ns."""
+        a = sc.a * SLOT
+        if t < a or not n:
+            return 0
+        pk = 0
+        for i in range((lo - a) // sc.period if lo > a else 0, min((t - a) // sc.period, n - 1) + 1):
+            st, ln, top, _ = self.ic_burst(sc, i)
+            if st <= t and st + ln > lo:
+                pk = max(pk, top * (min(t, st + ln - 1) - st + 1) // ln)
+        return pk
+
+    def ic_counts(self, sc: Scenario, n: int, t: int) -> tuple[int, int, int]:
+        """(drops, ECN marks, PFC pause frames sent) of incast at t, each rising with a burst's
+        level (pause: a frame per PFC_CELLS cells above the PG's XOFF)."""
+        a = sc.a * SLOT
+        if t < a:
+            return 0, 0, 0
+        i = min((t - a) // sc.period, n)
+        lv = d = 0
+        top = 1
+        if i < n:
+            st, ln, top, d = self.ic_burst(sc, i)
+            lv = 0 if t < st else top * (min(t, st + ln - 1) - st + 1) // ln
+        xoff, e = PG_XOFF // self.cell, self.ic_e(i)
+        above = i * (IC_BASE // self.cell - xoff) + e * (IC_PER_DROP // self.cell)  # the bursts before i
+        return (e + d * lv // top, 1536 * i + e + (1536 + d) * lv // top,
+                (above + max(lv - xoff, 0)) // PFC_CELLS)
+
+    def pg_cells(self, lv: int) -> tuple[int, int]:
+        """(shared, headroom) cells of the PG at an incast level."""
+        xoff = PG_XOFF // self.cell
+        return min(lv, xoff), max(lv - xoff, 0) // HR_DIV
+
+    def ic_count(self, sc: Scenario) -> int:
+        """Bursts of an incast window: one per whole period inside it."""
+        return INF if sc.b == INF else (sc.b - sc.a) * SLOT // sc.period
 
     def occupancy(self, tc: int, c: int) -> int:
         v = self.h(K_OCC, c) % 65536 if tc == 3 else 0
@@ -571,6 +682,11 @@ class Port:
             elif sc.name == "microburst":
                 q_drops += self.mb_drops(sc, t, K_MB_DROP, 1500, 1001)
                 w_drops += self.mb_drops(sc, t, K_MB_WRED, 400, 301)
+            elif sc.name == "incast":
+                d, e, f = self.ic_counts(sc, self.ic_count(sc), t)
+                q_drops += d
+                v[IDX[f"ecn_marked_tc_{sc.prio}"]] += e
+                v[IDX[f"HwIfOutPfc{sc.prio}Pkt"]] += f
             elif sc.name == "fec-degrade":
                 (sv, sp), (ev, ep) = self.tables[sc.ord]
                 failing = max(0, min(t, sc.b * SLOT) - sc.fail * SLOT)
@@ -587,7 +703,7 @@ class Port:
         v[IDX["HwIfOutQDrops"]] = q_drops
         v[IDX["HwIfOutWredDrops"]] = w_drops
         v[IDX["HwIfOutQ3WredDrops"]] = w_drops
-        v[IDX["ecn_marked_tc_3"]] = tx >> 23
+        v[IDX["ecn_marked_tc_3"]] += tx >> 23
         v[IDX["phy_received_bits"]] = self.speed * (t - down) // 1000
         v[IDX["phy_symbol_errors"]] = sym
         v[IDX["phy_corrected_bits"]] = corr + tail_bits
@@ -599,12 +715,36 @@ class Port:
         c = t // CELL
         c0 = max(min(t if since is None else since, t) // CELL, c - PEAK_CELLS + 1, 0)
         occ0, wm0, pk0 = IDX["tc_curr_occupancy_0"], IDX["tc_watermark_0"], IDX["tc_peak_occupancy_0"]
-        tcs = {3} | {sc.prio for sc in self.wins if sc.name == "pfc-storm"}
+        tcs = {3} | {sc.prio for sc in self.wins if sc.name in ("pfc-storm", "incast")}
         for tc in tcs:
             levels = [self.occupancy(tc, x) for x in range(c - c % EPOCH_CELLS, c + 1)]
             v[occ0 + tc] = levels[-1]
             v[wm0 + tc] = max(levels)
             v[pk0 + tc] = max(self.occupancy(tc, x) for x in range(c0, c + 1))
+            # incast's bursts, to the ns (from the same cell bound as the peak above)
+            lo = max(min(t if since is None else since, t), c0 * CELL)
+            for sc in self.wins:
+                if sc.name == "incast" and sc.prio == tc:
+                    n = self.ic_count(sc)
+                    v[occ0 + tc] = max(v[occ0 + tc], self.ic_peak(sc, n, t, t) * self.cell)
+                    v[wm0 + tc] = max(v[wm0 + tc], self.ic_peak(sc, n, (c - c % EPOCH_CELLS) * CELL, t) * self.cell)
+                    v[pk0 + tc] = max(v[pk0 + tc], self.ic_peak(sc, n, lo, t) * self.cell)
+        # incast's ingress side: PG = TC, the ingress pool 0 their sum (one window at a time)
+        lo = max(min(t if since is None else since, t), c0 * CELL)
+        for sc in self.wins:
+            if sc.name != "incast":
+                continue
+            n, pg = self.ic_count(sc), sc.prio
+            levels = (self.ic_peak(sc, n, t, t), self.ic_peak(sc, n, (c - c % EPOCH_CELLS) * CELL, t),
+                      self.ic_peak(sc, n, lo, t))
+            for what, lv in zip(("occupancy", "watermark", "peak_occupancy"), levels, strict=True):
+                shared, headroom = self.pg_cells(lv)  # max: one PG's windows, one after the other
+                at = IDX[f"pg_{'curr_' if what == 'occupancy' else ''}{what}_{pg}"]
+                v[at] = max(v[at], shared * self.cell)
+                at = IDX[f"pg_headroom_{what}_{pg}"]
+                v[at] = max(v[at], headroom * self.cell)
+            for name, lv in (("ingress_pool_occupancy_0", levels[0]), ("ingress_pool_peak_occupancy_0", levels[2])):
+                v[IDX[name]] = max(v[IDX[name]], sum(self.pg_cells(lv)) * self.cell)
         self._fec_bins(v, corr, tail)
         return v
 
@@ -747,6 +887,7 @@ class Model:
         cfg = self.cfg
         host = cfg["role"] == "host"
         touched: list[tuple[Scenario, set[str]]] = []
+        incasts: list[Scenario] = []
         for sc in cfg["scenarios"]:
             if sc.name == "breakout":
                 continue
@@ -777,8 +918,13 @@ class Model:
                     raise ConfigError(f"sim: scenario '{sc.spec}': no port '{name}'")
                 sc.port = name
                 ports = [byname[name]]
-            if sc.name == "pfc-storm" and sc.prio is None:
+            if sc.name in ("pfc-storm", "incast") and sc.prio is None:
                 sc.prio = 3
+            if sc.name == "incast":  # a port's incast windows never overlap (its pool: one window's PG)
+                for other in incasts:
+                    if other.port == sc.port and sc.a < other.b and other.a < sc.b:
+                        raise ConfigError(f"sim: scenarios '{other.spec}' and '{sc.spec}' overlap on {sc.port}")
+                incasts.append(sc)
             if sc.name in TRAFFIC:
                 names = {p.name for p in ports}
                 for other, onames in touched:

@@ -135,3 +135,29 @@ def test_config_refuses_thresholds_that_cannot_work(yaml, message):
     with pytest.raises(config.ConfigError) as err:
         config.parse(yaml)
     assert message in str(err.value)
+
+
+def test_a_burst_between_two_polls_keeps_its_drops_and_marks():
+    """The peak puts a whole burst into the sample that raises the record: its drops and
+    ECN marks count, and the record is critical."""
+    from agent.insights.congestion import Congestion
+
+    hits: list[tuple[str, str]] = []
+
+    class Ctx:
+        log = None
+        speeds: dict = {}
+
+        def hit(self, det, etype, key, ts, severity, peak, unit, message, interfaces):
+            hits.append((severity, message))
+
+    ins = Insights()
+    det = Congestion(ins.congestion, Ctx())
+    owned = frozenset({classify.QUEUE_PEAK, classify.DROP_OUT, classify.ECN})
+    det.sample("swp1", 1, 1, {(classify.QUEUE_PEAK, "3"): 100}, owned)
+    det.sample("swp1", 2, 1, {(classify.QUEUE_PEAK, "3"): 8 << 20, (classify.DROP_OUT, "out-q-drops"): 70,
+                              (classify.ECN, "3"): 900}, owned)
+    det.sample("swp1", 3, 1, {(classify.QUEUE_PEAK, "3"): 100}, owned)
+    assert len(hits) == 1
+    severity, message = hits[0]
+    assert severity == "critical" and "70 egress drops and 900 ECN marks" in message

@@ -584,9 +584,11 @@ def test_otel_counter_clear_gives_a_new_start_time_and_no_negative_rate(tmp_path
     sums = [p for p in rx.points if p.kind == "sum"]
     assert len(sums) > 10_000
     gauges = {p.name for p in rx.points if p.kind == "gauge"}
-    assert gauges == {"nvswitch_interface_shared_buffer_port_tc_curr_occupancy",
-                      "nvswitch_interface_shared_buffer_port_tc_watermark",
-                      "nvswitch_interface_shared_buffer_port_tc_peak_occupancy"}
+    buffer = "nvswitch_interface_shared_buffer_port_"
+    assert gauges == {f"{buffer}{q}_{leaf}" for q in ("tc", "pg")
+                      for leaf in ("curr_occupancy", "watermark", "peak_occupancy")} | {
+        f"nvswitch_interface_headroom_buffer_pg_{leaf}" for leaf in ("curr_occupancy", "watermark", "peak_occupancy")
+    } | {f"{buffer}ingress_pool_{leaf}" for leaf in ("curr_occupancy", "peak_occupancy")}
     rx.points = sums
     assert _check_against_model(rx, Model(sim), start) == len(sums)
 

@@ -166,14 +166,17 @@ def test_spine_layout(ops):
         assert info["swp13"][1:] == ("", 400_000, 1)
         for cs in sim.counters:
             assert cs == sim_model.SWITCH_COUNTERS
-        assert len(sim.counters[0]) == 109 and sim_model.slots(sim.counters[0]) == 124
+        assert len(sim.counters[0]) == 159 and sim_model.slots(sim.counters[0]) == 174
         assert [c[0] for c in sim.counters[0][:3]] == ["HwIfInOctets", "HwIfInUcastPkts",
                                                         "HwIfInMcastPkts"]
         kinds = {c[0]: c[2] for c in sim.counters[0]}
         assert kinds["tc_watermark_7"] == 1 and kinds["carrier_changes"] == 0
         assert kinds["phy_rs_fec_histogram"] == sim_model.HISTOGRAM
+        assert kinds["pg_peak_occupancy_3"] == kinds["pg_headroom_peak_occupancy_0"] == sim_model.PEAK
+        assert kinds["ingress_pool_peak_occupancy_0"] == sim_model.PEAK
+        assert kinds["pg_headroom_watermark_7"] == kinds["ingress_pool_occupancy_0"] == sim_model.GAUGE
         assert sim.ops.port_info(sim.h, len(sim.ports), ctypes.byref(AsicPort())) == -1
-        assert sim.ops.counter_info(sim.h, 0, 109, ctypes.byref(AsicCounter())) == -1
+        assert sim.ops.counter_info(sim.h, 0, 159, ctypes.byref(AsicCounter())) == -1
         assert sim.ops.counter_count(sim.h, -1) == -1
         assert sim.gen == 1
         model = Model("role=spine")
@@ -236,6 +239,14 @@ SCENARIO_CONFIGS = [
      [0.9, 2.85, 3.6, 33.3, 61, 70]),
     ("role=leaf scenario=fec-degrade@100ms-10s", [0.05, 5.55, 9.95, 12]),
     ("role=spine scenario=breakout@1s:swp5,fec-degrade@1s-9s:swp5s2", [0.5, 1.5, 8.5]),
+    ("ports=8 scenario=incast@1s-30s:swp2/3", [0.5, 1.3, 2.02, 7.77, 29.9, 31]),
+    ("role=spine asic=spectrum1 seed=9 scenario=incast@500ms:swp5/5/20ms/300ms,microburst@0s:swp5,"
+     "counter-clear@2s", [0.2, 0.71, 2.5, 11.1]),
+    ("role=leaf asic=spectrum3 scenario=incast@2s-4s,pfc-storm@1s-5s:swp1/3", [1.5, 2.2, 3.9, 6]),
+    ("ports=4 asic=spectrum2 scenario=incast@0s:swp4/0/1ms/100ms", [0.05, 0.33, 1.7]),
+    ("ports=4 scenario=incast@0s-2s:swp1/2/45ms/100ms,incast@2s:swp1/6/10ms/200ms,incast@0s:swp3,"
+     "counter-clear@1s:swp1", [0.08, 1.5, 2.3, 3.9]),
+    ("ports=2 scenario=incast@0s-1s:swp2/4/49ms/100ms,incast@1s:swp2/4/5ms/100ms", [0.5, 1.0, 1.02, 2.2]),
 ]
 
 
@@ -543,7 +554,7 @@ def test_start_in_future_reads_zero(ops):
 
 BAD = [
     ("role=router", "sim: role: expected spine, leaf or host, got 'router'"),
-    ("foo=1", "sim: unknown key 'foo' (known: role seed start ports uplinks load scenario)"),
+    ("foo=1", "sim: unknown key 'foo' (known: role seed start ports uplinks load asic scenario)"),
     ("seed", "sim: expected key=value, got 'seed'"),
     ("=3", "sim: expected key=value, got '=3'"),
     ("seed=1 seed=2", "sim: duplicate key 'seed'"),
@@ -558,9 +569,10 @@ BAD = [
     ("load=.5", "sim: load: expected 0.0..1.0, got '.5'"),
     ("load=0.1234567", "sim: load: expected 0.0..1.0, got '0.1234567'"),
     ("scenario=x", "sim: scenario 'x': unknown name (known: symbol-errors imbalance pfc-storm "
-                   "microburst link-flap counter-clear breakout fec-degrade)"),
+                   "microburst link-flap counter-clear breakout fec-degrade incast)"),
     ("scenario=microburst,", "sim: scenario '': unknown name (known: symbol-errors imbalance "
-                             "pfc-storm microburst link-flap counter-clear breakout fec-degrade)"),
+                             "pfc-storm microburst link-flap counter-clear breakout fec-degrade "
+                             "incast)"),
     ("scenario=link-flap@5", "sim: scenario 'link-flap@5': bad time '5' (e.g. 5s, 500ms, 2m)"),
     ("scenario=link-flap@5s-2x",
      "sim: scenario 'link-flap@5s-2x': bad time '2x' (e.g. 5s, 500ms, 2m)"),
@@ -569,7 +581,24 @@ BAD = [
     ("scenario=link-flap@5s:swp99", "sim: scenario 'link-flap@5s:swp99': no port 'swp99'"),
     ("scenario=link-flap@5s:", "sim: scenario 'link-flap@5s:': empty port name"),
     ("scenario=link-flap@5s:swp1/3", "sim: scenario 'link-flap@5s:swp1/3': a priority is only "
-                                     "for pfc-storm"),
+                                     "for pfc-storm (a traffic class for incast)"),
+    ("scenario=incast:swp1/8", "sim: scenario 'incast:swp1/8': traffic class must be 0..7"),
+    ("scenario=incast@1s:swp1/3/x", "sim: scenario 'incast@1s:swp1/3/x': bad burst length 'x' (e.g. 20ms)"),
+    ("scenario=incast@1s:swp1/3/20ms/2", "sim: scenario 'incast@1s:swp1/3/20ms/2': bad period '2' (e.g. 2s)"),
+    ("scenario=incast@1s:swp1/3/0.5ms",
+     "sim: scenario 'incast@1s:swp1/3/0.5ms': burst length must be 1ms..half the period"),
+    ("scenario=incast@1s:swp1/3/600ms/1s",
+     "sim: scenario 'incast@1s:swp1/3/600ms/1s': burst length must be 1ms..half the period"),
+    ("scenario=incast@1s:swp1/3/20ms/50ms",
+     "sim: scenario 'incast@1s:swp1/3/20ms/50ms': period must be 100ms..60s"),
+    ("scenario=incast@1s:swp1/3/20ms/61s",
+     "sim: scenario 'incast@1s:swp1/3/20ms/61s': period must be 100ms..60s"),
+    ("scenario=incast@1s:swp99/3", "sim: scenario 'incast@1s:swp99/3': no port 'swp99'"),
+    ("role=host scenario=incast", "sim: scenario 'incast': not available with role=host"),
+    ("asic=spectrum5", "sim: asic: expected spectrum1, spectrum2, spectrum3 or spectrum4, got 'spectrum5'"),
+    ("asic=spectrum4 asic=spectrum1", "sim: duplicate key 'asic'"),
+    ("scenario=incast@1s-5s:swp2/3,incast@4s:swp2/5",
+     "sim: scenarios 'incast@1s-5s:swp2/3' and 'incast@4s:swp2/5' overlap on swp2"),
     ("scenario=pfc-storm:swp1/8", "sim: scenario 'pfc-storm:swp1/8': priority must be 0..7"),
     ("scenario=imbalance", "sim: scenario 'imbalance': needs role=leaf (an uplink group)"),
     ("role=leaf scenario=imbalance:swp3",
@@ -620,7 +649,7 @@ def test_good_config_edge_cases(ops):
 def test_far_past_start_wraps_like_the_model(ops):
     """start=0: t is ~1.7e18 ns, 128-bit intermediates; 64-bit octets wrap in both alike."""
     config = ("role=spine start=0 scenario=symbol-errors@0s:swp11s1,link-flap@0s:swp2,"
-              "pfc-storm@0s:swp3,microburst@0s:swp4")
+              "pfc-storm@0s:swp3,microburst@0s:swp4,incast@0s:swp5/2")
     sim = Sim(ops, config)
     try:
         ts, values = sim.read()

@@ -179,7 +179,7 @@ SHAPES: list[Shape] = [
     _shape("switch priority (PFC)", f"{_IF}/pfc/priority[id={{X}}]/state", ("interface", "priority"),
            PRIORITY, PREFIX + "sp_{leaf}"),
     _shape("traffic class (and its egress buffer)", _Q, ("interface", "tc"), TC, PREFIX + "tc_{leaf}"),
-    _shape("ingress priority group (no source yet)", _PG, ("interface", "pg"), PG, PREFIX + "pg_{leaf}"),
+    _shape("ingress priority group", _PG, ("interface", "pg"), PG, PREFIX + "pg_{leaf}"),
     _shape("devlink egress TC buffer", f"{_SB}/tc[index={{X}}][type=egress]/state", ("interface", "sb", "tc"),
            _devlink("tc"), PREFIX + "devlink_tc_{leaf}"),
     _shape("devlink ingress TC (priority group) buffer", f"{_SB}/tc[index={{X}}][type=ingress]/state",

@@ -110,16 +110,16 @@ class Congestion(Detector):
                 q.level = v
         drops = next((n for leaves in _DROPS if (n := sum(acc.get((c.DROP_OUT, x), 0) for x in leaves))), 0)
         for name, q in list(queues.items()):
-            if q.active:
-                q.drops += drops
-                q.ecn += acc.get((c.ECN, name), 0)
-            self._judge(port, name, q, ts)
+            self._judge(port, name, q, ts, drops, acc.get((c.ECN, name), 0))
             if not q.active:
                 del queues[name]  # calm again: the port is back on the cheap path
         if not queues:
             del self.ports[port]
 
-    def _judge(self, port: str, name: str, q: _Queue, ts: int) -> None:
+    def _judge(self, port: str, name: str, q: _Queue, ts: int, drops: int, ecn: int) -> None:
+        """The queue's sample: raise, update or end its record. ``drops`` and ``ecn`` are the
+        sample's; they count from the sample that raised the record (a peak cleared on read
+        puts a whole burst between two polls into that one sample)."""
         cfg = self.cfg
         if not q.active:
             if q.level < cfg.high:
@@ -128,6 +128,8 @@ class Congestion(Detector):
         elif q.level < cfg.low:
             q.active = False  # no more hits: the event ends after clear_after
             return
+        q.drops += drops
+        q.ecn += ecn
         if q.level > q.max:
             q.max, q.max_ns = q.level, ts
         at = time.strftime("%H:%M:%S", time.gmtime(q.max_ns // NS)) + f".{q.max_ns % NS // 1_000_000:03d}Z"

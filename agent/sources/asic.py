@@ -48,7 +48,7 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
-from agent.pathgrammar import interface_path, rdma_port_path
+from agent.pathgrammar import interface_path, qos_interface_path, rdma_port_path
 from agent.sources import drivers
 from agent.sources.base import (
     NO_DATA,
@@ -106,6 +106,10 @@ _PHY = (OPENCONFIG, f"{_IF}/phy/state")
 _PHY_FEC = (OPENCONFIG, f"{_IF}/phy/fec/state")
 _PHY_LANE = (OPENCONFIG, f"{_IF}/phy/channels/channel[id={{n}}]/fec/state")
 _RAW = (SWTEL_ORIGIN, f"{_IF}/asic")
+# an ingress priority group's buffer (shared and headroom), and a port's share of a pool of
+# shared buffer 0 (as devlink's sb port pool reports it)
+_PG = (SWTEL_ORIGIN, qos_interface_path("{port}") + "/input/priority-groups/priority-group[name={n}]/state")
+_POOL_IN = (SWTEL_ORIGIN, f"{_IF}/devlink/sb[index=0]/pool[index={{n}}][type=ingress]/state")
 
 # What the ASIC has beyond switchd's HwIf* set: the PHY (PPCNT) counters that
 # `nv show interface swpN link phy-detail` and Cumulus' OTLP export show (paths as
@@ -123,6 +127,14 @@ PHY = rules(
     (r"tc_watermark_(?P<n>\d+)", SWQUEUE, "watermark", GAUGE),
     # ABI 1.1: the highest occupancy since the previous read (PEAK), the RS-FEC histogram
     (r"tc_peak_occupancy_(?P<n>\d+)", SWQUEUE, "peak-occupancy", GAUGE),
+    (r"pg_curr_occupancy_(?P<n>\d+)", _PG, "current-occupancy", GAUGE),
+    (r"pg_watermark_(?P<n>\d+)", _PG, "watermark", GAUGE),
+    (r"pg_peak_occupancy_(?P<n>\d+)", _PG, "peak-occupancy", GAUGE),
+    (r"pg_headroom_occupancy_(?P<n>\d+)", _PG, "headroom-occupancy", GAUGE),
+    (r"pg_headroom_watermark_(?P<n>\d+)", _PG, "headroom-watermark", GAUGE),
+    (r"pg_headroom_peak_occupancy_(?P<n>\d+)", _PG, "headroom-peak-occupancy", GAUGE),
+    (r"ingress_pool_occupancy_(?P<n>\d+)", _POOL_IN, "occupancy", GAUGE),
+    (r"ingress_pool_peak_occupancy_(?P<n>\d+)", _POOL_IN, "peak-occupancy", GAUGE),
     (r"phy_rs_fec_histogram", _PHY_FEC, "rs-fec-histogram"),
 )
 

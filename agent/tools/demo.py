@@ -10,6 +10,7 @@ where the raw data went.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
@@ -24,10 +25,12 @@ from agent.config import Duration
 from agent.control.client import ControlError, request
 from agent.control.printable import printable
 from agent.control.top import rates
+from agent.insights.congestion import CongestionConfig, fmt_bytes
 from agent.tools.fabric import PRESETS, Fabric, detach_stdio, hangup_signals
 
 EVENT_PATH = re.compile(r"^swtel:/insights/events/event\[id=(\d+)\]/state/([a-z-]+)$")
 DEFAULT_DURATION_S = 30.0
+NS_PER_S = 1_000_000_000
 
 
 def events_from(latest: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
@@ -118,6 +121,71 @@ def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
             else:
                 out.append(f"\n{sw.name} {port}: link-degrading not raised before the first uncorrectable "
                            f"codeword ({fail_s:+.1f}s)")
+    return out
+
+
+def incast_queue(spec: str) -> tuple[str, str] | None:
+    """(port, traffic class) of an ``incast@...[:PORT[/TC[/LEN[/PERIOD]]]]`` scenario (the
+    sim's defaults: swp1, 3)."""
+    name, _, where = spec.partition(":")
+    if not name.startswith("incast"):
+        return None
+    port, _, rest = where.partition("/")
+    return port or "swp1", rest.partition("/")[0] or "3"
+
+
+def _queue_series(jsonl: Path, target: str, port: str, tc: str) -> dict[str, list[tuple[int, int]]]:
+    """The (sample ns, value) updates of one queue's level and peak that the collector
+    received, in order (only changed values are sent: each holds until the next)."""
+    tail = f"/interface[interface-id={port}]/output/queues/queue[name={tc}]/state/"
+    out: dict[str, list[tuple[int, int]]] = {"current-occupancy": [], "peak-occupancy": []}
+    with open(jsonl, encoding="utf-8") as f:
+        for line in f:
+            if tail not in line:
+                continue
+            row = json.loads(line)
+            leaf = row.get("path", "").rpartition("/")[2]
+            if row.get("target") == target and leaf in out and isinstance(row.get("value"), int):
+                out[leaf].append((int(row["ts"]), row["value"]))
+    return out
+
+
+def incast_lines(fabric: Fabric, timeline: Timeline, jsonl: Path, high: int) -> list[str]:
+    """For each incast scenario: the queue as a 1 s poller of its instantaneous level saw it
+    (the level the agent read, held at each whole second), beside the agent's peaks (the
+    highest level since the previous 100 ms read) and its congestion events, from one run."""
+    out = []
+    for sw in fabric.switches:
+        for spec in sw.scenarios:
+            queue = incast_queue(spec)
+            if queue is None:
+                continue
+            port, tc = queue
+            series = _queue_series(jsonl, sw.name, port, tc)
+            levels, peaks = series["current-occupancy"], series["peak-occupancy"]
+            if not levels or not peaks:
+                out.append(f"\n{sw.name} {port} queue {tc}: no readings reached the collector")
+                continue
+            # the 1 s poller: the level last read at or before each whole second of the run
+            seconds = range(-(-(levels[0][0] - fabric.start_ns) // NS_PER_S), (levels[-1][0] - fabric.start_ns) // NS_PER_S + 1)
+            polled, i = [], 0
+            for k in seconds:
+                while i + 1 < len(levels) and levels[i + 1][0] <= fabric.start_ns + k * NS_PER_S:
+                    i += 1
+                polled.append(levels[i][1])
+            # swtel's bursts: each rise of the peak to `high` or above
+            bursts = sum(1 for j, (_, v) in enumerate(peaks) if v >= high and (j == 0 or peaks[j - 1][1] < high))
+            events = sum(1 for (target, _id), ev in timeline.rows.items()
+                         if target == sw.name and ev.get("type") == "congestion"
+                         and port in str(ev.get("interfaces", "")).split(",")
+                         and f"queue {tc}:" in str(ev.get("message", "")))
+            above = sum(v >= high for v in polled)
+            verdict = "calm" if 4 * above <= len(polled) else "congested"  # three readings in four below
+            out.append(f"\n{sw.name} {port} queue {tc} ({spec}):\n"
+                       f"  a 1 s poller of the instantaneous level: {len(polled)} readings, {above} at or above "
+                       f"{fmt_bytes(high)} (highest {fmt_bytes(max(polled))}): {verdict}\n"
+                       f"  swtel's peaks at {fabric.interval}: {bursts} bursts at or above {fmt_bytes(high)} "
+                       f"(highest {fmt_bytes(max(v for _, v in peaks))}), {events} congestion events")
     return out
 
 
@@ -238,6 +306,8 @@ def demo_main(args: Any) -> int:
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
     for line in lead_lines(fabric, timeline):
+        print(line)
+    for line in incast_lines(fabric, timeline, out_path, CongestionConfig().high):
         print(line)
     print(f"\nraw data: every update the collector received, one JSON line each: {out_path}\n"
           f"configs, control sockets and agent logs: {workdir}\n"

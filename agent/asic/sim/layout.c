@@ -21,6 +21,7 @@ static void port_init(struct sim *s, struct port *p, const char *name, const cha
     snprintf(p->parent, sizeof p->parent, "%s", parent);
     p->speed = speed;
     p->flags = flags;
+    p->cell = s->cell;
     p->hbase = s->seed * 0x9E3779B97F4A7C15ULL + fnv1a(name) * 0xD6E8FEB86659FD93ULL;
     p->host = !!(flags & SWTEL_ASIC_PORT_HOST);
     p->lanes = speed / 100000 > 1 ? (int)(speed / 100000) : 1;
@@ -217,7 +218,7 @@ int build(struct sim *s, char *err, size_t errlen)
     }
 
     /* the other scenarios, in config order */
-    int touched[MAX_SCENARIOS], ntouched = 0;
+    int touched[MAX_SCENARIOS], ntouched = 0, incasts[MAX_SCENARIOS], nincast = 0;
     for (int k = 0; k < s->nsc; k++) {
         struct scen *sc = &s->sc[k];
         if (sc->type == SC_BREAKOUT)
@@ -266,8 +267,20 @@ int build(struct sim *s, char *err, size_t errlen)
             }
             list[n++] = pi;
         }
-        if (sc->type == SC_PFC && sc->prio < 0)
+        if ((sc->type == SC_PFC || sc->type == SC_INCAST) && sc->prio < 0)
             sc->prio = 3;
+        /* incast windows of a port never overlap: its ingress pool is one window's PG */
+        if (sc->type == SC_INCAST) {
+            for (int o = 0; o < nincast; o++) {
+                const struct scen *other = &s->sc[incasts[o]];
+                if (sc->a < other->b && other->a < sc->b && !strcmp(other->port, sc->port)) {
+                    errf(err, errlen, "sim: scenarios '%s' and '%s' overlap on %s", other->spec,
+                         sc->spec, sc->port);
+                    return -1;
+                }
+            }
+            incasts[nincast++] = k;
+        }
         if (IS_TRAFFIC(sc->type)) {
             for (int o = 0; o < ntouched; o++) {
                 const struct scen *other = &s->sc[touched[o]];
@@ -333,6 +346,9 @@ int build(struct sim *s, char *err, size_t errlen)
                 }
             } else if (sc->type == SC_MB) {
                 wn->n = mb_count(p, sc);
+            } else if (sc->type == SC_INCAST) {
+                /* bursts of the whole periods inside the window */
+                wn->n = sc->b == INF ? INF : (sc->b - sc->a) * SLOT / sc->period;
             } else if (sc->type == SC_SYM && p->host) {
                 if (!(wn->t[0] = make_table(p, K_RETR_SCN, 0, 1)))
                     goto oom;
@@ -424,5 +440,13 @@ void names_init(struct sim *s)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_watermark_%d", i);
     for (int i = 0; i < 8; i++)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_peak_occupancy_%d", i);
+    static const char *const per_pg[] = {"pg_curr_occupancy_%d",     "pg_watermark_%d",
+                                         "pg_peak_occupancy_%d",     "pg_headroom_occupancy_%d",
+                                         "pg_headroom_watermark_%d", "pg_headroom_peak_occupancy_%d"};
+    for (int f = 0; f < 6; f++)
+        for (int i = 0; i < 8; i++)
+            snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, per_pg[f], i);
+    snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "ingress_pool_occupancy_0");
+    snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "ingress_pool_peak_occupancy_0");
     snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "phy_rs_fec_histogram"); /* FEC_BINS values */
 }

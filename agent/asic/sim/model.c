@@ -153,6 +153,76 @@ static uint64_t mb_drops(const struct port *p, const struct win *wn, uint64_t t,
     return e0 + (e1 - e0) * x / ln;
 }
 
+/* incast: drops before burst i, E(i) = 1000i + g(i) - g(0); burst i drops E(i+1) - E(i) */
+static inline uint64_t ic_e(const struct port *p, uint64_t i)
+{
+    return mb_e(p, K_IC_DROP, 1000, 1001, i);
+}
+
+/* incast burst i: its start (ns), length (ns), top (cells, IC_BASE and IC_PER_DROP) and drops */
+static void ic_burst(const struct port *p, const struct scen *sc, uint64_t i, uint64_t *st,
+                     uint64_t *len, uint64_t *top, uint64_t *drops)
+{
+    *len = MS + H(p, K_IC_LEN, i) % ((sc->blen - MS) / US + 1) * US;
+    *st = sc->a * SLOT + i * sc->period + H(p, K_IC_START, i) % (sc->period / (4 * US)) * US;
+    *drops = ic_e(p, i + 1) - ic_e(p, i);
+    *top = IC_BASE / p->cell + *drops * (IC_PER_DROP / p->cell);
+}
+
+/* The highest incast level (cells) in [lo, t] of one window: a burst ramps linearly to its
+ * top, reached at its last ns, and is gone after (the queue drains within microseconds). */
+static uint64_t ic_peak(const struct port *p, const struct win *wn, uint64_t lo, uint64_t t)
+{
+    const struct scen *sc = wn->sc;
+    uint64_t a = sc->a * SLOT;
+    if (t < a || !wn->n)
+        return 0;
+    uint64_t hi = min64((t - a) / sc->period, wn->n - 1), pk = 0;
+    for (uint64_t i = lo > a ? (lo - a) / sc->period : 0; i <= hi; i++) {
+        uint64_t st, len, top, d;
+        ic_burst(p, sc, i, &st, &len, &top, &d);
+        if (st <= t && st + len > lo)
+            pk = max64(pk, top * (min64(t, st + len - 1) - st + 1) / len);
+    }
+    return pk;
+}
+
+/* incast's drops, ECN marks and PFC pause frames sent at t, each rising with a burst's
+ * level: 1536 + drops marks a burst (about a mark per 4 KiB above the ECN threshold), a
+ * pause frame per PFC_CELLS cells above the PG's XOFF threshold. */
+static void ic_counts(const struct port *p, const struct win *wn, uint64_t t, uint64_t *drops,
+                      uint64_t *ecn, uint64_t *pfc)
+{
+    const struct scen *sc = wn->sc;
+    uint64_t a = sc->a * SLOT;
+    if (t < a)
+        return;
+    uint64_t i = min64((t - a) / sc->period, wn->n), lv = 0, d = 0, top = 1;
+    if (i < wn->n) {
+        uint64_t st, len;
+        ic_burst(p, sc, i, &st, &len, &top, &d);
+        lv = t < st ? 0 : top * (min64(t, st + len - 1) - st + 1) / len;
+    }
+    /* over the bursts before i: sums of terms linear in each burst's drops */
+    uint64_t xoff = PG_XOFF / p->cell, e = ic_e(p, i);
+    uint64_t above = i * (IC_BASE / p->cell - xoff) + e * (IC_PER_DROP / p->cell);
+    *drops += e + d * lv / top;
+    *ecn += 1536 * i + e + (1536 + d) * lv / top;
+    *pfc += (above + (lv > xoff ? lv - xoff : 0)) / PFC_CELLS;
+}
+
+/* a PG's shared (up to XOFF) and headroom (1/16 of the rest) cells at an incast level */
+static inline uint64_t pg_shared(const struct port *p, uint64_t lv)
+{
+    return min64(lv, PG_XOFF / p->cell);
+}
+
+static inline uint64_t pg_headroom(const struct port *p, uint64_t lv)
+{
+    uint64_t xoff = PG_XOFF / p->cell;
+    return lv > xoff ? (lv - xoff) / HR_DIV : 0;
+}
+
 static uint64_t occupancy(const struct port *p, int tc, uint64_t c)
 {
     uint64_t v = tc == 3 ? H(p, K_OCC, c) % 65536 : 0;
@@ -293,6 +363,9 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
             } else if (sc->type == SC_MB) {
                 qd += mb_drops(p, wn, t, K_MB_DROP, 1500, 1001);
                 wd += mb_drops(p, wn, t, K_MB_WRED, 400, 301);
+            } else if (sc->type == SC_INCAST) {
+                ic_counts(p, wn, t, &qd, &v[C_ECN0 + sc->prio], &v[C_OUT_PFC0 + sc->prio]);
+                tcs |= 1u << sc->prio;
             } else if (sc->type == SC_FEC) {
                 uint64_t f = sc->fail * SLOT, e = min64(t, sc->b * SLOT);
                 uint64_t failing = e > f ? e - f : 0;
@@ -319,7 +392,7 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
     v[C_OUT_QDROPS] = qd;
     v[C_OUT_WRED] = wd;
     v[C_OUT_Q0_WRED + 3] = wd;
-    v[C_ECN0 + 3] = (uint64_t)(tx >> 23);
+    v[C_ECN0 + 3] += (uint64_t)(tx >> 23);
     v[C_PHY_BITS] = (uint64_t)((u128)p->speed * (t - down) / 1000);
     v[C_PHY_SYM] = sym;
     u128 tail_bits = 0;
@@ -345,9 +418,41 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
             if (x >= c0)
                 pk = max64(pk, lv);
         }
+        /* incast's bursts, to the ns: the level at t, the highest since the epoch's start
+         * and since the previous read (from the same cell bound as above) */
+        for (int w = 0; w < p->nwin; w++) {
+            const struct win *wn = &p->win[w];
+            if (wn->sc->type != SC_INCAST || wn->sc->prio != tc)
+                continue;
+            uint64_t lo = max64(min64(since, t), c0 * CELL);
+            lv = max64(lv, ic_peak(p, wn, t, t) * p->cell);
+            wm = max64(wm, ic_peak(p, wn, (c - c % EPOCH_CELLS) * CELL, t) * p->cell);
+            pk = max64(pk, ic_peak(p, wn, lo, t) * p->cell);
+        }
         v[C_OCC0 + tc] = lv;
         v[C_WM0 + tc] = wm;
         v[C_PEAK0 + tc] = pk;
+    }
+    /* the ingress side of incast: PG = TC (priority), the ingress pool 0 their sum (incast
+     * windows of a port never overlap, so the pool's peak is one window's); all monotone in
+     * the level, so each peak is the level's */
+    for (int w = 0; w < p->nwin; w++) {
+        const struct win *wn = &p->win[w];
+        if (wn->sc->type != SC_INCAST)
+            continue;
+        int pg = wn->sc->prio;
+        uint64_t lv = ic_peak(p, wn, t, t);
+        uint64_t wm = ic_peak(p, wn, (c - c % EPOCH_CELLS) * CELL, t);
+        uint64_t pk = ic_peak(p, wn, max64(min64(since, t), c0 * CELL), t);
+        /* max: two windows of one PG (one after the other) may both be in a peak's span */
+        v[C_PG0 + pg] = max64(v[C_PG0 + pg], pg_shared(p, lv) * p->cell);
+        v[C_PG_WM0 + pg] = max64(v[C_PG_WM0 + pg], pg_shared(p, wm) * p->cell);
+        v[C_PG_PEAK0 + pg] = max64(v[C_PG_PEAK0 + pg], pg_shared(p, pk) * p->cell);
+        v[C_HR0 + pg] = max64(v[C_HR0 + pg], pg_headroom(p, lv) * p->cell);
+        v[C_HR_WM0 + pg] = max64(v[C_HR_WM0 + pg], pg_headroom(p, wm) * p->cell);
+        v[C_HR_PEAK0 + pg] = max64(v[C_HR_PEAK0 + pg], pg_headroom(p, pk) * p->cell);
+        v[C_POOL] = max64(v[C_POOL], (pg_shared(p, lv) + pg_headroom(p, lv)) * p->cell);
+        v[C_POOL_PEAK] = max64(v[C_POOL_PEAK], (pg_shared(p, pk) + pg_headroom(p, pk)) * p->cell);
     }
     fec_bins(v, (uint64_t)corr, tail);
 }

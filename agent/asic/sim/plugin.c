@@ -1,10 +1,12 @@
 /* swtel's simulated Spectrum switch: an ASIC plugin (swtel_asic.h, ABI 1).
  *
  * Config: space-separated key=value: role=spine|leaf|host seed=N start=<epoch ns>
- * ports=N uplinks=4|8 load=0.0..1.0 scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable,
- * or comma-separated). Scenarios: symbol-errors imbalance pfc-storm microburst link-flap
- * counter-clear breakout fec-degrade (START-END required: the FEC histogram's tail grows bin by
- * bin, the first uncorrectable codeword at END - (END - START) / 10).
+ * ports=N uplinks=4|8 load=0.0..1.0 asic=spectrum1..4 (the buffer cell: 96, 144, 144, 192 B)
+ * scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable, or comma-separated). Scenarios:
+ * symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade
+ * (START-END required: the FEC histogram's tail grows bin by bin, the first uncorrectable
+ * codeword at END - (END - START) / 10) incast (PORT/TC[/LEN[/PERIOD]]: sub-poll bursts on a
+ * queue, its PG, headroom and ingress pool, with drops, ECN marks and PFC pause).
  *
  * Layout calls (port_count, port_info, counter_count, counter_info) describe the layout of
  * the generation last returned by generation() (the one at open() before any call).
@@ -130,6 +132,21 @@ static int sim_counter_count(void *h, int port)
     return p ? (p->host ? N_HOST : N_SWITCH_DESC) : -1;
 }
 
+/* A switch counter's kind: counters, then gauges with the peaks (the highest level since the
+ * previous read) among them, the histogram last. */
+static int switch_kind(int counter)
+{
+    if (counter < C_OCC0)
+        return SWTEL_ASIC_COUNTER;
+    if (counter == C_FEC0)
+        return SWTEL_ASIC_HISTOGRAM;
+    if ((counter >= C_PEAK0 && counter < C_PEAK0 + 8) ||
+        (counter >= C_PG_PEAK0 && counter < C_PG_PEAK0 + 8) ||
+        (counter >= C_HR_PEAK0 && counter < C_HR_PEAK0 + 8) || counter == C_POOL_PEAK)
+        return SWTEL_ASIC_PEAK;
+    return SWTEL_ASIC_GAUGE;
+}
+
 static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_counter *out)
 {
     const struct sim *s = h;
@@ -144,12 +161,9 @@ static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_co
     } else {
         memcpy(out->name, s->cnames[counter], sizeof out->name);
         out->width = 64;
-        out->kind = counter < C_OCC0 ? SWTEL_ASIC_COUNTER
-                    : counter < C_PEAK0 ? SWTEL_ASIC_GAUGE : SWTEL_ASIC_PEAK;
-        if (counter == C_FEC0) {
-            out->kind = SWTEL_ASIC_HISTOGRAM;
+        out->kind = switch_kind(counter);
+        if (counter == C_FEC0)
             out->nbins = FEC_BINS;
-        }
     }
     return 0;
 }

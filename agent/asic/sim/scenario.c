@@ -1,8 +1,9 @@
 /* The simulated switch's config string: space-separated key=value (role, seed, start,
- * ports, uplinks, load) and scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable, or
- * comma-separated), checked and parsed into struct sim; layout.c places the scenarios.
+ * ports, uplinks, load, asic) and scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable,
+ * or comma-separated), checked and parsed into struct sim; layout.c places the scenarios.
  * fec-degrade needs its END, at least 2 s after START: its uncorrectable codewords begin
- * at END - (END - START) / 10. */
+ * at END - (END - START) / 10. incast takes PORT/TC[/LEN[/PERIOD]]: bursts of 1 ms..LEN
+ * (50ms), one per PERIOD (2s). */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,17 @@
 #include "sim.h"
 
 static const char *const SC_NAMES[] = {"symbol-errors", "imbalance", "pfc-storm", "microburst",
-                                       "link-flap", "counter-clear", "breakout", "fec-degrade"};
+                                       "link-flap", "counter-clear", "breakout", "fec-degrade",
+                                       "incast"};
 
-static const char *const KEYS[] = {"role", "seed", "start", "ports", "uplinks", "load", "scenario"};
-#define KNOWN_KEYS "role seed start ports uplinks load scenario"
+static const char *const KEYS[] = {"role",    "seed", "start", "ports",
+                                   "uplinks", "load", "asic",  "scenario"};
+#define N_KEYS 8
+#define K_SCENARIO 7
+#define KNOWN_KEYS "role seed start ports uplinks load asic scenario"
 #define KNOWN_SC \
-    "symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade"
+    "symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade " \
+    "incast"
 
 /* digits only, at most 20 of them, value <= limit */
 static int parse_uint(const char *s, uint64_t limit, uint64_t *out)
@@ -112,20 +118,43 @@ static int parse_scenario(struct sim *s, const char *spec, char *err, size_t err
         errf(err, errlen, "sim: scenario '%s': unknown name (known: %s)", head, KNOWN_SC);
         goto out;
     }
+    if (sc->type == SC_INCAST) {
+        sc->blen = IC_LEN;
+        sc->period = IC_PERIOD;
+    }
     if (port) {
         char *slash = strchr(port, '/');
         if (slash) {
             *slash++ = '\0';
-            if (sc->type != SC_PFC) {
-                errf(err, errlen, "sim: scenario '%s': a priority is only for pfc-storm", spec);
+            if (sc->type != SC_PFC && sc->type != SC_INCAST) {
+                errf(err, errlen,
+                     "sim: scenario '%s': a priority is only for pfc-storm (a traffic class for "
+                     "incast)",
+                     spec);
                 goto out;
+            }
+            /* incast: TC[/LEN[/PERIOD]] */
+            char *len = sc->type == SC_INCAST ? strchr(slash, '/') : NULL, *per = NULL;
+            if (len) {
+                *len++ = '\0';
+                if ((per = strchr(len, '/')))
+                    *per++ = '\0';
             }
             uint64_t pr;
             if (parse_uint(slash, 7, &pr)) {
-                errf(err, errlen, "sim: scenario '%s': priority must be 0..7", spec);
+                errf(err, errlen, "sim: scenario '%s': %s must be 0..7", spec,
+                     sc->type == SC_PFC ? "priority" : "traffic class");
                 goto out;
             }
             sc->prio = (int)pr;
+            if (len && parse_time(len, &sc->blen)) {
+                errf(err, errlen, "sim: scenario '%s': bad burst length '%s' (e.g. 20ms)", spec, len);
+                goto out;
+            }
+            if (per && parse_time(per, &sc->period)) {
+                errf(err, errlen, "sim: scenario '%s': bad period '%s' (e.g. 2s)", spec, per);
+                goto out;
+            }
         }
         if (!*port) {
             errf(err, errlen, "sim: scenario '%s': empty port name", spec);
@@ -158,6 +187,17 @@ static int parse_scenario(struct sim *s, const char *spec, char *err, size_t err
             has_b = 1;
         }
     }
+    if (sc->type == SC_INCAST) {
+        if (sc->period < IC_PERIOD_MIN || sc->period > IC_PERIOD_MAX) {
+            errf(err, errlen, "sim: scenario '%s': period must be 100ms..60s", spec);
+            goto out;
+        }
+        if (sc->blen < MS || sc->blen > sc->period / 2) {
+            errf(err, errlen, "sim: scenario '%s': burst length must be 1ms..half the period",
+                 spec);
+            goto out;
+        }
+    }
     sc->a = a_ns / SLOT;
     sc->b = (!has_b || sc->type == SC_CLEAR || sc->type == SC_BREAKOUT) ? INF : b_ns / SLOT;
     if (sc->b <= sc->a) {
@@ -188,6 +228,7 @@ int parse_config(struct sim *s, const char *config, char *err, size_t errlen)
     s->nports_cfg = 0;
     s->nuplinks = 4;
     s->load = 550000;
+    s->cell = 192;
     char *buf = strdup(config);
     if (!buf) {
         errf(err, errlen, "sim: out of memory");
@@ -204,14 +245,14 @@ int parse_config(struct sim *s, const char *config, char *err, size_t errlen)
         }
         *val++ = '\0';
         int key = -1;
-        for (int i = 0; i < 7; i++)
+        for (int i = 0; i < N_KEYS; i++)
             if (!strcmp(tok, KEYS[i]))
                 key = i;
         if (key < 0) {
             errf(err, errlen, "sim: unknown key '%s' (known: %s)", tok, KNOWN_KEYS);
             goto out;
         }
-        if (key != 6) {
+        if (key != K_SCENARIO) {
             if (seen & (1 << key)) {
                 errf(err, errlen, "sim: duplicate key '%s'", tok);
                 goto out;
@@ -283,6 +324,20 @@ int parse_config(struct sim *s, const char *config, char *err, size_t errlen)
             s->load = ppm;
             break;
         }
+        case 6:
+            if (!strcmp(val, "spectrum1"))
+                s->cell = 96;
+            else if (!strcmp(val, "spectrum2") || !strcmp(val, "spectrum3"))
+                s->cell = 144;
+            else if (!strcmp(val, "spectrum4"))
+                s->cell = 192;
+            else {
+                errf(err, errlen,
+                     "sim: asic: expected spectrum1, spectrum2, spectrum3 or spectrum4, got '%s'",
+                     val);
+                goto out;
+            }
+            break;
         default: {
             char *p = val;
             for (;;) {

@@ -34,7 +34,9 @@ typedef __int128 i128;
 #define INF UINT64_MAX   /* open-ended window end (slots), unbounded event count */
 #define MAX_SCENARIOS 64
 #define MAX_PORT_WINDOWS 16
-#define N_SWITCH_DESC 109 /* descriptors of a switch port: 100 counters and gauges, 8 peaks, 1 histogram */
+/* descriptors of a switch port: 100 counters and gauges, 8 TC peaks, 50 PG and pool gauges and
+ * peaks, 1 histogram */
+#define N_SWITCH_DESC 159
 #define FEC_BINS 16       /* RS(544,514) codewords by corrected symbols: 0..15 */
 #define N_SWITCH (N_SWITCH_DESC - 1 + FEC_BINS) /* values of a switch port in one read */
 #define CW_BITS 5440      /* bits of one RS(544,514) codeword (544 10-bit symbols) */
@@ -45,10 +47,11 @@ typedef __int128 i128;
 enum { K_RX = 1, K_TX = 2, K_CORR = 3, K_OCC = 4, K_FLAP = 5, K_DIP = 6, K_SYM = 8, K_EFF = 9,
        K_PFC = 10, K_PFCOCC = 11, K_MB_START = 12, K_MB_LEN = 13, K_MB_DROP = 14, K_MB_WRED = 15,
        K_MB_OCC = 16, K_RETR = 17, K_RETR_SCN = 18, K_OOS = 19, K_CNP = 20, K_CNPH = 21,
-       K_ECNR = 22, K_HTX = 23, K_HRX = 24, K_FEC_EFF = 25 };
+       K_ECNR = 22, K_HTX = 23, K_HRX = 24, K_FEC_EFF = 25, K_IC_START = 26, K_IC_LEN = 27,
+       K_IC_DROP = 28 };
 
-enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC };
-#define N_SC 8
+enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC, SC_INCAST };
+#define N_SC 9
 #define IS_TRAFFIC(x) \
     ((x) == SC_SYM || (x) == SC_IMB || (x) == SC_PFC || (x) == SC_FLAP || (x) == SC_FEC)
 
@@ -58,18 +61,38 @@ enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC };
 #define FEC_MIN_SLOTS 200
 #define FEC_DEN 64000000000000ULL
 
+/* incast: one burst per period, its start hashed into the period's first quarter (so bursts
+ * are at least 3/4 of a period apart), its length 1 ms..LEN in 1 us steps; defaults and
+ * bounds of LEN and PERIOD (ns) */
+#define US 1000ULL
+#define MS 1000000ULL
+#define IC_LEN (50 * MS)
+#define IC_PERIOD (2000 * MS)
+#define IC_PERIOD_MIN (100 * MS)
+#define IC_PERIOD_MAX (60000 * MS)
+/* an incast burst's top: 6 MiB + 5 KiB per drop (a larger burst drops more), in whole cells
+ * of each so sums over bursts stay exact; the PG's XOFF threshold 3 MiB: above it the switch
+ * sends PFC pause (one frame per 64 cells) and 1/16 of the excess lands in headroom */
+#define IC_BASE (6ULL << 20)
+#define IC_PER_DROP 5120ULL
+#define PG_XOFF (3ULL << 20)
+#define PFC_CELLS 64
+#define HR_DIV 16
+
 /* counter indices (tests/sim_model.py SWITCH_COUNTERS) */
 enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16,
        C_OUT_QDROPS = 18, C_OUT_WRED = 20, C_OUT_Q0_WRED = 21, C_IN_PFC0 = 31,
        C_RX_PAUSE0 = 47, C_ECN0 = 63, C_PHY_BITS = 71, C_PHY_SYM = 72, C_PHY_CORR = 73,
        C_PHY_EFF = 74, C_LANE0 = 75, C_CARRIER = 83, C_OCC0 = 84, C_WM0 = 92, C_PEAK0 = 100,
-       C_FEC0 = 108 };
+       C_OUT_PFC0 = 39, C_PG0 = 108, C_PG_WM0 = 116, C_PG_PEAK0 = 124, C_HR0 = 132, C_HR_WM0 = 140,
+       C_HR_PEAK0 = 148, C_POOL = 156, C_POOL_PEAK = 157, C_FEC0 = 158 };
 
 struct scen {
     int type, ord;
     uint64_t a, b; /* slots */
     uint64_t fail; /* fec-degrade: the first uncorrectable codeword's slot */
-    int prio;      /* -1: none given */
+    uint64_t blen, period; /* incast: the longest burst and the period (ns) */
+    int prio;      /* pfc-storm's priority, incast's traffic class; -1: none given */
     int has_port;
     char port[SWTEL_ASIC_NAME_MAX];
     char *spec;
@@ -100,6 +123,7 @@ struct win {
 struct port {
     char name[SWTEL_ASIC_NAME_MAX], parent[SWTEL_ASIC_NAME_MAX];
     uint64_t speed, cap, hbase; /* hbase: seed and port part of the hash */
+    uint64_t cell;              /* bytes of a buffer cell (the generation's: asic=) */
     uint32_t flags;
     int host, lanes, ncounters;
     struct proc rx, tx, corr, retr, oos, cnp, cnph, ecnr;
@@ -116,6 +140,7 @@ struct sim {
     int role; /* 0 spine, 1 leaf, 2 host */
     int nports_cfg, nuplinks;
     uint64_t load;
+    uint64_t cell; /* asic=spectrum1..4: 96, 144, 144, 192 bytes */
     int nsc;
     struct scen sc[MAX_SCENARIOS];
     int nall, nbase, nup;
