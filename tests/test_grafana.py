@@ -1,5 +1,6 @@
 """packaging/prometheus/swtel-rules.yml and packaging/grafana/swtel-dashboard.json on a real
-Prometheus (Debian's) scraping `swtel collect --prometheus` during a simulated-fabric run."""
+Prometheus (Debian's) scraping `swtel collect --prometheus` during a simulated-fabric run, and
+the dashboard's panels on a real VictoriaMetrics (Debian's) fed by the same agents' remote write."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ DASHBOARD = ROOT / "packaging" / "grafana" / "swtel-dashboard.json"
 PROMETHEUS = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or not shutil.which("promtool"),
                                       reason="Debian's prometheus is not installed (.ci/setup installs it)")
+needs_victoria = pytest.mark.skipif(shutil.which("victoria-metrics") is None,
+                                    reason="Debian's victoria-metrics is not installed (.ci/setup installs it)")
+#: panels fed by states (events), which reach Prometheus through the collector only: remote write
+#: and OTLP carry counters (the panel's description says so)
+STATES_ONLY = {"Fabric: open swtel events by device"}
 
 
 @needs_prometheus
@@ -32,13 +38,15 @@ def test_promtool_accepts_the_rules():
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def _exprs() -> list[tuple[str, str]]:
+def _exprs(rate_interval: str = "10s") -> list[tuple[str, str]]:
+    """Every panel's (title, expression) as Grafana sends it with every device and port selected."""
     dash = json.loads(DASHBOARD.read_text())
     threshold = next(v["query"] for v in dash["templating"]["list"] if v["name"] == "queue_threshold")
     out = []
     for panel in dash["panels"]:
         for target in panel["targets"]:
-            expr = (target["expr"].replace("$__rate_interval", "10s").replace('"$interface"', '".*"')
+            expr = (target["expr"].replace("$__rate_interval", rate_interval).replace('"$interface"', '".*"')
+                    .replace('"$target"', '".*"')
                     .replace('"$uplinks"', '"' + "|".join(LEAF_UPLINKS) + '"')
                     .replace("$queue_threshold", threshold))
             out.append((panel["title"], expr))
@@ -68,16 +76,43 @@ def test_dashboard_panels_have_expressions():
     assert len(exprs) >= 12 and all(e and "$" not in e for _t, e in exprs)
 
 
+def test_every_panel_follows_the_device_selector():
+    """A fleet: the `target` variable lists the agents, every series a panel reads is narrowed
+    to it, and nothing per port adds up the same port name of different devices."""
+    dash = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    target = variables["target"]
+    assert target["query"] == "label_values(swtel_agent_rss_bytes, target)"
+    assert target["multi"] and target["includeAll"] and target["allValue"] == ".*"
+    assert '{target=~"$target"}' in variables["interface"]["query"]
+    titles = [p["title"] for p in dash["panels"]]
+    assert {"Fabric: top ports by errors (/s, every selected device)", *STATES_ONLY, "Agents reporting"} <= set(titles)
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            selectors = re.findall(r"\b(?:nvswitch|swtel)_\w+(\{[^}]*\})?", t["expr"])
+            assert selectors and all('target=~"$target"' in sel for sel in selectors), (panel["title"], t["expr"])
+            for by in re.findall(r"by \(([^)]*)\)", t["expr"]):
+                assert "target" in by.split(", "), (panel["title"], by)
+
+
 class _Run:
     """A simulated fabric dialing out to `swtel collect --prometheus`, scraped every second by
     a real Prometheus that evaluates the rules every second."""
 
-    def __init__(self, tmp_path, scenario: str):
+    def __init__(self, tmp_path, scenario: str, victoria: bool = False):
+        from tests.test_remote_write import Engine
+
         tmp_path.mkdir(parents=True)
         port, self.mport, self.pport = free_port(), free_port(), free_port()
+        # with ``victoria``, every agent also remote-writes to a VictoriaMetrics single node; an
+        # idle counter every 5 s, so that the panels' 10 s rates hold two samples of it (a range
+        # of at least twice `resend`, docs/remote_write.md). Started first: a failed start leaves
+        # nothing else running.
+        self.vm = Engine("victoria-metrics", tmp_path).start() if victoria else None
         self.col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{self.mport}",
                              keep_messages=False).start()
-        self.fabric = Fabric(tmp_path / "fabric", f"127.0.0.1:{port}", scenario, start_ns=time.time_ns() + 1_500_000_000)
+        self.fabric = Fabric(tmp_path / "fabric", f"127.0.0.1:{port}", scenario, start_ns=time.time_ns() + 1_500_000_000,
+                             remote_write={"url": self.vm.write_url, "resend": "5s"} if self.vm else None)
         (tmp_path / "prometheus.yml").write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
             f"rule_files: ['{RULES}']\n"
@@ -97,35 +132,69 @@ class _Run:
         self.fabric.stop()
         self.prom.terminate()
         self.prom.wait(10)
+        if self.vm is not None:
+            self.vm.stop()
         self.col.stop(0)
 
 
-def _wait(run: _Run, expr: str, timeout: float) -> list[dict]:
+def _wait(run: _Run, expr: str, timeout: float, query=None, until=bool) -> list[dict]:
+    """``expr``'s result on Prometheus (or ``query``'s engine) once ``until`` holds for it."""
     deadline, result = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
         try:
-            result = run.query(expr)
+            result = (query or run.query)(expr)
         except OSError:
-            result = []  # Prometheus still starting
-        if result:
+            result = []  # the engine still starting
+        if result and until(result):
             break
         time.sleep(1)
     return result
 
 
+def _by(result: list[dict], *labels: str) -> dict[tuple, float]:
+    return {tuple(r["metric"].get(k, "") for k in labels): float(r["value"][1]) for r in result}
+
+
 @pytest.mark.once
 @needs_prometheus
+@needs_victoria
 @pytest.mark.slow
 def test_dashboard_and_symbol_error_alert_on_the_simulated_fabric(tmp_path):
-    run = _Run(tmp_path / "faulty", "symbol-errors")
+    """Two switches and a host (spine-1's swp11s1 and host-1 with symbol errors): the alert,
+    then every panel on Prometheus (scraping the collector) and on VictoriaMetrics (the same
+    agents' remote write), the device selector's list and the fabric overview on both."""
+    run = _Run(tmp_path / "faulty", "symbol-errors", victoria=True)
+    assert run.vm is not None
+    devices = {sw.name for sw in run.fabric.switches}
+    panels = dict(_exprs("1m"))  # a minute: the errors (3 s to 20 s) stay in the window
+    top, events = panels["Fabric: top ports by errors (/s, every selected device)"], panels[next(iter(STATES_ONLY))]
     try:
         firing = _wait(run, 'ALERTS{alertname="SwtelSymbolErrors",alertstate="firing"}', 45)
         assert {(a["metric"]["target"], a["metric"]["interface"]) for a in firing} >= {("spine-1", "swp11s1")}
+        tops = {}
+        for name, query in (("prometheus", run.query), ("victoria-metrics", run.vm.query)):
+            tops[name] = _by(_wait(run, top, 10, query, lambda r: ("spine-1", "swp11s1", "symbol errors")
+                                   in _by(r, "target", "interface", "counter")), "target", "interface", "counter")
+        open_events = _by(_wait(run, events, 10, until=lambda r: len(r) == len(devices)), "target")
+        # the selector's list (Grafana's label_values: the series' values of `target`)
+        listed = {name: {r["metric"]["target"] for r in query("group by (target) (swtel_agent_rss_bytes)")}
+                  for name, query in (("prometheus", run.query), ("victoria-metrics", run.vm.query))}
         empty = [title for title, expr in _exprs() if not _wait(run, expr, 5)]
+        empty_vm = [title for title, expr in _exprs() if not _wait(run, expr, 5, run.vm.query)]
+        vm_events = run.vm.query(events)
     finally:
         run.close()
-    # every panel shows data (zeros are series too)
+    # every panel shows data (zeros are series too), the same panels on both engines
     assert empty == [], empty
+    assert sorted(empty_vm) == sorted(STATES_ONLY), empty_vm
+    assert vm_events == []  # events are states: not in remote write
+    assert listed == {"prometheus": devices, "victoria-metrics": devices}
+    for name, found in tops.items():
+        # the failing port ranks first across the devices: the rest of the fabric is clean
+        assert max(found, key=found.__getitem__) == ("spine-1", "swp11s1", "symbol errors"), (name, found)
+        assert len(found) == 10, (name, found)
+    assert {t for (t,) in open_events} == devices, open_events
+    assert open_events[("spine-1",)] >= 1 and open_events[("leaf-3",)] == 0, open_events
 
 
 @pytest.mark.once

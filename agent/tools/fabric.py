@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -34,6 +35,9 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     "counter-clear": {"spine-1": ["counter-clear@5s"], "leaf-3": ["counter-clear@5s"]},
     # a failing optic: its FEC histogram's tail grows, the first uncorrectable codeword at 22.6 s
     "fec-degrade": {"spine-1": ["fec-degrade@1s-25s:swp13"]},
+    # incast on a server port's queue 3: bursts of 1-50 ms every 2 s that a 1 s poller of the
+    # instantaneous level misses and the queue's peak does not
+    "incast": {"leaf-3": ["incast@3s:swp1/3"]},
     "clean": {},
 }
 LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3
@@ -68,12 +72,16 @@ class Fabric:
     """Write one config per switch, start their agents, stop them.
 
     ``collector`` is the ``host:port`` every agent dials out to (plaintext on
-    loopback); ``workdir`` receives configs, control sockets and logs.
+    loopback), or None for no dial-out; ``remote_write`` one ``exporters.remote_write`` item
+    (``url`` and any other keys) every agent also sends its counters to; ``ports`` gives
+    every simulated switch (not a host) that many plain ports (the sim's ``ports=N``);
+    ``workdir`` receives configs, control sockets and logs.
     """
 
-    def __init__(self, workdir: Path, collector: str, scenario: str = "field", *, seed: int = 1,
+    def __init__(self, workdir: Path, collector: str | None, scenario: str = "field", *, seed: int = 1,
                  interval: str = "100ms", start_ns: int | None = None, jsonl: bool = False,
-                 topology: Topology | None = None, faults: list[str] | tuple[str, ...] = ()) -> None:
+                 topology: Topology | None = None, faults: list[str] | tuple[str, ...] = (),
+                 remote_write: dict[str, Any] | None = None, ports: int | None = None) -> None:
         if scenario not in PRESETS:
             raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(PRESETS)})")
         self.topology = topology or Topology.field()
@@ -83,6 +91,8 @@ class Fabric:
         self.seed = seed
         self.interval = interval
         self.jsonl = jsonl
+        self.remote_write = remote_write
+        self.ports = ports
         # Agents take about a second to start: the fabric's clock starts after that, so
         # every scenario time is seen from its first moment.
         self.start_ns = start_ns if start_ns is not None else time.time_ns() + 1_500_000_000
@@ -102,6 +112,8 @@ class Fabric:
         parts = [f"role={sw.role}", f"seed={self.seed}", f"start={self.start_ns}"]
         if sw.uplinks == 8:
             parts.append("uplinks=8")
+        if self.ports and sw.role != "host":  # a host's one port is its own
+            parts.append(f"ports={self.ports}")
         parts += [f"scenario={s}" for s in sw.scenarios]
         return " ".join(parts)
 
@@ -116,11 +128,15 @@ class Fabric:
                 "system": {"interval": "1s"},  # each agent's own CPU and RSS, for dashboards
                 "asic": {"enabled": True, "plugin": "sim", "config": self.plugin_config(sw)},
             },
-            "exporters": {"dialout": [{"name": "fabric", "address": self.collector, "insecure": True,
-                                       "notifications": "per-tick"}]},
+            "exporters": {},
             "control": {"socket": str(self.workdir / f"{sw.name}.sock"), "group": None},
             "log": {"level": "info", "format": "kv"},
         }
+        if self.collector:
+            cfg["exporters"]["dialout"] = [{"name": "fabric", "address": self.collector, "insecure": True,
+                                            "notifications": "per-tick"}]
+        if self.remote_write:
+            cfg["exporters"]["remote_write"] = [{"name": "fabric", **self.remote_write}]
         if self.jsonl:
             cfg["exporters"]["jsonl"] = {"path": str(self.workdir / f"{sw.name}.jsonl")}
         if sw.role == "leaf":
