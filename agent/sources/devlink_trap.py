@@ -30,13 +30,13 @@ from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.pathgrammar import devlink_drop_reason_path
 from agent.sources.base import (
     NO_DATA,
-    GenlSocket,
     Source,
     SourceConfig,
     doc_row,
     leaf_name,
     register,
 )
+from agent.sources.devlink import NetlinkIO  # the same devlink socket (its dumps)
 
 RETRY_S = 30.0  # no devlink, no trap, or a failed setup: looked for again this often
 
@@ -95,16 +95,6 @@ class TrapIO(Protocol):
     def dump(self, cmd: int) -> bytes: ...
 
     def close(self) -> None: ...
-
-
-class NetlinkIO(GenlSocket):
-    """The source's generic netlink socket, for the "devlink" family."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda fd: _backend.reader.devlink_family(fd))
-
-    def dump(self, cmd: int) -> bytes:
-        return _backend.reader.devlink_dump(self.fd, self.family(), cmd)
 
 
 @dataclass
