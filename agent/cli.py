@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--socket", default=None, type=_nonempty,
                      help="control socket (default from config or /run/swtel/swtel.sock)")
     top.add_argument("-c", "--config", default=None, help="read the socket path from this config")
+    top.add_argument("--fabric", default=None, type=_nonempty, metavar="DIR",
+                     help="swtel fabric's directory: its devices (up/down, open events), one picked to view")
     top.add_argument("--interval", type=_refresh, default=1.0,
                      help="time between refreshes, 200ms to 1h (1s, 500ms or seconds; default 1s)")
     top.add_argument("--plain", action="store_true", help="plain lines even on a terminal")
@@ -148,7 +150,9 @@ def _parser() -> argparse.ArgumentParser:
     fab.add_argument("--uplinks", type=int, choices=(4, 8), default=None,
                      help="uplinks per leaf (default 4, 8 with more than 4 spines)")
     fab.add_argument("--fault", action="append", default=[], metavar="DEVICE:SCENARIO",
-                     help="a scenario on any device, e.g. leaf-2:microburst@3s:swp1 (repeatable)")
+                     help="a scenario on any device, e.g. leaf-2:microburst@3s:swp1 or "
+                          "leaf-2:drops@3s-9s:swp1:ingress-vlan-filter (repeatable; the scenarios: "
+                          "docs/asic-plugin.md)")
 
     demo = sub.add_parser(
         "demo", help="the two field cases on a simulated fabric, in one command (no root, no hardware)",

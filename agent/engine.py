@@ -265,6 +265,8 @@ class Engine:
             except OSError as exc:
                 log.error("source unavailable", source=name, error=str(exc))
                 continue
+            if hasattr(source, "bind_listeners"):  # reads the listeners' state (sources/events.py)
+                source.bind_listeners(lambda: self.listeners)
             fresh = SourceRunner(source, cfg.interval_of(name))
             if runner is not None:
                 fresh.inherit(runner)

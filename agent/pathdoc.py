@@ -41,6 +41,8 @@ def render() -> str:
                           ("overruns", "ticks skipped because a poll overran"),
                           ("errors", "read errors")):
         out.append(doc_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
+    for det in registry.DETECTORS:  # the values a detector derives (link_degrading's gauges)
+        out += det.plugin.doc_paths()
     out += ["", *otlp_names.doc_rows()]
     return "\n".join(out) + "\n"
 

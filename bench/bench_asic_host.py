@@ -1,5 +1,5 @@
 """What running an ASIC plugin in its helper process costs per read (agent/asic/proxy.py,
-agent/asic/host.py): the simulated switch (``sim``, 256 ports x 174 values (100 counters and gauges, 8 TC peaks, 50 PG and pool gauges and peaks, 16 FEC bins) by default)
+agent/asic/host.py): the simulated switch (``sim``, 256 ports x 187 values (100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and pool gauges and peaks, 16 FEC bins) by default)
 read in process (``asic_read`` of the agent's backend) and through the helper (one request
 and reply on a socketpair, the values written by the plugin into shared memory and copied
 into the source's buffer), measured side by side in one run: the two alternate in blocks,
@@ -102,7 +102,7 @@ def main() -> None:
 
     med = {k: statistics.median(v) for k, v in samples.items()}
     p99 = {k: statistics.quantiles(v, n=100)[98] for k, v in samples.items()}
-    print(f"sim plugin, {args.ports} ports x 174 values = {n} values ({n * 8 / 1024:.0f} KiB), "
+    print(f"sim plugin, {args.ports} ports x 187 values = {n} values ({n * 8 / 1024:.0f} KiB), "
           f"backend {_backend.NAME}, {len(samples['helper'])} reads each, interleaved")
     print(f"{'':28} {'median us':>10} {'p99 us':>10}")
     print(f"{'in process (asic_read)':28} {med['in process']:10.1f} {p99['in process']:10.1f}")
@@ -111,7 +111,7 @@ def main() -> None:
     print(f"helper / in process: {med['helper'] / med['in process']:.2f}x "
           f"(+{med['helper'] - med['in process']:.1f} us per read)")
     lo, hi = statistics.median(rt_local), statistics.median(rt_remote)
-    print(f"round trip alone (ports=1: 174 values): in process {lo:.1f} us, helper {hi:.1f} us "
+    print(f"round trip alone (ports=1: 187 values): in process {lo:.1f} us, helper {hi:.1f} us "
           f"(+{hi - lo:.1f} us)")
     print(f"helper start and open: {start_ms:.0f} ms (once per start); helper RSS {rss_kib / 1024:.1f} MiB")
 

@@ -12,12 +12,30 @@ changing every pass, as an ASIC's clear-on-read peaks do) and 6 drop reasons per
 the 16-bin RS-FEC histogram per port (low bins moving every pass, as on a healthy 400G
 link), read by the link-degrading detector.
 
-    .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600]
+Then the simulated switch itself (the built-in ``sim`` plugin, 174 values a port, read in
+process every 100 ms: its default load moves every port's traffic counters, PHY bits,
+queue occupancy and ECN marks every tick, ~21 values a port) at 256 and 1,024 ports: the cost
+of one tick from the read's values to the end of the insights pass (diff, batch, feeds,
+detectors; the plugin's read itself is bench_sim.py's), measured round-robin in one run so
+the machine's load falls on every row alike:
+
+* without insights (the change kernel and the batch only);
+* with the default detectors, the feeds' per-change loop in C (agent/_ext/feeds.c) and
+  in its Python twin, side by side as a ratio;
+* ``sources.asic.buffers: false`` (the source gathers the non-buffer values out of the
+  plugin's read, timed here; the buffer levels are not diffed, stored or exported) against
+  the layout without any buffer slot (the same table, its values handed over untimed, as a
+  plugin without buffer data would), without and with insights: "within 10 % with buffer
+  data off".
+
+    .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600] [--sim-ports 256,1024]
+        [--ticks 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -127,24 +145,152 @@ def run(ports: int, passes: int, groups: bool, buffers: bool = False, fec: bool 
     }
 
 
+WARM = 5  # ticks of the simulated switch before the measured ones
+
+
+class _Tick:
+    """One way of handling the sim's reads: its own table, diff state and (optional) runner."""
+
+    def __init__(self, table: CounterTable, keep, insights: bool, feed_add=None,
+                 speeds: dict | None = None, gather: bool = False) -> None:
+        from array import array
+
+        self.table, self.keep, self.gather = table, keep, gather
+        n = len(table)
+        self.values = array("Q", bytes(8 * n))
+        self.prev, self.acc, self.known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
+        self.oi, self.od, self.of = array("I", bytes(4 * n)), array("q", bytes(8 * n)), bytearray(n)
+        self.runner = InsightsRunner(Insights(), log=_Quiet()) if insights else None
+        if self.runner is not None:
+            self.runner.set_port_speeds(speeds or {})
+            if feed_add is not None:
+                self.runner._feeds.feed_add = feed_add
+        self.costs: list[float] = []
+        self.changed: list[int] = []
+
+    def run(self, raw, ts: int) -> None:
+        from agent import _backend
+        from agent.counters import Batch
+
+        if self.keep is None:
+            self.values[:] = raw
+        elif not self.gather:  # the pre-buffer layout: only the non-buffer slots (outside the timing)
+            self.values[:] = type(raw)("Q", [raw[i] for i in self.keep])
+        t = self.table
+        t0 = time.perf_counter()
+        if self.gather:  # sources.asic.buffers off: the source keeps the non-buffer slots (timed)
+            _backend.reader.gather(raw, self.keep, self.values)
+        k = _backend.reader.diff(self.values, self.prev, self.acc, self.known, t.widths, t.kinds, self.oi,
+                                 self.od, self.of)
+        if self.runner is not None:
+            batch = Batch("asic", ts, t, self.oi[:k].tolist(), self.values, self.od[:k].tolist(), bytes(self.of[:k]))
+            self.runner.on_batch(batch)
+            self.runner.end_pass(ts)
+        self.costs.append((time.perf_counter() - t0) * 1e3)
+        self.changed.append(k)
+
+
+def sim_rows(ports: int, ticks: int) -> dict[str, tuple[float, float, int]]:
+    """Per way of handling, the median ms a tick, its p90, and the values changed a tick."""
+    from array import array
+
+    from agent import _backend, _fallback, asic, config
+    from agent.sources.asic import AsicSource
+
+    path = asic.builtin_path("sim")
+    if path is None:
+        raise SystemExit("the sim plugin is not built: python setup.py build_ext --inplace")
+    tables = {}
+    for buffers in (True, False):
+        cfg = config.parse(f"sources:\n  asic:\n    enabled: true\n    buffers: {str(buffers).lower()}\n"
+                           f"    config: ports={ports}\n")
+        src = AsicSource(cfg)
+        h = _backend.reader.asic_open(path, f"ports={ports}")
+        gen, plist, counters = _backend.reader.asic_layout(h)
+        src._build(plist, counters)
+        tables[buffers] = (src, h, gen)
+    on, h, gen = tables[True]
+    off = tables[False][0]
+    _backend.reader.asic_close(tables[False][1])
+    keep = off._keep if off._keep is not None else array("I", range(len(on.table)))
+    pre = CounterTable("asic", list(off.table.specs))  # the same specs: a table never read through gather
+    speeds = on.port_speeds
+    ways = {
+        "without insights": _Tick(on.table, None, False),
+        "default detectors, C feed": _Tick(on.table, None, True, getattr(_backend.reader, "feed_add", None), speeds),
+        "default detectors, Python feed": _Tick(on.table, None, True, _fallback.feed_add, speeds),
+        "buffers off, without insights": _Tick(off.table, keep, False, gather=True),
+        "buffers off, default detectors": _Tick(off.table, keep, True, None, speeds, gather=True),
+        "pre-buffer layout, without insights": _Tick(pre, keep, False),
+        "pre-buffer layout, default detectors": _Tick(pre, keep, True, None, speeds),
+    }
+    raw = array("Q", bytes(8 * len(on.table)))
+    try:
+        for n in range(ticks):
+            if n == WARM:
+                # Seven runners share this process; an agent has one. Past the warm-up their
+                # state is frozen out of the cyclic collector, so no row pays for scanning the
+                # others' heaps (each row still pays its own garbage).
+                gc.collect()
+                gc.freeze()
+            time.sleep(0.1)  # the sim's clock is real time: a 100 ms poll's worth of change
+            _backend.reader.asic_read(h, gen, raw)
+            ts = time.time_ns()
+            for way in ways.values():
+                way.run(raw, ts)
+    finally:
+        _backend.reader.asic_close(h)
+        gc.unfreeze()
+    out = {}
+    for name, way in ways.items():
+        steady = sorted(way.costs[WARM:])  # past the baseline and the first samples
+        out[name] = (statistics.median(steady), steady[int(len(steady) * 0.9)],
+                     int(statistics.median(way.changed[WARM:])))
+    return out
+
+
+def print_sim(ports: int, ticks: int) -> None:
+    from agent import _backend
+
+    rows = sim_rows(ports, ticks)
+    print(f"\nsim switch, {ports} ports x 174 values, its default load read every 100 ms ({ticks} ticks, "
+          f"backend {_backend.NAME}): ms a tick from the read's values to the end of the insights pass")
+    for name, (med, p90, changed) in rows.items():
+        print(f"  {name:38s} median {med:7.2f} ms, p90 {p90:7.2f} ms, {changed:7d} values changed")
+    base = rows["without insights"][0]
+    c_feed, py_feed = rows["default detectors, C feed"][0], rows["default detectors, Python feed"][0]
+    off, pre = rows["buffers off, without insights"][0], rows["pre-buffer layout, without insights"][0]
+    off_ins, pre_ins = rows["buffers off, default detectors"][0], rows["pre-buffer layout, default detectors"][0]
+    print(f"  the detectors add {c_feed - base:.2f} ms; the Python feed costs {py_feed / c_feed:.2f}x the C feed "
+          f"({py_feed - c_feed:+.2f} ms)")
+    print(f"  buffer data off vs the pre-buffer layout: {off / pre - 1:+.1%} without insights, "
+          f"{off_ins / pre_ins - 1:+.1%} with the default detectors (buffers on: {base / pre - 1:+.1%}, "
+          f"{c_feed / pre_ins - 1:+.1%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ports", type=int, default=256)
-    ap.add_argument("--passes", type=int, default=600)
+    ap.add_argument("--passes", type=int, default=600, help="synthetic passes (0: skip them)")
+    ap.add_argument("--sim-ports", default="256,1024", help="sizes of the simulated switch ('': none)")
+    ap.add_argument("--ticks", type=int, default=40)
     args = ap.parse_args()
     from agent import _backend
 
-    print(f"insights cost per 100 ms pass, {args.ports} ports, reader backend {_backend.NAME}")
-    run(args.ports, 100, False)  # warm-up: the first run in a process pays for the allocator
-    for groups, buffers, fec in ((False, False, False), (True, False, False), (False, True, False),
-                                 (False, False, True)):
-        r = run(args.ports, args.passes, groups, buffers, fec)
-        label = ("with an 8-uplink imbalance group" if groups else
-                 "with 8 queue peaks + 6 drop reasons" if buffers else
-                 "with a 16-bin FEC histogram" if fec else "default detectors")
-        print(f"  {label:34s} {r['counters']:6d} counters, {r['changed']:6.0f} changed/pass: "
-              f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
-              f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
+    if args.passes > 20:  # (0: the simulated switch alone)
+        print(f"insights cost per 100 ms pass, {args.ports} ports, reader backend {_backend.NAME}")
+        run(args.ports, 100, False)  # warm-up: the first run in a process pays for the allocator
+        for groups, buffers, fec in ((False, False, False), (True, False, False), (False, True, False),
+                                     (False, False, True)):
+            r = run(args.ports, args.passes, groups, buffers, fec)
+            label = ("with an 8-uplink imbalance group" if groups else
+                     "with 8 queue peaks + 6 drop reasons" if buffers else
+                     "with a 16-bin FEC histogram" if fec else "default detectors")
+            print(f"  {label:34s} {r['counters']:6d} counters, {r['changed']:6.0f} changed/pass: "
+                  f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
+                  f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
+    for ports in (int(p) for p in args.sim_ports.split(",") if p.strip()):
+        print_sim(ports, args.ticks)
 
 
 if __name__ == "__main__":

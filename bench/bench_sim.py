@@ -1,6 +1,8 @@
 """Simulated Spectrum switch benchmark: the cost of one plugin read (agent/asic/sim/) of
 every counter of every port, through the ASIC ABI, called from Python with ctypes (so the
-figures include ctypes' call overhead, shown separately). Figures only: nothing is asserted.
+figures include ctypes' call overhead, shown separately), and the per-reason drop counters'
+cost per port in the agent's read + diff (with them against the same reads without them,
+as a ratio measured in one run). Figures only: nothing is asserted.
 
     python bench/bench_sim.py [--ports 256] [--iterations 2000] [--quick]
 """
@@ -77,6 +79,8 @@ def main() -> None:
             sim.close()
 
     agent_rows = _agent_path(args.ports, args.iterations)
+    reasons = _reason_cost(args.ports, args.iterations)
+    busy = _reason_cost(args.ports, args.iterations, counting=True)
 
     print(f"\nswtel sim plugin benchmark: {args.iterations} reads each, medians in microseconds "
           f"per read (ctypes call included)\n")
@@ -88,9 +92,20 @@ def main() -> None:
     for label, us, n in agent_rows:
         print(f"{label:40} {n:9d} {us:10.1f} {us * 1000 / n:11.2f} "
               f"{us * POLL_HZ / 1e6 * 100:14.3f}")
-    us = rows[0][1]
-    print(f"\n  {args.ports} ports x 174 values at {POLL_HZ} Hz = {us * POLL_HZ / 1e4:.2f} % "
+    us, per_port = rows[0][1], rows[0][2] // args.ports
+    print(f"\n  {args.ports} ports x {per_port} values at {POLL_HZ} Hz = {us * POLL_HZ / 1e4:.2f} % "
           f"of one core (target: a small fraction; read well under 1 ms: {us:.0f} us)")
+    for what, r in (("healthy: no reason counts", reasons), ("every reason counting at every read", busy)):
+        print(f"\nper-reason drop counters ({r['reasons']} a port: {r['with']} values a port with them, "
+              f"{r['without']} without), ports={args.ports}, {what}, medians of {args.iterations} reads:")
+        for label, key in (("asic_read (computes the reasons)", "read"), ("diff with the reasons", "diff_with"),
+                           ("diff without them", "diff_without")):
+            print(f"  {label:36} {r[key]:9.1f} us {r[key] * 1000 / args.ports:8.1f} ns/port")
+        extra = (r["diff_with"] - r["diff_without"]) * 1000 / args.ports
+        print(f"  read + diff with / without the reasons: "
+              f"{(r['read'] + r['diff_with']) / (r['read'] + r['diff_without']):.3f}x (diff alone "
+              f"{r['diff_with'] / r['diff_without']:.3f}x; values {r['with'] / r['without']:.3f}x); "
+              f"{extra:.1f} ns a port a read")
 
 
 def _agent_path(ports: int, iterations: int) -> list[tuple[str, float, int]]:
@@ -125,6 +140,72 @@ def _agent_path(ports: int, iterations: int) -> list[tuple[str, float, int]]:
         name = _backend.NAME
         return [(f"agent reader ({name}): asic_read", median_us(read, iterations), n),
                 (f"agent reader ({name}): read + diff", median_us(read_diff, iterations), n)]
+    finally:
+        reader.asic_close(h)
+
+
+def _reason_cost(ports: int, iterations: int, counting: bool = False) -> dict:
+    """The per-reason drop counters' cost in the agent's read + diff, in one run: every read's
+    values diffed whole (with the ``wjh_*`` reasons), and the same values without the reasons
+    (copied, untimed, to a layout that lacks them) diffed by a second change kernel: the two
+    diffs see the same reads, so their ratio is the reasons' share. The read itself always
+    computes them (one plugin build); on a healthy port that is a zero fill and the sums.
+    ``counting``: every reason of every port rises at every read (added after the read,
+    untimed), the worst case for the diff."""
+    from array import array
+
+    from agent import _backend, asic
+    from agent.sources.asic import slots
+
+    reader = _backend.reader
+    h = reader.asic_open(asic.builtin_path("sim"), f"ports={ports}")
+    try:
+        gen, _ports, counters = reader.asic_layout(h)
+        per_value = [(d[0], d[1], 0 if d[2] == 2 else d[2]) for c in counters for d in c for _ in range(slots(d))]
+        keep = [i for i, (name, _w, _k) in enumerate(per_value) if not name.startswith("wjh_")]
+        runs: list[tuple[int, int]] = []  # the kept values as contiguous ranges, for a quick copy
+        for i in keep:
+            if runs and runs[-1][1] == i:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+
+        def kernel(sel: list[int]):
+            n = len(sel)
+            state = (array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n),
+                     bytes(per_value[i][1] for i in sel), bytes(per_value[i][2] for i in sel),
+                     array("I", bytes(4 * n)), array("q", bytes(8 * n)), bytearray(n))
+            return lambda cur: reader.diff(cur, *state)
+
+        full, lean = kernel(list(range(len(per_value)))), kernel(keep)
+        values = array("Q", bytes(8 * len(per_value)))
+        reasons = [i for i, (name, _w, _k) in enumerate(per_value) if name.startswith("wjh_")]
+        times: dict[str, list[float]] = {"read": [], "diff_with": [], "diff_without": []}
+        for k in range(iterations + 1):
+            t0 = time.perf_counter()
+            reader.asic_read(h, gen, values)
+            read_us = (time.perf_counter() - t0) * 1e6
+            if counting:
+                for i in reasons:
+                    values[i] = 7 * k
+            t1 = time.perf_counter()
+            full(values)
+            t2 = time.perf_counter()
+            without = array("Q")
+            for a, b in runs:
+                without.extend(values[a:b])
+            t3 = time.perf_counter()
+            lean(without)
+            t4 = time.perf_counter()
+            if k:  # the first diff of each is the baseline
+                times["read"].append(read_us)
+                times["diff_with"].append((t2 - t1) * 1e6)
+                times["diff_without"].append((t4 - t3) * 1e6)
+        out: dict = {name: statistics.median(v) for name, v in times.items()}
+        out.update(reasons=(len(per_value) - len(keep)) // ports, with_=len(per_value) // ports,
+                   without=len(keep) // ports)
+        out["with"] = out.pop("with_")
+        return out
     finally:
         reader.asic_close(h)
 

@@ -358,7 +358,7 @@ def main_table(r: dict, args: argparse.Namespace) -> list[str]:
             row("  pure-Python fallback encoder", f"{e['py_ms']:.2f} ms", f"{e['py_ms'] / e['c_ms']:.0f}× C")
     s = r.get("sim")
     if s:
-        row(f"simulated ASIC read, {args.ports} ports × 174 values ({s['counters']:,}), ctypes",
+        row(f"simulated ASIC read, {args.ports} ports × 187 values ({s['counters']:,}), ctypes",
             f"{s['read_us']:.1f} µs", f"{s['read_us'] * 100 / 1e4:.2f} % of a core at 100 Hz")
         row("  agent reader asic_read + diff", f"{s['read_diff_us']:.1f} µs",
             f"{s['read_diff_us'] / s['counters'] * 1e3:.2f} ns/counter")

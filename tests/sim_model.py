@@ -31,7 +31,8 @@ line rate (``R + J <= CAP`` is enforced, for load > 5/6 J shrinks). Leaf uplinks
 ``phy_received_bits`` = all bits the PHY received while the link is up (``S * up_ns // 1000``,
 idles included). ``phy_corrected_bits`` is a process at pre-FEC BER 1e-9 (``S*1024//100000``
 sub-units per slot), ``phy_raw_errors_laneN`` splits it evenly over ``S // 100G`` lanes.
-``ecn_marked_tc_3 = tx_oct >> 23``. Drops, pause, symbol and effective errors: 0.
+``ecn_marked_tc_3 = tx_oct >> 23``. Drops (but for the scenarios'), pause, symbol and
+effective errors: 0.
 ``phy_rs_fec_histogram`` (a HISTOGRAM of 16 bins, bin b = codewords with b corrected symbols):
 bin k >= 1 = ``phy_corrected_bits >> (3k - 2)``, bin 0 = ``phy_received_bits // 5440`` minus
 the others (at least 0), both from the 64-bit values; cleared with the counters.
@@ -105,6 +106,21 @@ the reads before it. ``asic=spectrum1|2|3|4`` (default 4) sets the buffer cell: 
   64``: the bursts before i each ``top - XOFF``, plus the current ``level - XOFF``. A port's
   incast windows may not overlap in time.
 
+* ``drops`` (``PORT:REASON``, both required; REASON one of ``DROP_REASONS``' names):
+  one drop reason's packets, ``wjh_<group>_<reason>``, as a window-local process
+  ``Proc(10 << 10, 5 << 10, K_DROP + 64 * reason)`` (1,000 packets/s, +-50 % per slot) from
+  the window's start. A port's windows of one reason may not overlap in time; other
+  reasons may. Octets do not change (1,000 packets/s is noise next to the line rate).
+
+**Drop reasons** (``wjh_<group>_<reason>``, What Just Happened's groups with devlink's trap
+names): 0 outside ``drops`` windows, except ``tail-drop`` (microburst's and incast's queue
+drops) and ``early-drop`` (microburst's WRED drops). The port's drop counters are their sums
+(``drop_sums``): ``HwIfInDiscards`` every ingress reason (l1, l2, l3, tunnel, the ingress
+ACL), ``HwIfInL3Drops`` the l3 ones, ``HwIfInBlackholeDrops`` blackhole-route,
+``HwIfInAclDrops`` ingress-flow-action-drop, ``HwIfInBufferDrops`` none (0), ``HwIfOutQDrops``
+tail-drop, ``HwIfOutWredDrops`` and ``HwIfOutQ3WredDrops`` early-drop, ``HwIfOutNonQDrops``
+egress-flow-action-drop, ``HwIfOutDiscards`` those three.
+
 Traffic scenarios (symbol-errors, imbalance, pfc-storm, link-flap, fec-degrade) may not
 overlap in time on one port (imbalance covers every uplink): open() refuses the config.
 """
@@ -134,6 +150,36 @@ K_PFC, K_PFCOCC, K_MB_START, K_MB_LEN, K_MB_DROP, K_MB_WRED, K_MB_OCC = 10, 11, 
 K_RETR, K_RETR_SCN, K_OOS, K_CNP, K_CNPH, K_ECNR, K_HTX, K_HRX = 17, 18, 19, 20, 21, 22, 23, 24
 K_FEC_EFF = 25
 K_IC_START, K_IC_LEN, K_IC_DROP = 26, 27, 28
+K_DROP = 29  # + 64 * the reason's index
+DROP_RATE, DROP_JITTER = 10, 5  # drops: packets per 10 ms slot (1,000/s), jitter (Proc units / 1024)
+#: (group, reason) of every drop reason, in the plugin's order (enum R_* of agent/asic/sim/sim.h)
+DROP_REASONS = (
+    ("l1", "link-down"), ("l2", "ingress-vlan-filter"), ("l2", "source-mac-is-multicast"),
+    ("l2", "ingress-spanning-tree-filter"), ("l3", "blackhole-route"), ("l3", "ttl-value-is-too-small"),
+    ("l3", "unresolved-neigh"), ("tunnel", "decap-error"), ("tunnel", "overlay-smac-is-mc"),
+    ("buffer", "tail-drop"), ("buffer", "early-drop"), ("acl", "ingress-flow-action-drop"), ("acl", "egress-flow-action-drop"))
+REASON_NAMES = [r for _, r in DROP_REASONS]
+#: the port drop counters and the reasons each is the sum of (``drop_sums``)
+DROP_SUMS = {
+    "HwIfInDiscards": ("link-down", "ingress-vlan-filter", "source-mac-is-multicast",
+                       "ingress-spanning-tree-filter", "blackhole-route", "ttl-value-is-too-small",
+                       "unresolved-neigh", "decap-error", "overlay-smac-is-mc", "ingress-flow-action-drop"),
+    "HwIfInL3Drops": ("blackhole-route", "ttl-value-is-too-small", "unresolved-neigh"),
+    "HwIfInBlackholeDrops": ("blackhole-route",),
+    "HwIfInAclDrops": ("ingress-flow-action-drop",),
+    "HwIfInBufferDrops": (),
+    "HwIfOutQDrops": ("tail-drop",),
+    "HwIfOutWredDrops": ("early-drop",),
+    "HwIfOutQ3WredDrops": ("early-drop",),
+    "HwIfOutNonQDrops": ("egress-flow-action-drop",),
+    "HwIfOutDiscards": ("tail-drop", "early-drop", "egress-flow-action-drop"),
+}
+
+
+def drop_counter(group: str, reason: str) -> str:
+    """The plugin's name of a drop reason's counter."""
+    return f"wjh_{group}_{reason}".replace("-", "_")
+
 US, MS = 1_000, 1_000_000
 IC_LEN, IC_PERIOD = 50 * MS, 2_000 * MS  # incast's defaults: bursts of 1 ms..50 ms, one per 2 s
 IC_PERIOD_MIN, IC_PERIOD_MAX = 100 * MS, 60_000 * MS
@@ -145,7 +191,7 @@ FEC_MIN_SLOTS = 200  # fec-degrade: a window of at least 2 s
 FEC_DEN = 64_000_000_000_000  # fec-degrade: (Mb/s x ns) -> codewords; the front bin gets S/64000 per s
 
 SCENARIOS = ("symbol-errors", "imbalance", "pfc-storm", "microburst", "link-flap",
-             "counter-clear", "breakout", "fec-degrade", "incast")
+             "counter-clear", "breakout", "fec-degrade", "incast", "drops")
 TRAFFIC = {"symbol-errors", "imbalance", "pfc-storm", "link-flap", "fec-degrade"}
 KEYS = ("role", "seed", "start", "ports", "uplinks", "load", "asic", "scenario")
 MAX_SCENARIOS = 64
@@ -169,6 +215,7 @@ def _counter_names() -> list[str]:
     n += ["phy_received_bits", "phy_symbol_errors", "phy_corrected_bits", "phy_effective_errors"]
     n += [f"phy_raw_errors_lane{i}" for i in range(8)]
     n += ["carrier_changes"]
+    n += [drop_counter(g, r) for g, r in DROP_REASONS]
     return n
 
 
@@ -189,6 +236,13 @@ HOST_COUNTERS += [(name, 64, COUNTER) for name in (
     "port_rcv_data")]
 IDX = {name: i for i, (name, _, _) in enumerate(SWITCH_COUNTERS)}  # the histogram is last: its bins
 # take value indices IDX["phy_rs_fec_histogram"] .. + FEC_BINS - 1
+DROP0 = IDX[drop_counter(*DROP_REASONS[0])]  # the drop reasons' counters, in DROP_REASONS' order
+
+
+def drop_sums(v: list[int]) -> None:
+    """The port's drop counters in ``v`` (one port's values) set to the sums of their reasons."""
+    for counter, reasons in DROP_SUMS.items():
+        v[IDX[counter]] = sum(v[DROP0 + REASON_NAMES.index(r)] for r in reasons)
 
 
 def slots(counters: list[tuple]) -> int:
@@ -275,6 +329,16 @@ class Scenario:
         self.name = name
         self.prio = None
         self.blen, self.period = IC_LEN, IC_PERIOD  # incast: the longest burst, the period (ns)
+        self.reason = None  # drops: the reason's index in DROP_REASONS
+        if name == "drops":  # PORT:REASON, both required
+            port, colon, reason = (self.port or "").partition(":")
+            if not colon or not reason:
+                raise ConfigError(f"sim: scenario '{spec}': needs a port and a reason"
+                                  " (drops@START-END:PORT:REASON)")
+            if reason not in REASON_NAMES:
+                raise ConfigError(f"sim: scenario '{spec}': unknown drop reason '{reason}'"
+                                  f" (known: {' '.join(REASON_NAMES)})")
+            self.port, self.reason = port, REASON_NAMES.index(reason)
         if self.port is not None and "/" in self.port:
             self.port, _, prio = self.port.partition("/")
             if name not in ("pfc-storm", "incast"):
@@ -693,16 +757,19 @@ class Port:
                 sym += table_count(sv, sp, failing)
                 eff += table_count(ev, ep, failing)
                 self._fec_tail(sc, t, tail)
+            elif sc.name == "drops":  # a process of its own, from the window's start
+                dr = Proc(DROP_RATE << 10, DROP_JITTER << 10, K_DROP + 64 * sc.reason)
+                v[DROP0 + sc.reason] += dr.value(self, w, masked=False)
         rx, tx, corr = n_rx // DEN, n_tx // DEN, n_corr // DEN
         tail_bits = sum(k * n for k, n in enumerate(tail))
         v[0:4] = [rx, rx >> 12, rx >> 27, rx >> 32]
         v[4:8] = [tx, tx >> 12, tx >> 27, tx >> 32]
         v[IDX["HwIfInDot3FrameErrors"]] = eff
         v[IDX["HwIfInErrors"]] = eff
-        v[IDX["HwIfOutDiscards"]] = q_drops + w_drops
-        v[IDX["HwIfOutQDrops"]] = q_drops
-        v[IDX["HwIfOutWredDrops"]] = w_drops
-        v[IDX["HwIfOutQ3WredDrops"]] = w_drops
+        # microburst's and incast's drops are tail drops and WRED's early drops
+        v[DROP0 + REASON_NAMES.index("tail-drop")] += q_drops
+        v[DROP0 + REASON_NAMES.index("early-drop")] += w_drops
+        drop_sums(v)
         v[IDX["ecn_marked_tc_3"]] += tx >> 23
         v[IDX["phy_received_bits"]] = self.speed * (t - down) // 1000
         v[IDX["phy_symbol_errors"]] = sym
@@ -888,6 +955,7 @@ class Model:
         host = cfg["role"] == "host"
         touched: list[tuple[Scenario, set[str]]] = []
         incasts: list[Scenario] = []
+        drops: list[Scenario] = []
         for sc in cfg["scenarios"]:
             if sc.name == "breakout":
                 continue
@@ -925,6 +993,11 @@ class Model:
                     if other.port == sc.port and sc.a < other.b and other.a < sc.b:
                         raise ConfigError(f"sim: scenarios '{other.spec}' and '{sc.spec}' overlap on {sc.port}")
                 incasts.append(sc)
+            if sc.name == "drops":  # a port's windows of one reason never overlap
+                for other in drops:
+                    if other.port == sc.port and other.reason == sc.reason and sc.a < other.b and other.a < sc.b:
+                        raise ConfigError(f"sim: scenarios '{other.spec}' and '{sc.spec}' overlap on {sc.port}")
+                drops.append(sc)
             if sc.name in TRAFFIC:
                 names = {p.name for p in ports}
                 for other, onames in touched:

@@ -22,7 +22,8 @@ def test_expected_backend_loaded():
 def test_both_backends_offer_the_same_functions():
     from agent import _fallback
 
-    names = {"netdev_read", "ethtool_drvinfo", "ethtool_strings", "ethtool_read", "sysfs_read", "diff"}
+    names = {"netdev_read", "ethtool_drvinfo", "ethtool_strings", "ethtool_read", "sysfs_read", "diff",
+             "feed_add"}
     assert names <= set(dir(_fallback))
     if _backend.NAME == "C":
         assert names <= set(dir(_backend.reader))

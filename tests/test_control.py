@@ -619,3 +619,100 @@ def test_all_slots_running_is_exit_3(make_server, tmp_path):
     finally:
         release.set()
         holder.close()
+
+
+# ---------------------------------------------------------------- swtel top: a fabric's devices
+
+
+def _ports_reply(target: str, open_events: int) -> dict:
+    """What an agent's `ports` command answers (agent/runner.py): a port, its open events."""
+    return {"target": target, "now_ns": time.time_ns(),
+            "ports": {"swp1": {"ts_ns": time.time_ns(), "rx_octets": 1, "tx_octets": 2}},
+            "events": {"open": [{"id": i, "type": "symbol-ber", "severity": "warning", "message": "m",
+                                 "interfaces": ["swp1"]} for i in range(open_events)], "recent": []}}
+
+
+@pytest.fixture
+def fabric_dir(tmp_path, make_server):
+    """A fabric's directory as `swtel fabric` writes it (its topology with each device's socket),
+    spine-1 and host-1 answering on real control sockets, leaf-3's agent not running."""
+    from agent.control.top import fabric_socket
+    from agent.tools.topology import Topology
+
+    topo = Topology.field()
+    topo.write(tmp_path / "topology.yaml", {n.name: fabric_socket(tmp_path, n.name).name for n in topo.nodes})
+    for name, opened in (("spine-1", 2), ("host-1", 0)):
+        make_server({"ports": lambda _req, n=name, k=opened: _ports_reply(n, k)}, sock_name=f"{name}.sock")
+    return tmp_path
+
+
+def test_top_lists_a_fabric_s_devices_up_down_and_their_open_events(fabric_dir):
+    from agent.control.top import fabric_lines, fabric_of, load_fabric, poll_fabric
+
+    devices = load_fabric(fabric_dir)
+    assert [(d.name, d.role, d.socket) for d in devices] == [
+        ("spine-1", "spine", fabric_dir / "spine-1.sock"), ("leaf-3", "leaf", fabric_dir / "leaf-3.sock"),
+        ("host-1", "host", fabric_dir / "host-1.sock")]
+    poll_fabric(devices, timeout_s=2)
+    assert [(d.name, d.up, d.open_events, d.ports) for d in devices] == [
+        ("spine-1", True, 2, 1), ("leaf-3", False, 0, 0), ("host-1", True, 0, 1)]
+    assert "no agent" in devices[1].error or "leaf-3.sock" in devices[1].error, devices[1].error
+    lines = fabric_lines(fabric_dir, devices, selected=1)
+    assert "3 devices, 2 up, 2 open events" in lines[0]
+    rows = {line.split()[0 if not line.startswith(">") else 1]: line for line in lines[2:]}
+    assert rows["spine-1"].split()[1:5] == ["spine", "up", "2", "1"]
+    assert lines[3].startswith("> leaf-3") and rows["leaf-3"].split()[2:6] == ["leaf", "down", "-", "-"]
+    assert rows["host-1"].endswith(str(fabric_dir / "host-1.sock"))
+    # a socket of the fabric finds its fabric; a socket elsewhere none
+    assert fabric_of(str(fabric_dir / "host-1.sock")) == fabric_dir
+    assert fabric_of(str(fabric_dir / "other.sock")) is None
+    assert fabric_of("/nonexistent/swtel.sock") is None
+
+
+def test_top_refuses_a_directory_without_a_fabric(tmp_path):
+    from agent.control.top import load_fabric
+
+    with pytest.raises(ValueError, match="no fabric topology"):
+        load_fabric(tmp_path)
+    (tmp_path / "topology.yaml").write_text("devices: {a: 1}\n")
+    with pytest.raises(ValueError, match="expected a list of devices"):
+        load_fabric(tmp_path)
+
+
+def test_top_fabric_keys_pick_open_and_go_back():
+    from agent.control.top import fabric_key
+
+    assert fabric_key("j", False, 0, 3) == ("", 1)
+    assert fabric_key("\x1b[B", False, 2, 3) == ("", 2)  # the last stays the last
+    assert fabric_key("\x1b[A", False, 2, 3) == ("", 1)
+    assert fabric_key("k", False, 0, 3) == ("", 0)
+    assert fabric_key("\r", False, 1, 3) == ("open", 1)
+    assert fabric_key("j", True, 1, 3) == ("", 1)  # viewing a device, the list keys do nothing
+    assert fabric_key("b", True, 1, 3) == ("back", 1) and fabric_key("\x1b", True, 1, 3) == ("back", 1)
+    assert fabric_key("Q", False, 1, 3)[0] == "quit" and fabric_key("q", True, 1, 3)[0] == "quit"
+
+
+def test_top_fabric_view_renders_the_list_with_the_selection(fabric_dir):
+    import io
+
+    from rich.console import Console
+
+    from agent.control.top import FABRIC_HINT, _rich_fabric, load_fabric, poll_fabric
+
+    devices = load_fabric(fabric_dir)
+    poll_fabric(devices, timeout_s=2)
+    buf = io.StringIO()
+    Console(file=buf, width=100, height=24, color_system=None, force_terminal=False,
+            legacy_windows=False).print(_rich_fabric(fabric_dir, devices, 1, 24, 100))
+    text = buf.getvalue().splitlines()
+    assert "3 devices, 2 up, 2 open events" in text[0]
+    assert text[2].split()[:5] == ["spine-1", "spine", "up", "2", "1"]
+    assert text[3].split()[:5] == ["leaf-3", "leaf", "down", "-", "-"]
+    assert text[-1] == FABRIC_HINT
+    # a long list scrolls to keep the selected device shown
+    many = devices * 20
+    buf = io.StringIO()
+    Console(file=buf, width=100, height=10, color_system=None, force_terminal=False,
+            legacy_windows=False).print(_rich_fabric(fabric_dir, many, 50, 10, 100))
+    shown = buf.getvalue().splitlines()[2:-1]
+    assert len(shown) == 7 and shown[-1].split()[0] == many[50].name

@@ -126,3 +126,26 @@ def test_top_shows_the_reason_a_port_drops_most_for():
     assert next(r for r in rates(old, new) if r["port"] == "swp1")["why"] == "-"
     assert any(line.startswith("swp2 ") and line.endswith("tail-drop 500/s")
                for line in plain_lines("sw", rates(old, new), {}, 10))
+
+
+@pytest.mark.parametrize(("name", "group", "reason"), [
+    ("wjh_l2_ingress_vlan_filter", "l2", "ingress-vlan-filter"),
+    ("wjh_l1_link_down", "l1", "link-down"),
+    ("wjh_tunnel_decap_error", "tunnel", "decap-error"),
+    ("wjh_buffer_tail_drop", "buffer", "tail-drop"),
+])
+def test_a_plugins_reason_counter_maps_to_the_reason_tree(name, group, reason):
+    from agent.sources.asic import map_name
+
+    container, leaf, kind = map_name("swp]7", name)
+    assert (container.origin, container.path, leaf) == (SWTEL_ORIGIN, drop_reason_path("swp]7", group, reason),
+                                                        "packets")
+    assert classify(CounterSpec(container, leaf, port="swp]7")) == ("swp]7", DROP_REASON, f"{group}/{reason}")
+
+
+@pytest.mark.parametrize("name", ["wjh_l4_ingress_vlan_filter", "wjh_l2_", "wjh_l2_Tail_Drop", "wjh_l2__x"])
+def test_names_that_are_not_a_reason_keep_the_raw_path(name):
+    from agent.sources.asic import map_name
+
+    container, _leaf, _kind = map_name("swp1", name)
+    assert "/drops/" not in container.path and container.path.endswith("/asic")

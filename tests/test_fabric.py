@@ -458,3 +458,64 @@ def test_top_interval_takes_durations():
     args = _parser().parse_args(["top", "--interval", "500ms"])
     assert args.interval == 0.5
     assert _parser().parse_args(["demo", "--duration", "2m"]).duration == 120.0
+
+
+def test_top_shows_a_fabric_s_devices_and_opens_one(tmp_path):
+    """`swtel top --fabric DIR` on a running field fabric (no collector): every device of its
+    topology.yaml with role, socket, up and open events (plain lines, checked against each
+    agent's status); in a terminal j + Enter opens leaf-3, b goes back to the list; a stopped
+    agent shows as down."""
+    from agent.control.top import load_fabric
+    from agent.tools.fabric import Fabric
+
+    fabric = Fabric(tmp_path, None, "symbol-errors", start_ns=time.time_ns() - 2 * NS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def plain() -> list[str]:
+        proc = subprocess.run([sys.executable, "-m", "agent", "top", "--fabric", str(tmp_path), "-n", "1"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=30, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()
+
+    def rows(lines: list[str]) -> dict[str, list[str]]:
+        return {line.split()[0]: line.split() for line in lines[2:]}
+
+    def status_events() -> dict[str, int]:
+        return {sw.name: len(status_doc_of(sw.socket)["events"]["open"]) for sw in fabric.switches}
+
+    fabric.start()
+    try:
+        assert [d.name for d in load_fabric(tmp_path)] == ["spine-1", "leaf-3", "host-1"]
+        wait_until(lambda: all(r[2] == "up" for r in rows(plain()).values()), 30, "every agent up",
+                   detail=lambda: "\n".join(plain()))
+        # spine-1's symbol errors open events; the list's counts are the agents' own
+        wait_until(lambda: (lambda r: int(r["spine-1"][3]) >= 1 and {n: int(v[3]) for n, v in r.items()}
+                            == status_events())(rows(plain())), 20, "spine-1's events listed as its status has them")
+        listed = rows(plain())
+        assert {n: r[1] for n, r in listed.items()} == {"spine-1": "spine", "leaf-3": "leaf", "host-1": "host"}
+        assert {n: r[-1] for n, r in listed.items()} == {sw.name: str(sw.socket) for sw in fabric.switches}
+        pid, fd = _spawn_in_pty("top", "--fabric", str(tmp_path), "--interval", "0.5")
+        _read_until(fd, b"3 devices, 3 up", 15)
+        os.write(fd, b"j")
+        time.sleep(0.3)
+        os.write(fd, b"\r")
+        _read_until(fd, b"swtel top \xe2\x80\x94 leaf-3", 10)  # the device's own view
+        _read_until(fd, b"swp", 10)
+        os.write(fd, b"b")
+        _read_until(fd, b"3 devices", 10)  # back to the list
+        leaf = next(sw for sw in fabric.switches if sw.name == "leaf-3")
+        leaf.proc.terminate()
+        assert leaf.proc.wait(10) == 0
+        _read_until(fd, b"3 devices, 2 up", 10)
+        code, _ = _quit_and_wait(pid, fd)
+        assert code == 0
+        assert rows(plain())["leaf-3"][2:5] == ["down", "-", "-"]
+    finally:
+        fabric.stop()
+
+
+def status_doc_of(socket: Path) -> dict:
+    """An agent's status over its control socket."""
+    from agent.control.client import request
+
+    return request(str(socket), "status")

@@ -62,6 +62,21 @@ NAMES = {
         (P + "sp_in_octets", (("interface", "swp7"), ("priority", "3"))),
     "swtel:/interfaces/interface[name=swp7]/pfc/priority[id=3]/state/out-pkts":
         (P + "sp_out_pkts", (("interface", "swp7"), ("priority", "3"))),
+    # drop reasons: Cumulus' discard counter where it has one, else one metric for every reason
+    "swtel:/interfaces/interface[name=swp7]/drops/group[name=l2]/reason[name=ingress-vlan-filter]/state/packets":
+        (P + "discards_ingress_vlan_membership", (("interface", "swp7"), ("group", "l2"), ("reason", "ingress-vlan-filter"))),
+    "swtel:/interfaces/interface[name=swp7]/drops/group[name=buffer]/reason[name=head-of-queue-timeout]/state/packets":
+        (P + "discards_egress_hoq", (("interface", "swp7"), ("group", "buffer"), ("reason", "head-of-queue-timeout"))),
+    "swtel:/interfaces/interface[name=swp7]/drops/group[name=l3]/reason[name=blackhole-route]/state/packets":
+        (P + "drops_reason_packets", (("interface", "swp7"), ("group", "l3"), ("reason", "blackhole-route"))),
+    # a reason of Cumulus' name in another group is not that counter
+    "swtel:/interfaces/interface[name=swp7]/drops/group[name=l3]/reason[name=ingress-vlan-filter]/state/packets":
+        (P + "drops_reason_packets", (("interface", "swp7"), ("group", "l3"), ("reason", "ingress-vlan-filter"))),
+    "swtel:/devlink/devices/device[name=pci/0000:03:00.0]/drops/group[name=l2]/reason[name=ingress-vlan-filter]/state/packets":
+        ("swtel_devlink_drops_reason_packets",
+         (("device", "pci/0000:03:00.0"), ("group", "l2"), ("reason", "ingress-vlan-filter"))),
+    "swtel:/devlink/devices/device[name=pci/0000:03:00.0]/drops/group[name=l3]/reason[name=a\\]b]/state/bytes":
+        ("swtel_devlink_drops_reason_bytes", (("device", "pci/0000:03:00.0"), ("group", "l3"), ("reason", "a]b"))),
 }
 
 
@@ -88,7 +103,7 @@ def test_switchd_and_mlxsw_multicast_land_on_the_5_19_name():
 
 
 def _table_names() -> set[str]:
-    return {name for shape in otlp_names.SHAPES for name in shape.leaves.values()}
+    return {name for shape in otlp_names.SHAPES for name in shape.leaves.values()} | set(otlp_names.DISCARDS.values())
 
 
 def test_no_name_cumulus_deprecated_is_sent():
@@ -121,3 +136,46 @@ def test_the_docs_table_says_whose_each_name_is():
     assert f"| `{P}shared_buffer_port_tc_watermark` | `interface`, `tc` | 1 | yes |" in rows
     assert f"| `{P}shared_buffer_port_tc_peak_occupancy` | `interface`, `tc` | 1 | swtel |" in rows
     assert "if_in_multicast_pkts" not in rows
+
+
+def test_drop_reasons_name_from_the_path_builders():
+    """The trees as agent/pathgrammar builds them (escaped names) and agent/sources/devlink_trap
+    names a trap: every reason of one port is one series apart, by group and reason."""
+    from agent.pathgrammar import devlink_drop_reason_path, drop_reason_path
+    from agent.sources.devlink_trap import trap_container
+
+    got = {otlp_names.for_path(f"swtel:{drop_reason_path('swp[1]', g, r)}/packets")
+           for g, r in (("l2", "ingress-vlan-filter"), ("l3", "ipv4-lpm-miss"), ("buffer", "tail-drop"))}
+    assert got == {(P + "discards_ingress_vlan_membership", (("interface", "swp[1]"), ("group", "l2"),
+                                                              ("reason", "ingress-vlan-filter")), 1),
+                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "l3"), ("reason", "ipv4-lpm-miss")), 1),
+                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "buffer"), ("reason", "tail-drop")), 1)}
+    trap = trap_container("pci/0000:03:00.0", "l3_exceptions", "unresolved_neigh")
+    assert trap.path == devlink_drop_reason_path("pci/0000:03:00.0", "l3", "unresolved-neigh")
+    assert otlp_names.metric_name(trap.path, "packets") == (
+        "swtel_devlink_drops_reason_packets", (("device", "pci/0000:03:00.0"), ("group", "l3"),
+                                               ("reason", "unresolved-neigh")), 1)
+
+
+@pytest.mark.parametrize("profile", ["cumulus", "otel"])
+def test_drop_reasons_in_an_otlp_request(profile):
+    """The OTLP request (the exporter's own layout): in `otel` the per-reason metric is one
+    monotonic cumulative Sum whose points are told apart by interface, group and reason; in
+    `cumulus` a gauge of the same name and points."""
+    from agent.exporters import otlp
+    from tests.test_remote_write import drop_reason_table
+
+    otlp._load()
+    layout = otlp._Layout([drop_reason_table()], profile, otlp.resource_pb2.Resource())
+    metrics = {m.name: m for req in layout.requests for rm in req.resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics}
+    assert set(metrics) == {P + "discards_ingress_vlan_membership", P + "drops_reason_packets",
+                            "swtel_devlink_drops_reason_packets", "swtel_devlink_drops_reason_bytes"}
+    reasons = metrics[P + "drops_reason_packets"]
+    data = reasons.sum if profile == "otel" else reasons.gauge
+    assert reasons.WhichOneof("data") == ("sum" if profile == "otel" else "gauge")
+    if profile == "otel":
+        assert data.is_monotonic and data.aggregation_temporality == otlp.metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE
+    points = {tuple((a.key, a.value.string_value) for a in dp.attributes) for dp in data.data_points}
+    assert points == {(("interface", "swp1"), ("group", "l3"), ("reason", "blackhole-route")),
+                      (("interface", "swp1"), ("group", "buffer"), ("reason", "tail-drop"))}

@@ -75,3 +75,24 @@ def test_real_prometheus_scrapes_the_collector(tmp_path):
         prom.terminate()
         prom.wait(10)
         col.stop(0)
+
+
+def test_drop_reasons_are_exposed_under_the_otlp_names():
+    """`swtel collect --prometheus` names a drop reason as remote write and OTLP do (one name
+    table), beside its path-named series."""
+    from agent.tools.prometheus import render
+    from tests.test_remote_write import DROP_SPECS, drop_reason_table
+
+    table = drop_reason_table()
+    values = [11, 22, 33, 44, 4400]
+    text = render([("leaf01", path, v) for path, v in zip(table.paths, values, strict=True)])
+    for (group, reason), value, name in zip(DROP_SPECS, values[:3], ("discards_ingress_vlan_membership",
+                                                                  "drops_reason_packets", "drops_reason_packets"),
+                                            strict=True):
+        line = (f'nvswitch_interface_{name}{{group="{group}",interface="swp1",reason="{reason}",'
+                f'target="leaf01"}} {value}')
+        assert line in text.splitlines(), line
+    dev = 'device="pci/0000:03:00.0",group="l3",reason="unresolved-neigh",target="leaf01"'
+    assert f"swtel_devlink_drops_reason_packets{{{dev}}} 44" in text.splitlines()
+    assert f"swtel_devlink_drops_reason_bytes{{{dev}}} 4400" in text.splitlines()
+    assert "# TYPE nvswitch_interface_drops_reason_packets gauge" in text

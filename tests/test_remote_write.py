@@ -26,6 +26,7 @@ import pytest
 
 from agent import config
 from agent.config import Duration
+from agent.exporters import otlp_names
 from agent.exporters import remote_write as rw
 from agent.exporters.remote_write import RemoteWriteConfig, RemoteWriteExporter
 from agent.store import Store
@@ -171,6 +172,42 @@ def test_changed_series_each_interval_every_series_each_resend():
     assert exp.series == 5
 
 
+#: drop reasons of one port and one devlink device (constructed paths, as the sources build them)
+DROP_SPECS = [("l2", "ingress-vlan-filter"), ("l3", "blackhole-route"), ("buffer", "tail-drop")]
+
+
+def drop_reason_table():
+    """A table of the drop-reason trees: three reasons of swp1 (one Cumulus has a discard
+    counter for), one devlink trap's packets and bytes."""
+    from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+    from agent.pathgrammar import devlink_drop_reason_path, drop_reason_path
+
+    specs = [CounterSpec(Container(SWTEL_ORIGIN, drop_reason_path("swp1", g, r)), "packets", port="swp1")
+             for g, r in DROP_SPECS]
+    trap = Container(SWTEL_ORIGIN, devlink_drop_reason_path("pci/0000:03:00.0", "l3", "unresolved-neigh"))
+    specs += [CounterSpec(trap, "packets"), CounterSpec(trap, "bytes")]
+    return CounterTable("drops", specs)
+
+
+def test_drop_reasons_are_written_under_the_name_table_s_names():
+    """Every reason a series of its own: Cumulus' discard name where it has one, else one
+    metric with group and reason; devlink's per-device traps under swtel_devlink_*."""
+    exp = _exporter("http://127.0.0.1:9/w")
+    store = Store()
+    exp._store = store
+    store.set_source("drops", drop_reason_table(), array("Q", [11, 22, 33, 44, 4400]), 5_000_000_000)
+    got = _parse(b"".join(b for b, _n in exp.build()))
+    dev = {"device": "pci/0000:03:00.0", "group": "l3", "reason": "unresolved-neigh", "target": "leaf01"}
+    assert got == {
+        _series("nvswitch_interface_discards_ingress_vlan_membership", group="l2", reason="ingress-vlan-filter"):
+            [(11.0, 5000)],
+        _series("nvswitch_interface_drops_reason_packets", group="l3", reason="blackhole-route"): [(22.0, 5000)],
+        _series("nvswitch_interface_drops_reason_packets", group="buffer", reason="tail-drop"): [(33.0, 5000)],
+        tuple(sorted({**dev, "__name__": "swtel_devlink_drops_reason_packets"}.items())): [(44.0, 5000)],
+        tuple(sorted({**dev, "__name__": "swtel_devlink_drops_reason_bytes"}.items())): [(4400.0, 5000)],
+    }
+
+
 def test_a_bigger_switch_is_split_into_requests(monkeypatch):
     monkeypatch.setattr(rw, "MAX_SAMPLES", 7)
     exp = _exporter("http://127.0.0.1:9/w")
@@ -231,6 +268,53 @@ def _wait(predicate, timeout: float, what: str):
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
     return result
+
+
+def test_open_events_are_written_as_swtel_status_counts_them(tmp_path):
+    """A simulated spine with symbol errors on two ports: the agent writes
+    swtel_insights_open_events{severity} (sources.events), and its latest values are the open
+    events `swtel status` lists, by severity (0 for a severity with none)."""
+    from tests.helpers import OFF, asic_yaml, status_doc
+    from tests.netns import AgentProcess
+
+    rw._load()  # the receiver parses with the descriptors
+    receiver = Receiver()
+    start = time.time_ns() + 1_000_000_000
+    sim = f"role=spine seed=1 start={start} scenario=symbol-errors@1s:swp11s1 scenario=symbol-errors@1s:swp2"
+    text = asic_yaml(tmp_path, "sim", sim, netdev=OFF, system="{enabled: false}\n  events: {interval: 100ms}",
+                     interval="100ms", head="target: leaf01\n",
+                     exporters=f"  remote_write: [{{name: t, url: 'http://127.0.0.1:{receiver.port}/w', "
+                               "interval: 200ms, resend: 1s}]\n")
+    agent = AgentProcess(None, text, tmp_path)
+
+    def written() -> dict[str, float]:
+        latest: dict[str, tuple[int, float]] = {}
+        for _path, _headers, series in list(receiver.requests):
+            for labels, samples in series.items():
+                d = dict(labels)
+                if d["__name__"] == "swtel_insights_open_events":
+                    value, ms = samples[-1]
+                    if ms >= latest.get(d["severity"], (0, 0.0))[0]:
+                        latest[d["severity"]] = (ms, value)
+        return {sev: v for sev, (_ms, v) in latest.items()}
+
+    def by_severity() -> dict[str, float]:
+        out = {"warning": 0.0, "critical": 0.0}
+        for ev in status_doc(tmp_path)["events"]["open"]:
+            out[ev["severity"]] += 1
+        return out
+
+    try:
+        agent.wait_ready()
+        opened = agent.wait_for(lambda: c if sum((c := by_severity()).values()) >= 2 else None, 20,
+                                "two open events")
+        # the same counts over remote write (within a read and an export of the status call)
+        # events open and clear as the faults go on: the export equals a status that held across it
+        agent.wait_for(lambda: by_severity() == written() == by_severity(), 20, f"remote write to show {opened}")
+        assert sum(written().values()) >= 2 and set(written()) == {"warning", "critical"}
+    finally:
+        assert agent.stop() == 0
+        receiver.stop()
 
 
 def _running(exp: RemoteWriteExporter, values=(1, 2, 3, 4, 5)) -> Store:
@@ -553,14 +637,19 @@ def test_victoria_metrics_has_every_series_of_the_simulated_switch(tmp_path, eng
         status = _exporter_status(tmp_path)
     finally:
         assert agent.stop() == 0
-    series = vm.query('{target="sim-1"}')
+    derived = set(otlp_names.PHY_PREDICTION.values())  # the detectors' gauges: tests/test_link_degrading.py
+    derived.add(otlp_names.OPEN_EVENTS)  # the agent's open events: test_open_events_are_written_...
+    series = [r for r in vm.query('{target="sim-1"}') if r["metric"]["__name__"] not in derived]
     got = {(r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()
                                                    if k not in ("__name__", "target", "site"))))
            for r in series}
     want = {(name, tuple(sorted(attrs))) for name, attrs in keys}
     assert got == want
     assert {r["metric"]["site"] for r in series} == {"lab"}
-    assert status["series"] == len(keys) and status["dropped"] == 0 and status["refused"] == 0, status
+    from agent.sources.events import SEVERITIES  # the agent's open events: a series per severity
+
+    assert status["series"] == len(keys) + len(SEVERITIES) and status["dropped"] == 0 and status["refused"] == 0, \
+        status
     ports = {dict(a).get("interface") for _n, a in keys}
     assert len(ports) > 10  # the whole switch, every port
     # every raw sample of a few counters of every port lies within the model's values of its millisecond

@@ -75,7 +75,7 @@ class Sim:
 
     def __init__(self, ops: AsicOps, config: str):
         self.ops = ops
-        err = ctypes.create_string_buffer(256)
+        err = ctypes.create_string_buffer(512)  # the loader's is 384 (agent/_ext/asic.c)
         self.h = ops.open(config.encode(), err, len(err))
         if not self.h:
             raise ConfigError(err.value.decode())
@@ -166,7 +166,8 @@ def test_spine_layout(ops):
         assert info["swp13"][1:] == ("", 400_000, 1)
         for cs in sim.counters:
             assert cs == sim_model.SWITCH_COUNTERS
-        assert len(sim.counters[0]) == 159 and sim_model.slots(sim.counters[0]) == 174
+        # 100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and pool values, 16 FEC bins
+        assert len(sim.counters[0]) == 172 and sim_model.slots(sim.counters[0]) == 187
         assert [c[0] for c in sim.counters[0][:3]] == ["HwIfInOctets", "HwIfInUcastPkts",
                                                         "HwIfInMcastPkts"]
         kinds = {c[0]: c[2] for c in sim.counters[0]}
@@ -176,7 +177,8 @@ def test_spine_layout(ops):
         assert kinds["ingress_pool_peak_occupancy_0"] == sim_model.PEAK
         assert kinds["pg_headroom_watermark_7"] == kinds["ingress_pool_occupancy_0"] == sim_model.GAUGE
         assert sim.ops.port_info(sim.h, len(sim.ports), ctypes.byref(AsicPort())) == -1
-        assert sim.ops.counter_info(sim.h, 0, 159, ctypes.byref(AsicCounter())) == -1
+        assert kinds["wjh_l2_ingress_vlan_filter"] == kinds["wjh_acl_egress_flow_action_drop"] == sim_model.COUNTER
+        assert sim.ops.counter_info(sim.h, 0, 172, ctypes.byref(AsicCounter())) == -1
         assert sim.ops.counter_count(sim.h, -1) == -1
         assert sim.gen == 1
         model = Model("role=spine")
@@ -247,6 +249,15 @@ SCENARIO_CONFIGS = [
     ("ports=4 scenario=incast@0s-2s:swp1/2/45ms/100ms,incast@2s:swp1/6/10ms/200ms,incast@0s:swp3,"
      "counter-clear@1s:swp1", [0.08, 1.5, 2.3, 3.9]),
     ("ports=2 scenario=incast@0s-1s:swp2/4/49ms/100ms,incast@1s:swp2/4/5ms/100ms", [0.5, 1.0, 1.02, 2.2]),
+    ("ports=4 scenario=drops@1s-3s:swp2:ingress-vlan-filter,drops@2s:swp2:blackhole-route,"
+     "drops@500ms-4s:swp3:egress-flow-action-drop,microburst@0s:swp3", [0.5, 1.005, 2.5, 3.7, 70.3]),
+    ("role=spine seed=11 scenario=drops@0s-2s:swp11s2:tail-drop,drops@2s:swp11s2:tail-drop,"
+     "incast@1s:swp11s2/3,drops@1s:swp7:early-drop,counter-clear@1.5s:swp7", [0.3, 1.6, 2.01, 9.9]),
+    ("role=spine scenario=breakout@1s:swp3,drops@1s-9s:swp3s1:ttl-value-is-too-small,"
+     "drops@0s:swp62:decap-error,drops@0s:swp62:link-down", [0.7, 1.2, 8.8, 12]),
+    ("role=leaf seed=8 scenario=drops@0s-1s:swp63:source-mac-is-multicast,"
+     "drops@0s-1s:swp63:ingress-spanning-tree-filter,drops@0s-1s:swp63:overlay-smac-is-mc,"
+     "drops@0s-1s:swp63:ingress-flow-action-drop,imbalance@0s-2s", [0.25, 0.9, 1.3]),
 ]
 
 
@@ -569,10 +580,10 @@ BAD = [
     ("load=.5", "sim: load: expected 0.0..1.0, got '.5'"),
     ("load=0.1234567", "sim: load: expected 0.0..1.0, got '0.1234567'"),
     ("scenario=x", "sim: scenario 'x': unknown name (known: symbol-errors imbalance pfc-storm "
-                   "microburst link-flap counter-clear breakout fec-degrade incast)"),
+                   "microburst link-flap counter-clear breakout fec-degrade incast drops)"),
     ("scenario=microburst,", "sim: scenario '': unknown name (known: symbol-errors imbalance "
                              "pfc-storm microburst link-flap counter-clear breakout fec-degrade "
-                             "incast)"),
+                             "incast drops)"),
     ("scenario=link-flap@5", "sim: scenario 'link-flap@5': bad time '5' (e.g. 5s, 500ms, 2m)"),
     ("scenario=link-flap@5s-2x",
      "sim: scenario 'link-flap@5s-2x': bad time '2x' (e.g. 5s, 500ms, 2m)"),
@@ -623,6 +634,29 @@ BAD = [
      "sim: scenario 'fec-degrade@1s-9s': not available with role=host"),
     ("scenario=fec-degrade@1s-9s:swp2,link-flap@8s:swp2",
      "sim: scenarios 'fec-degrade@1s-9s:swp2' and 'link-flap@8s:swp2' overlap on swp2"),
+    ("scenario=drops@1s-5s", "sim: scenario 'drops@1s-5s': needs a port and a reason "
+                             "(drops@START-END:PORT:REASON)"),
+    ("scenario=drops@1s-5s:swp1", "sim: scenario 'drops@1s-5s:swp1': needs a port and a reason "
+                                  "(drops@START-END:PORT:REASON)"),
+    ("scenario=drops@1s-5s:swp1:", "sim: scenario 'drops@1s-5s:swp1:': needs a port and a reason "
+                                   "(drops@START-END:PORT:REASON)"),
+    ("scenario=drops@1s:swp1:tail-drops",
+     "sim: scenario 'drops@1s:swp1:tail-drops': unknown drop reason 'tail-drops' (known: link-down "
+     "ingress-vlan-filter source-mac-is-multicast ingress-spanning-tree-filter blackhole-route "
+     "ttl-value-is-too-small unresolved-neigh decap-error overlay-smac-is-mc tail-drop early-drop "
+     "ingress-flow-action-drop egress-flow-action-drop)"),
+    ("scenario=drops@1s:swp99:tail-drop", "sim: scenario 'drops@1s:swp99:tail-drop': no port 'swp99'"),
+    ("scenario=drops@1s::tail-drop", "sim: scenario 'drops@1s::tail-drop': empty port name"),
+    ("scenario=drops@1s:swp1/3:tail-drop", "sim: scenario 'drops@1s:swp1/3:tail-drop': a priority is "
+                                           "only for pfc-storm (a traffic class for incast)"),
+    ("scenario=drops@1x:swp1:tail-drop", "sim: scenario 'drops@1x:swp1:tail-drop': bad time '1x' "
+                                         "(e.g. 5s, 500ms, 2m)"),
+    ("scenario=drops@3s-2s:swp1:tail-drop", "sim: scenario 'drops@3s-2s:swp1:tail-drop': end must be "
+                                            "after start (10 ms resolution)"),
+    ("role=host scenario=drops:mlx5_0:tail-drop",
+     "sim: scenario 'drops:mlx5_0:tail-drop': not available with role=host"),
+    ("scenario=drops@1s-5s:swp2:early-drop,drops@4s:swp2:early-drop",
+     "sim: scenarios 'drops@1s-5s:swp2:early-drop' and 'drops@4s:swp2:early-drop' overlap on swp2"),
 ]
 
 
@@ -640,7 +674,10 @@ def test_good_config_edge_cases(ops):
     for config in ("", "  role=spine\tseed=18446744073709551615  ", "load=1", "load=0.000001",
                    "scenario=pfc-storm@1.5s-2m:swp1/0", "scenario=counter-clear@500ms",
                    "role=leaf scenario=imbalance@1s-2s,imbalance@2s-3s:swp64",
-                   "scenario=symbol-errors@1h-", "role=host scenario=symbol-errors:swp1"):
+                   "scenario=symbol-errors@1h-", "role=host scenario=symbol-errors:swp1",
+                   # drops of other reasons (or other ports) may overlap, one reason's may abut
+                   "scenario=drops@1s-5s:swp2:early-drop,drops@1s-5s:swp2:tail-drop,"
+                   "drops@5s:swp2:early-drop,drops@1s:swp3:early-drop,link-flap@1s:swp2"):
         Sim(ops, config).close()
         Model(config)
     assert SLOT == 10_000_000
@@ -649,7 +686,8 @@ def test_good_config_edge_cases(ops):
 def test_far_past_start_wraps_like_the_model(ops):
     """start=0: t is ~1.7e18 ns, 128-bit intermediates; 64-bit octets wrap in both alike."""
     config = ("role=spine start=0 scenario=symbol-errors@0s:swp11s1,link-flap@0s:swp2,"
-              "pfc-storm@0s:swp3,microburst@0s:swp4,incast@0s:swp5/2")
+              "pfc-storm@0s:swp3,microburst@0s:swp4,incast@0s:swp5/2,drops@0s:swp6:unresolved-neigh,"
+              "drops@0s:swp4:early-drop")
     sim = Sim(ops, config)
     try:
         ts, values = sim.read()

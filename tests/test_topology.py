@@ -96,6 +96,9 @@ def test_a_clos_fabric_streams_every_device_and_port_to_one_collector(tmp_path):
         assert (tmp_path / "topology.yaml").exists()
         written = yaml.safe_load((tmp_path / "topology.yaml").read_text())
         assert [d["name"] for d in written["devices"]] == names
+        # each device's control socket, relative to the directory (swtel top --fabric reads it)
+        assert [d["socket"] for d in written["devices"]] == [f"{n}.sock" for n in names]
+        assert all((tmp_path / d["socket"]).is_socket() for d in written["devices"])
         leaf2 = yaml.safe_load((tmp_path / "leaf-2.yaml").read_text())
         assert "scenario=microburst@1s:swp3" in leaf2["sources"]["asic"]["config"]
     finally:

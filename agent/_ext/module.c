@@ -55,7 +55,9 @@ PyMODINIT_FUNC PyInit__swtel(void)
                              swtel_change_methods, swtel_encode_methods, swtel_asic_methods,
                              swtel_links_methods,
                              swtel_ethnl_methods,
-                             swtel_devlink_methods};
+                             swtel_devlink_methods,
+                             swtel_feeds_methods,
+                             swtel_gather_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;

@@ -1,6 +1,6 @@
 """The pure-Python fallback of the C extension (agent._swtel): the same functions,
 constants, signatures and results, one module per file of agent/_ext/ (netdev, ethtool,
-sysfs, change, encode, links, asic, ethnl, devlink).
+sysfs, change, encode, links, asic, ethnl, devlink, feeds, gather).
 
 Selected by agent._backend when ``SWTEL_PUREPYTHON=1`` is set or the extension is
 missing; the suite runs against both and the property tests hold them to each other,
@@ -61,6 +61,8 @@ from agent._fallback.ethtool import (
     ethtool_strings,
     ethtool_strings_parse,
 )
+from agent._fallback.feeds import feed_add
+from agent._fallback.gather import gather
 from agent._fallback.links import link_parse
 from agent._fallback.netdev import NETDEV_FIELDS, netdev_parse, netdev_read
 from agent._fallback.sysfs import sysfs_read
@@ -76,5 +78,5 @@ __all__ = [
     "devlink_family", "devlink_parse", "devlink_request", "devlink_trap_parse", "DEVLINK_TRAP_GET",
     "DEVLINK_TRAP_GROUP_GET", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
-    "ethtool_strings_parse", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
+    "ethtool_strings_parse", "feed_add", "gather", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

@@ -351,6 +351,9 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
     if recent:
         lines.append(f"recently cleared ({len(recent)}, newest first):")
         lines += [_event_line(now, ev) for ev in recent[:5]]
+    for name, note in (events.get("detectors") or {}).items():  # e.g. congestion without buffer data
+        if isinstance(note, dict) and note.get("note"):
+            lines.append(f"insights.{name}: {note['note']}")
     lines.append("health: OK" if not problems else "health: UNHEALTHY")
     lines += [f"  - {p}" for p in problems]
     # Names and messages come from drivers, plugins and peers: never terminal control.

@@ -5,6 +5,11 @@ rates, and the open insight events. Refreshes every second; ``q`` quits.
 Rates come from two successive ``ports`` replies (cumulative totals) divided by the
 time between their samples. With stdout not a terminal it prints plain lines instead
 (for scripts, logs and pipes).
+
+A fabric (``swtel fabric``'s directory, which holds topology.yaml and every agent's control
+socket): ``swtel top --fabric DIR``, or ``--socket`` at a socket of that directory, lists the
+devices (name, role, socket, up or down, open events); ``j``/``k`` (or the arrows) pick one,
+Enter views it, ``b`` (or Esc) goes back to the list.
 """
 
 from __future__ import annotations
@@ -14,10 +19,100 @@ import select
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent.control.client import ControlError, request, socket_path
 from agent.control.printable import printable
+
+#: what ``swtel fabric`` writes into its directory beside the agents' sockets (agent/tools/fabric.py)
+TOPOLOGY_FILE = "topology.yaml"
+#: a device's control socket answers the list's poll within this, or shows as down
+FABRIC_POLL_TIMEOUT_S = 1.0
+
+
+def fabric_socket(directory: Path, name: str) -> Path:
+    """Where ``swtel fabric`` puts a device's control socket: ``<directory>/<name>.sock``."""
+    return Path(directory) / f"{name}.sock"
+
+
+@dataclass
+class FabricDevice:
+    """One device of a fabric's list, with what its agent answered at the last poll."""
+
+    name: str
+    role: str
+    socket: Path
+    up: bool = False
+    open_events: int = 0
+    ports: int = 0
+    error: str = ""  # why it is down
+
+
+def load_fabric(directory: Path) -> list[FabricDevice]:
+    """The devices of ``directory``'s topology.yaml in its order; a device's socket is the one
+    the file names (relative to the directory), else ``<name>.sock`` there. ValueError when the
+    file is missing or not a topology."""
+    import yaml
+
+    from agent.yamlsafe import Loader
+
+    path = Path(directory) / TOPOLOGY_FILE
+    try:
+        doc = yaml.load(path.read_text(), Loader=Loader)  # noqa: S506 - agent.yamlsafe's SafeLoader
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"no fabric topology at {path}: {exc}") from None
+    devices = doc.get("devices") if isinstance(doc, dict) else None
+    if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                                                for d in devices):
+        raise ValueError(f"{path}: expected a list of devices with names (swtel fabric writes it)")
+    out = []
+    for d in devices:
+        sock = d.get("socket")
+        where = Path(directory) / sock if isinstance(sock, str) and sock else fabric_socket(directory, d["name"])
+        out.append(FabricDevice(d["name"], str(d.get("role", "?")), where))
+    return out
+
+
+def fabric_of(socket: str) -> Path | None:
+    """The fabric directory a control socket belongs to (its directory holds a topology.yaml
+    that lists it), else None."""
+    directory = Path(socket).parent
+    try:
+        devices = load_fabric(directory)
+    except ValueError:
+        return None
+    return directory if any(d.socket == Path(socket) for d in devices) else None
+
+
+def poll_fabric(devices: list[FabricDevice], timeout_s: float = FABRIC_POLL_TIMEOUT_S) -> None:
+    """Ask every device's agent for its ports and events (one ``ports`` request each): up with
+    its open events and ports, or down with why."""
+    for dev in devices:
+        try:
+            reply = request(str(dev.socket), "ports", timeout_s=timeout_s)
+        except ControlError as exc:
+            dev.up, dev.open_events, dev.ports, dev.error = False, 0, 0, str(exc)
+            continue
+        dev.up, dev.error = True, ""
+        dev.open_events = len((reply.get("events") or {}).get("open", []))
+        dev.ports = len(reply.get("ports") or {})
+
+
+def fabric_lines(directory: Path, devices: list[FabricDevice], selected: int | None = None) -> list[str]:
+    """The device list as plain text lines; ``selected`` marked with ``>``."""
+    up = sum(d.up for d in devices)
+    lines = [f"{time.strftime('%H:%M:%S')} fabric {printable(str(directory))}: {len(devices)} devices, "
+             f"{up} up, {sum(d.open_events for d in devices)} open events"]
+    name_w = max([6, *(len(printable(d.name)) for d in devices)])
+    lines.append(f"  {'device':<{name_w}} {'role':<5} {'state':<5} {'events':>6} {'ports':>5} socket")
+    for i, d in enumerate(devices):
+        mark = ">" if i == selected else " "
+        state = "up" if d.up else "down"
+        lines.append(f"{mark} {printable(d.name):<{name_w}} {printable(d.role):<5} {state:<5} "
+                     f"{d.open_events if d.up else '-':>6} {d.ports if d.up else '-':>5} {printable(str(d.socket))}")
+    return lines
 
 RATE_FIELDS = ("rx_octets", "tx_octets", "errors", "symbol_errors", "uncorrectable", "drops_in",
                "drops_out", "pfc_frames", "pfc_duration_us", "roce_retrans", "carrier")
@@ -133,7 +228,7 @@ def layout(names: list[str], width: int) -> tuple[int, list[tuple[str, int, Any,
 
 
 def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list], height: int,
-               width: int = 80):
+               width: int = 80, hint: str = "q: quit"):
     from rich.console import Group
     from rich.text import Text
 
@@ -168,8 +263,65 @@ def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list],
             color = "red" if ev.get("severity") == "critical" else "yellow"
             parts.append(Text(printable(f" {ev.get('type', '?')}: {ev.get('message', '')}"), style=color,
                               overflow="ellipsis", no_wrap=True))
-    parts.append(Text("q: quit", style="dim"))
+    parts.append(Text(hint, style="dim"))
     return Group(*parts)
+
+
+FABRIC_HINT = "j/k or ↑/↓: pick  Enter: view the device  q: quit"
+DEVICE_HINT = "b or Esc: the fabric's devices  q: quit"
+
+
+def _rich_fabric(directory: Path, devices: list[FabricDevice], selected: int, height: int, width: int = 80):
+    """The fabric's device list: the selected row reversed, a down device red, one with open
+    events yellow; rows scroll to keep the selected one shown."""
+    from rich.console import Group
+    from rich.text import Text
+
+    up = sum(d.up for d in devices)
+    # the counts first: a long directory is what gives way
+    title = Text(f"swtel top — fabric: {len(devices)} devices, {up} up, {sum(d.open_events for d in devices)} "
+                 f"open events  {time.strftime('%H:%M:%S')}  {printable(str(directory))}",
+                 style="bold", no_wrap=True, overflow="ellipsis")
+    name_w = min(_NAME_MAX, max([6, *(len(printable(d.name)) for d in devices)]))
+    header = Text(f"{'device':<{name_w}} {'role':<5} {'state':<5} {'events':>6} {'ports':>5} socket",
+                  style="bold", no_wrap=True, overflow="ellipsis")
+    room = max(1, height - 3)
+    first = min(max(0, selected - room + 1), max(0, len(devices) - room))
+    lines: list[Any] = [title, header]
+    for i, d in enumerate(devices[first:first + room], start=first):
+        name = printable(d.name)
+        name = name if len(name) <= name_w else name[:name_w - 1] + "…"
+        state = "up" if d.up else "down"
+        text = (f"{name:<{name_w}} {printable(d.role):<5} {state:<5} {d.open_events if d.up else '-':>6} "
+                f"{d.ports if d.up else '-':>5} {printable(str(d.socket) if d.up else d.error or str(d.socket))}")
+        style = "red" if not d.up else ("yellow" if d.open_events else "")
+        if i == selected:
+            style = (style + " reverse").strip()
+        lines.append(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
+    lines.append(Text(FABRIC_HINT, style="dim"))
+    return Group(*lines)
+
+
+#: keys: (arrow escape sequences first: they begin with Esc)
+_UP, _DOWN = ("\x1b[A", "\x1bOA", "k"), ("\x1b[B", "\x1bOB", "j")
+_OPEN = ("\r", "\n", "l")
+
+
+def fabric_key(key: str, viewing: bool, selected: int, count: int) -> tuple[str, int]:
+    """What a key press does: (``quit``, ``open``, ``back`` or ``""``, the selection after it).
+    In the list ``j``/``k`` and the arrows move, Enter (or ``l``) opens; viewing a device, ``b``
+    or Esc goes back to the list."""
+    if "q" in key.lower():
+        return "quit", selected
+    if viewing:
+        return ("back", selected) if key in ("b", "h", "\x1b") else ("", selected)
+    if any(k in key for k in _UP):
+        return "", max(0, selected - 1)
+    if any(k in key for k in _DOWN):
+        return "", min(max(0, count - 1), selected + 1)
+    if any(k in key for k in _OPEN):
+        return "open", selected
+    return "", selected
 
 
 @contextmanager
@@ -198,18 +350,42 @@ def _key_pressed(fd: int | None, timeout: float) -> str:
 
 
 def top_main(args: Any) -> int:
+    interval = max(0.2, float(args.interval))
+    plain = args.plain or not sys.stdout.isatty()
+    iterations = args.iterations
+    fabric = getattr(args, "fabric", None)
+    if fabric:  # the fabric's device list first
+        try:
+            devices = load_fabric(Path(fabric))
+        except ValueError as exc:
+            print(f"swtel top: {printable(exc)}", file=sys.stderr)
+            return 2
+        if plain:
+            return _run_fabric_plain(Path(fabric), devices, interval, iterations)
+        return _run_live(None, None, interval, iterations, Path(fabric), devices)
     path = socket_path(args)
     try:
         prev = request(path, "ports")
     except ControlError as exc:
         print(f"swtel top: {printable(exc)}", file=sys.stderr)
         return 2
-    interval = max(0.2, float(args.interval))
-    plain = args.plain or not sys.stdout.isatty()
-    iterations = args.iterations
     if plain:
         return _run_plain(path, prev, interval, iterations, args.limit)
-    return _run_live(path, prev, interval, iterations)
+    directory = fabric_of(path)  # a socket of a fabric: its device list is a key away
+    devices = load_fabric(directory) if directory is not None else None
+    return _run_live(path, prev, interval, iterations, directory, devices)
+
+
+def _run_fabric_plain(directory: Path, devices: list[FabricDevice], interval: float,
+                      iterations: int | None) -> int:
+    n = 0
+    while iterations is None or n < iterations:
+        if n:
+            time.sleep(interval)
+        poll_fabric(devices)
+        print("\n".join(fabric_lines(directory, devices)), flush=True)
+        n += 1
+    return 0
 
 
 def _run_plain(path: str, prev: dict, interval: float, iterations: int | None, limit: int) -> int:
@@ -228,29 +404,60 @@ def _run_plain(path: str, prev: dict, interval: float, iterations: int | None, l
     return 0
 
 
-def _run_live(path: str, prev: dict, interval: float, iterations: int | None) -> int:
+def _run_live(path: str | None, prev: dict | None, interval: float, iterations: int | None,
+              fabric: Path | None = None, devices: list[FabricDevice] | None = None) -> int:
+    """The live view of one agent (``path``), or of a fabric's device list (``path`` None) from
+    which a device is opened; with a fabric, ``b`` goes back from a device to the list."""
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+    devices = devices or []
+    selected = next((i for i, d in enumerate(devices) if path is not None and str(d.socket) == path), 0)
+    hint = DEVICE_HINT if fabric is not None else "q: quit"
+
+    def draw() -> Any:
+        size = console.size
+        if path is None:
+            assert fabric is not None
+            return _rich_fabric(fabric, devices, selected, size.height, size.width)
+        return _rich_view(prev.get("target", "?"), rates(prev, cur), cur.get("events", {}), size.height,
+                          size.width, hint)
+
+    if path is None:
+        poll_fabric(devices)
+    cur = prev
     n = 0
-    view = _rich_view(prev.get("target", "?"), [], prev.get("events", {}), console.size.height,
-                      console.size.width)
     with (_cbreak(fd) if fd is not None else _nullcontext()), Live(
-            view, console=console, screen=True, auto_refresh=False, transient=True) as live:
+            draw(), console=console, screen=True, auto_refresh=False, transient=True) as live:
         while iterations is None or n < iterations:
-            if "q" in _key_pressed(fd, interval).lower():
+            key = _key_pressed(fd, interval)
+            action, selected = fabric_key(key, path is not None, selected, len(devices)) if fabric is not None \
+                else ("quit" if "q" in key.lower() else "", 0)
+            if action == "quit":
                 break
-            try:
-                cur = request(path, "ports")
-            except ControlError as exc:
-                live.stop()
-                print(f"swtel top: {printable(exc)}", file=sys.stderr)
-                return 2
-            live.update(_rich_view(cur.get("target", "?"), rates(prev, cur), cur.get("events", {}),
-                                   console.size.height, console.size.width), refresh=True)
-            prev = cur
+            if action == "back":
+                path = prev = cur = None
+            elif action == "open" and devices:
+                try:
+                    prev = cur = request(str(devices[selected].socket), "ports")
+                    path = str(devices[selected].socket)
+                except ControlError as exc:  # down: it stays in the list, with why
+                    devices[selected].up, devices[selected].error = False, str(exc)
+            if path is None:
+                poll_fabric(devices)
+            elif action != "open":
+                try:
+                    prev, cur = cur, request(path, "ports")
+                except ControlError as exc:
+                    if fabric is None:
+                        live.stop()
+                        print(f"swtel top: {printable(exc)}", file=sys.stderr)
+                        return 2
+                    path = prev = cur = None  # the device went down: back to the list, which says so
+                    poll_fabric(devices)
+            live.update(draw(), refresh=True)
             n += 1
     return 0
 

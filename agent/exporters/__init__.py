@@ -11,7 +11,7 @@ import pkgutil
 from agent.exporters.base import REGISTRY, Listener, register
 
 #: the modules of this package that are not exporters
-_MACHINERY = frozenset({"base", "otlp_names", "sender"})
+_MACHINERY = frozenset({"base", "otlp_names", "sender", "state_gauges"})
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _MACHINERY:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from agent import __version__, logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
-from agent.exporters import otlp_names
+from agent.exporters import otlp_names, state_gauges
 from agent.exporters.base import Exporter, check_tls, register
 from agent.exporters.sender import BoundedQueue, PeriodicSender, grpc_channel, rpc_error
 
@@ -368,6 +368,7 @@ class OtlpExporter(PeriodicSender, Exporter):
         self._queue: BoundedQueue[tuple[bytes, int]] = BoundedQueue(cfg.queue)  # (request, data points)
         self._lock = threading.Lock()
         self._layout: _Layout | None = None
+        self.request_points: list[int] = []  # data points of each request of the last build
         # otel: point key -> (start ns, base); a reset restarts a point's count
         self._starts: dict[tuple, tuple[int, int]] = {}
         self._resets: list[tuple[CounterTable, list[tuple[int, int]], int]] = []
@@ -508,7 +509,33 @@ class OtlpExporter(PeriodicSender, Exporter):
             for key in [k for k in starts if k not in seen]:  # ports that are gone
                 del starts[key]
         self.points = layout.count
-        return layout.requests
+        self.request_points = layout.request_points
+        gauges = state_gauges.gauges(self._store)  # derived values (states): gauges, every export
+        if not gauges:
+            return layout.requests
+        extra = [gauges[k:k + MAX_POINTS] for k in range(0, len(gauges), MAX_POINTS)]
+        self.request_points = [*layout.request_points, *map(len, extra)]
+        self.points += len(gauges)
+        # a state holds until it changes: stamped with the newest read (a receiver that ages out
+        # a series whose point time stands still would drop an unchanged gauge)
+        newest = max((ts for _t, _v, ts in sources), default=0)
+        return [*layout.requests, *(self._gauge_request(chunk, newest) for chunk in extra)]
+
+    def _gauge_request(self, gauges: list[state_gauges.Gauge], newest_ns: int) -> Any:
+        """A request of derived gauges (agent/exporters/state_gauges.py), built each export, each
+        at its time or the newest read's, whichever is later."""
+        request = ms_pb2.ExportMetricsServiceRequest()
+        rm = request.resource_metrics.add()
+        rm.resource.CopyFrom(self.resource)
+        sm = rm.scope_metrics.add()
+        sm.scope.name, sm.scope.version = "swtel", __version__
+        metric = None
+        for name, attrs, value, ts_ns in gauges:  # sorted: one metric per name
+            if metric is None or metric.name != name:
+                metric = sm.metrics.add(name=name)
+            dp = metric.gauge.data_points.add(time_unix_nano=max(ts_ns, newest_ns), as_double=value)
+            dp.attributes.extend(_attr(k, v) for k, v in attrs)
+        return request
 
     def _fill_histograms(self, layout: _Layout, sources: list[tuple[CounterTable, Any, int]],
                          seen: set[tuple]) -> None:
@@ -565,8 +592,7 @@ class OtlpExporter(PeriodicSender, Exporter):
         """Build, serialize and queue one interval's requests (the oldest dropped on overflow)."""
         try:
             requests = self.build()
-            encoded = [(r.SerializeToString(), n)
-                       for r, n in zip(requests, self._layout.request_points, strict=True)]
+            encoded = [(r.SerializeToString(), n) for r, n in zip(requests, self.request_points, strict=True)]
         except Exception as exc:  # a bug must not end the export thread
             self.last_error = f"build: {type(exc).__name__}: {exc}"
             log.error("OTLP request not built", error=self.last_error, exc_info=exc)

@@ -51,7 +51,7 @@ def _shape(title: str, path: str, attrs: tuple[str, ...], leaves: dict[str, str]
     doc = path
     for name in attrs:
         doc = doc.replace("{X}", {"interface": "X", "tc": "N", "priority": "N", "lane": "N", "pg": "N",
-                                  "sb": "S", "pool": "P", "port": "P"}.get(name, "D"), 1)
+                                  "sb": "S", "pool": "P", "port": "P", "group": "G", "reason": "R"}.get(name, "D"), 1)
     return Shape(title, re.compile(regex), attrs, leaves, default, rank, doc)
 
 
@@ -168,6 +168,43 @@ PHY_BER = {
     "symbol-ber": PREFIX + "phy_stats_symbol_ber",
     "effective-ber": PREFIX + "phy_stats_effective_ber",
 }
+#: insights.link_degrading's gauges (agent/insights/link_degrading.py, swtel's origin): Cumulus
+#: has no prediction, so these are swtel's, in the style of its PHY BER gauges
+PHY_PREDICTION = {
+    "predicted-flr": PREFIX + "phy_stats_predicted_flr",
+    "observed-cer": PREFIX + "phy_stats_observed_cer",
+    "fit-r2": PREFIX + "phy_stats_fec_fit_r2",
+    "max-bin": PREFIX + "phy_stats_fec_max_bin",
+}
+
+#: the insights runner's open events by severity (agent/sources/events.py): the agent's own, not the device's
+OPEN_EVENTS = "swtel_insights_open_events"
+
+#: one drop reason of a port (agent/pathgrammar.drop_reason_path), of a devlink device (its traps)
+_DROP_TAIL = "/drops/group[name={X}]/reason[name={X}]/state"
+_DROPS = f"{_IF}{_DROP_TAIL}"
+_DEVLINK_DROPS = "/devlink/devices/device[name={X}]" + _DROP_TAIL
+#: every drop reason of a port: one metric, the group and reason as attributes (swtel's own)
+DROPS = {"packets": PREFIX + "drops_reason_packets"}
+#: devlink's traps count per device, not per port: not an ``nvswitch_interface_`` name
+DEVLINK_DROPS = {"packets": "swtel_devlink_drops_reason_packets", "bytes": "swtel_devlink_drops_reason_bytes"}
+#: (group, reason) of a port's drop reason -> the discard counter Cumulus 5.19 exports for it
+#: (its "Interface Statistics" table); these reasons take that name instead of DROPS' (still
+#: with the attributes ``group`` and ``reason``, so that one query sees every reason). The
+#: reason names are devlink's traps kebab-cased (What Just Happened's where devlink has none).
+DISCARDS = {
+    ("l2", "ingress-vlan-filter"): PREFIX + "discards_ingress_vlan_membership",
+    ("l2", "vlan-tag-mismatch"): PREFIX + "discards_ingress_tag_frame_type",
+    ("l2", "egress-vlan-filter"): PREFIX + "discards_egress_vlan_membership",
+    ("l2", "port-loopback-filter"): PREFIX + "discards_loopback_filter",
+    ("l2", "egress-spanning-tree-filter"): PREFIX + "discards_egress_stp_filter",
+    # to a port whose link is down (the simulated switch's l1 reason; mlxsw's discard_ingress_tx_link_down)
+    ("l1", "link-down"): PREFIX + "discards_ingress_tx_link_down",
+    # the ACLs (Cumulus' "policy engine"): devlink's flow actions, as the simulated switch names them
+    ("acl", "ingress-flow-action-drop"): PREFIX + "discards_ingress_policy_engine",
+    ("acl", "egress-flow-action-drop"): PREFIX + "discards_egress_policy_engine",
+    ("buffer", "head-of-queue-timeout"): PREFIX + "discards_egress_hoq",
+}
 
 SHAPES: list[Shape] = [
     _shape("interface counters", f"{_IF}/state/counters", ("interface",), STATE,
@@ -198,6 +235,12 @@ SHAPES: list[Shape] = [
     _shape("PHY lane", f"{_IF}/phy/channels/channel[id={{X}}]/fec/state", ("interface", "lane"),
            {"raw-errors": PREFIX + "phy_stats_phy_raw_errors_lane"}, PREFIX + "phy_stats_lane_{leaf}",
            rank=2),
+    _shape("PHY FEC prediction (insights.link_degrading)", f"{_IF}/phy/fec/prediction/state", ("interface",),
+           PHY_PREDICTION, PREFIX + "phy_stats_fec_prediction_{leaf}"),
+    _shape("drop reason of a port (Cumulus' discard name where it has one: DISCARDS)", _DROPS,
+           ("interface", "group", "reason"), DROPS, PREFIX + "drops_reason_{leaf}"),
+    _shape("drop reason (packet trap) of a devlink device", _DEVLINK_DROPS, ("device", "group", "reason"),
+           DEVLINK_DROPS, "swtel_devlink_drops_reason_{leaf}"),
     _shape("kernel extras (netdev)", f"{_IF}/netdev", ("interface",), {}, PREFIX + "netdev_{leaf}"),
     _shape("driver counters no table knows (ethtool)", f"{_IF}/ethtool", ("interface",), {},
            PREFIX + "ethtool_{leaf}"),
@@ -208,6 +251,8 @@ SHAPES: list[Shape] = [
            ("interface", "port"), {}, "swtel_rdma_counters_{leaf}"),
     _shape("switch (psutil)", "/system/state", (), {}, "swtel_system_{leaf}"),
     _shape("the agent itself", "/agent/state", (), {}, "swtel_agent_{leaf}"),
+    _shape("open events (sources.events)", "/insights/severities/severity[name={X}]/state", ("severity",),
+           {"open-events": OPEN_EVENTS}, "swtel_insights_{leaf}"),
 ]
 
 #: built by the OTLP exporter from the TC levels above (its ``egress_histogram``), not from a path
@@ -243,6 +288,10 @@ CUMULUS_519 = frozenset(PREFIX + n for n in (
     "phy_stats_phy_received_bits", "phy_stats_phy_symbol_errors", "phy_stats_phy_effective_errors",
     "phy_stats_phy_raw_errors", "phy_stats_phy_corrected_bits", "phy_rs_fec_histogram",
     "phy_stats_raw_ber", "phy_stats_symbol_ber", "phy_stats_effective_ber",
+    # the discard counters of DISCARDS (5.19's "Interface Statistics" tab)
+    "discards_ingress_policy_engine", "discards_ingress_vlan_membership", "discards_ingress_tag_frame_type",
+    "discards_egress_vlan_membership", "discards_loopback_filter", "discards_egress_hoq",
+    "discards_egress_policy_engine", "discards_egress_stp_filter", "discards_ingress_tx_link_down",
 )) | {EGRESS_HISTOGRAM}
 
 _PEAK = "swtel's PEAK (the highest level since the previous read): Cumulus has no such value"
@@ -256,6 +305,19 @@ SWTEL_OWN = {
     PREFIX + "shared_buffer_port_pool_peak_occupancy": _PEAK,
     PREFIX + "shared_buffer_port_pool_curr_occupancy":
         "a devlink pool whose direction the path does not give (Cumulus: ingress_pool or egress_pool)",
+    PREFIX + "drops_reason_packets":
+        "per-reason drops (What Just Happened, devlink traps) of the reasons Cumulus has no discard "
+        "counter for, with the attributes group and reason",
+    DEVLINK_DROPS["packets"]: "devlink's packet traps count per device (attribute device), not per port",
+    DEVLINK_DROPS["bytes"]: "devlink's packet traps count per device (attribute device), not per port",
+    OPEN_EVENTS: "swtel's events open now (sources.events), by severity",
+    PHY_PREDICTION["predicted-flr"]: "link_degrading's predicted frame loss ratio (SONiC's FEC FLR: bins "
+        "16-20 extrapolated from a log-linear fit of bins 1-15): Cumulus has no prediction",
+    PHY_PREDICTION["observed-cer"]: "link_degrading's observed codeword error ratio over its window "
+        "(uncorrectable / all codewords): Cumulus has no such ratio",
+    PHY_PREDICTION["fit-r2"]: "R² of link_degrading's fit (how far the predicted FLR can be trusted)",
+    PHY_PREDICTION["max-bin"]: "maxT, the highest FEC histogram bin with codewords in link_degrading's "
+        "window (sonic-swss' link-health figure)",
     PREFIX + "phy_stats_phy_raw_errors_lane":
         "5.19 lists phy_stats_phy_raw_errors as 'lane 0 through lane 7' without saying how a lane "
         "is told apart: swtel's per-lane count keeps its own name (attribute lane)",
@@ -301,6 +363,8 @@ def cumulus_name(container_path: str, leaf: str) -> Name | None:
             continue
         name = shape.leaves.get(leaf) or shape.default.format(leaf=_metric_leaf(leaf))
         attrs = tuple(zip(shape.attrs, (unescape_key(g) for g in m.groups()), strict=True))
+        if shape.leaves is DROPS and leaf == "packets":  # Cumulus' discard counter, where it has one
+            name = DISCARDS.get((attrs[1][1], attrs[2][1]), name)
         return name, attrs, shape.rank
     return None
 
@@ -382,6 +446,12 @@ def doc_rows() -> list[str]:
             out.append(f"| `{shape.doc_path}/{leaf}` | `{name}` | {attrs} | {shape.rank} | {known} |")
         default = shape.default.replace("{leaf}", "<leaf>")
         out.append(f"| `{shape.doc_path}/<leaf>` (any other) | `{default}` | {attrs} | {shape.rank} | swtel |")
+    out += ["", "A port's drop reasons (`.../drops/group[name=G]/reason[name=R]/state/packets`) are one "
+            f"metric, `{DROPS['packets']}` with the attributes `interface`, `group` and `reason`, except the "
+            "reasons Cumulus 5.19 exports a discard counter for, which take Cumulus' name (keeping `group` "
+            "and `reason`, so that one query over both sees every reason):", "",
+            "| group | reason | name |", "|---|---|---|"]
+    out += [f"| `{g}` | `{r}` | `{name}` |" for (g, r), name in DISCARDS.items()]
     out += ["", "`<leaf>` is the path's leaf with `-` as `_`. Any other path is "
             "`swtel_<element>_<element>...` with its keys as attributes (`source` for "
             "`source[name=S]`). OTLP resource attributes: `host.name`, `service.name` (`swtel`), "

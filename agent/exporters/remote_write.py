@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, Any
 from agent import __version__, logs
 from agent.config import ClientTls, Duration, file_problem, setting
 from agent.counters import CounterTable
+from agent.exporters import otlp_names
 from agent.exporters.base import Exporter, check_auth, check_tls, register
 from agent.exporters.otlp import names_of
 from agent.exporters.sender import BoundedQueue, PeriodicSender
+from agent.exporters.state_gauges import gauges as state_gauges
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -57,7 +59,7 @@ MAX_RESEND_S = 240.0  # under Prometheus' 5-minute lookback, with room for a lat
 MAX_REPLY = 64 * 1024  # bytes of a reply read; a longer one closes the connection
 REPLY_SHOWN = 200  # characters of a refusal's text in status and logs
 #: labels of the series themselves (otlp_names' attributes and ``target``): not ``labels`` keys
-RESERVED = frozenset({"target", "interface", "tc", "priority", "lane", "port", "bin"})
+RESERVED = frozenset({"target", "bin"} | {a for shape in otlp_names.SHAPES for a in shape.attrs})
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 log = logs.get("remote_write")
@@ -420,6 +422,8 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
         self._flush_deadline = 0.0
         self._queue: BoundedQueue[tuple[bytes, int]] = BoundedQueue(cfg.queue)  # (body, samples)
         self._layout: _Layout | None = None
+        #: derived gauges (states): (name, attributes) -> (series head, (value, ms, export) sent)
+        self._gauges_sent: dict[tuple, tuple[bytes, tuple[float, int, int]]] = {}
         self._resend_all = False  # a request was dropped: send every series read since
         self._conn: http.client.HTTPConnection | None = None
         self._headers: dict[str, str] = {}
@@ -522,6 +526,7 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
                 fields.append(timeseries_field(heads[j], samples))
                 counts.append(len(samples))
                 last_value[j], last_ms[j], last_export[j] = value, ms, export
+        self._add_gauges(export, every, full, fields, counts)
         if fields:
             self._resend_all = False
         out: list[tuple[bytes, int]] = []
@@ -534,6 +539,31 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
         if n:
             out.append((b"".join(fields[start:]), n))
         return out
+
+    def _add_gauges(self, export: int, every: int, full: bool, fields: list[bytes], counts: list[int]) -> None:
+        """Derived gauges (states: agent/exporters/state_gauges.py): sent when they change, at
+        their time, and an unchanged one again every ``resend`` at the export's time (a state
+        holds until it changes and is never read again), so that Prometheus keeps it."""
+        now_ms = time.time_ns() // 1_000_000
+        sent: dict[tuple, tuple[bytes, tuple[float, int, int]]] = {}
+        for name, attrs, value, ts_ns in state_gauges(self._store):
+            key = (name, attrs)
+            head, last = self._gauges_sent.get(key) or (None, None)
+            if head is None:
+                labels = {**self.cfg.labels, "target": self.target, **dict(attrs), "__name__": name}
+                head = series_head(list(labels.items()))
+            ms = ts_ns // 1_000_000
+            if last is not None and last[0] == value:
+                if not full and export - last[2] < every:
+                    sent[key] = (head, last)
+                    continue
+                ms = max(now_ms, last[1] + 1)
+            elif last is not None:
+                ms = max(ms, last[1] + 1)
+            fields.append(timeseries_field(head, [(value, ms)]))
+            counts.append(1)
+            sent[key] = (head, (value, ms, export))
+        self._gauges_sent = sent  # gone ones forgotten
 
     def _export(self) -> None:
         """Build, compress and queue one interval's requests (the oldest dropped on overflow)."""

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol
 
 from agent import registry
 from agent.config import Duration, _finite
+from agent.insights import classify
 
 MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
 MAX_WINDOWS = 1000  # consecutive windows (pfc_storm, imbalance)
@@ -173,6 +174,19 @@ class Detector:
     #: True: called for every sample of a port whose source it reads (rates, levels);
     #: False: only for samples in which one of its semantics changed (event counters).
     every_sample: ClassVar[bool] = True
+    #: what status says while no source reports any semantic it reads ("": nothing)
+    no_data: ClassVar[str] = ""
+    #: a queue level (bytes) below which a sample of a port it keeps no state for (not in
+    #: ``self.ports``) cannot concern it: such samples are not passed (the feed knows the
+    #: port's highest queue level of the pass). None: every sample is passed.
+    level_gate: int | None = None
+
+    #: ``sems`` as classify.BITS (set for every subclass from its ``sems``)
+    sem_bits: ClassVar[int] = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.sem_bits = classify.mask(getattr(cls, "sems", frozenset()))
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg
@@ -207,8 +221,22 @@ class Detector:
     def end_pass(self, ts: int) -> None:
         """Once per engine pass, after every sample (group windows are closed here)."""
 
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        """Its part of docs/paths.md: the paths of the values it derives (none by default)."""
+        return []
+
+    def states(self) -> list[Any]:
+        """The values it derived since the previous pass (gauges: StateUpdates), taken by the
+        runner after ``end_pass``; they go to the store and every listener as events do."""
+        return []
+
     def forget(self, port: str) -> None:
         """The port is gone."""
+
+    def status(self) -> dict[str, Any] | None:
+        """What status should say of it beyond its events (None: nothing)."""
+        return None
 
 
 class Window:

@@ -11,6 +11,7 @@ same detectors. Unknown counters map to None and cost one list lookup per change
 from __future__ import annotations
 
 import re
+from array import array
 
 from agent.counters import COUNTER, GAUGE, CounterSpec, CounterTable
 from agent.pathgrammar import (
@@ -45,13 +46,28 @@ FEC_BIN = "fec-bin"  # RS-FEC codewords by corrected symbols (histogram bin); su
 # Levels (gauges): a feed carries a level's latest value, not a delta.
 QUEUE_PEAK = "queue-peak"  # highest occupancy since the previous read, bytes; sub = queue
 QUEUE_LEVEL = "queue-level"  # occupancy at the read, bytes; sub = queue
+QUEUE_LIMIT = "queue-limit"  # the most the queue may hold, bytes; sub = queue
 
 #: Every semantic.
 ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, PAUSE,
        PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE, ECN, DROP_REASON, FEC_BIN,
-       QUEUE_PEAK, QUEUE_LEVEL)
+       QUEUE_PEAK, QUEUE_LEVEL, QUEUE_LIMIT)
 #: the semantics that are levels (read from gauges)
-LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL})
+LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL, QUEUE_LIMIT})
+#: one bit per semantic (a set of semantics as an int: the feeds' per-change loop ORs them)
+BITS = {sem: 1 << k for k, sem in enumerate(ALL)}
+
+
+def mask(sems: frozenset[str] | set[str]) -> int:
+    """The bits of ``sems`` (unknown semantics: none)."""
+    out = 0
+    for sem in sems:
+        out |= BITS.get(sem, 0)
+    return out
+
+
+#: the levels that are a queue's occupancy
+QUEUE_LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL})
 _BY_QUEUE = "*"  # a _LEAVES sub meaning "the queue's name"
 
 # (tail of the container path below the port, leaf) -> (sem, sub). A tail of
@@ -87,6 +103,7 @@ _LEAVES: dict[tuple[str, str], tuple[str, str]] = {
     ("queue", "ecn-marked-pkts"): (ECN, _BY_QUEUE),
     ("queue", "peak-occupancy"): (QUEUE_PEAK, _BY_QUEUE),
     ("queue", "current-occupancy"): (QUEUE_LEVEL, _BY_QUEUE),
+    ("queue", "limit"): (QUEUE_LIMIT, _BY_QUEUE),
 }
 
 #: RDMA hw_counters read as RoCE retransmission evidence (hyphenated leaf names).
@@ -164,7 +181,7 @@ class Layout:
     ``key = (sem, sub)``; ``ports[port_slot]`` is the port name and ``sems[port_slot]``
     the semantics the table has for it."""
 
-    __slots__ = ("slots", "ports", "sems", "mask")
+    __slots__ = ("slots", "ports", "sems", "mask", "slot_of", "keys", "levels", "bits")
 
     def __init__(self, table: CounterTable) -> None:
         where: dict[str, int] = {}
@@ -186,6 +203,15 @@ class Layout:
             self.slots.append((slot, (sem, sub)))
         #: 1 where the counter is classified (for a C-speed pre-filter of a batch's indices)
         self.mask = bytes(0 if s is None else 1 for s in self.slots)
+        # The maps of the feeds' per-change loop (feed_add, agent/_ext/feeds.c), per counter:
+        # its port slot (-1: read by no detector), its key, and 0 for a counter, 1 for a
+        # queue's level (the per-port highest of which gates detectors: Detector.level_gate),
+        # 2 for another level.
+        self.slot_of = array("i", (-1 if s is None else s[0] for s in self.slots))
+        self.keys = [None if s is None else s[1] for s in self.slots]
+        self.levels = bytes(0 if s is None or s[1][0] not in LEVELS else 1 if s[1][0] in QUEUE_LEVELS else 2
+                            for s in self.slots)
+        self.bits = array("I", (0 if s is None else BITS[s[1][0]] for s in self.slots))
 
 
 def layout(table: CounterTable) -> Layout:

@@ -132,6 +132,13 @@ class EventBook:
     def open_events(self) -> list[Event]:
         return sorted(self.open.values(), key=lambda e: e.id)
 
+    def open_counts(self) -> dict[str, int]:
+        """How many events are open, by severity (only the severities that have one)."""
+        out: dict[str, int] = {}
+        for ev in self.open.values():
+            out[ev.severity] = out.get(ev.severity, 0) + 1
+        return out
+
 
 def _container(event_id: int) -> Container:
     return Container(SWTEL_ORIGIN, EVENTS_PATH.format(id=event_id))

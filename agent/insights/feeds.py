@@ -1,10 +1,13 @@
 """The feeds: what one source saw of one port since its previous sample.
 
-Per change (tick thread, :meth:`FeedBook.add`) the work is a pre-filter at C speed and,
-for the few counters the detectors read, one list lookup and one dict add into the
-port's feed. Once per engine pass (:meth:`FeedBook.flush`) each feed that changed becomes
-one sample ``(ts, dt, deltas)`` for the detectors its source was elected for
-(``Feed.dispatch``, ``Feed.lazy``: agent/insights/election.py fills them).
+Per change (tick thread, :meth:`FeedBook.add`) the work is the backend's ``feed_add``
+(agent/_ext/feeds.c, or its twin agent/_fallback/feeds.py): for the counters the
+detectors read, one dict add into the port's feed at C speed, noting per port its
+highest queue level and the semantics that changed; Python runs per port touched. Once
+per engine pass (:meth:`FeedBook.flush`) each feed that changed becomes one sample
+``(ts, dt, deltas)`` for the detectors its source was elected for (``Feed.dispatch``,
+``Feed.lazy``: agent/insights/election.py fills them); a detector with a ``level_gate``
+skips calm ports below it, a lazy one is called when one of its semantics changed.
 
 Ports whose feeds came, went or changed what they carry, and feeds that got their first
 sample interval, are noted in ``FeedBook.elect``: their sources are elected again.
@@ -12,22 +15,17 @@ sample interval, are noted in ``FeedBook.elect``: their sources are elected agai
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import itemgetter
-from typing import Any
-
-from agent.counters import F_NEW, F_RESET, Batch, CounterTable
+from agent import _backend
+from agent.counters import Batch, CounterTable
 from agent.insights import classify
 from agent.insights.base import Detector
-
-_SKIP = F_NEW | F_RESET  # a baseline or a counter reset: not traffic, never an error
 
 
 class Feed:
     """What one source saw of one port since its previous sample."""
 
     __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
-                 "interval", "owned", "dispatch", "lazy", "dead")
+                 "interval", "owned", "dispatch", "lazy", "dead", "top", "changed")
 
     def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
         self.source = source
@@ -43,6 +41,8 @@ class Feed:
         self.dispatch: list[Detector] = []  # detectors called for every sample
         self.lazy: list[Detector] = []  # ... only when one of their semantics changed
         self.dead = False
+        self.top = 0  # the highest queue level since the previous pass (Detector.level_gate)
+        self.changed = 0  # the semantics in acc, as classify.BITS
 
 
 class Port:
@@ -77,46 +77,38 @@ class FeedBook:
         self.dirty: list[Feed] = []
         #: ports whose sources are to be elected again
         self.elect: set[str] = set()
+        #: the per-change loop: the backend's (bench/bench_insights.py sets the twin beside it)
+        self.feed_add = _backend.reader.feed_add
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
-        """One batch of changes into the feeds of the ports it concerns."""
+        """One batch of changes into the feeds of the ports it concerns. The per-change loop
+        is the backend's ``feed_add`` (C, or its Python twin): Python runs per port touched."""
         src = self.sources.get(batch.source)
         if src is None or src.table is not batch.table:
             src = self.adopt(batch.source, batch.table)
-        idx = batch.indices
-        n = len(idx)
-        if not n or not src.layout.ports:
+        if not batch.indices or not src.layout.ports:
             return
         lay = src.layout
-        mask = lay.mask
-        if n == 1:
-            sel: Any = (0,) if mask[idx[0]] else ()
-        else:
-            sel = compress(range(n), itemgetter(*idx)(mask))
-        slots, feeds, deltas, flags, values = lay.slots, src.feeds, batch.deltas, batch.flags, batch.values
-        levels = classify.LEVELS
+        feeds = src.feeds
+        touched, discarded, tops, masks = self.feed_add(
+            batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
+            [f.acc for f in feeds])
         ts = batch.ts_ns
         dirty = self.dirty
-        for k in sel:
-            slot, key = slots[idx[k]]
+        for slot, top, changed in zip(touched, tops, masks, strict=True):
             feed = feeds[slot]
+            if top > feed.top:
+                feed.top = top
+            feed.changed |= changed
             if not feed.pending:
                 feed.pending = True
                 feed.ts = ts
                 dirty.append(feed)
             elif ts > feed.ts:  # two reads before a pass: one sample covering both
                 feed.ts = ts
-            if key[0] in levels:  # a level: its latest value (a baseline is a level too)
-                feed.acc[key] = values[idx[k]]
-                continue
-            if flags[k] & _SKIP:
-                feed.discard = True
-                continue
-            d = deltas[k]
-            if d:
-                acc = feed.acc
-                acc[key] = acc.get(key, 0) + d
+        for slot in discarded:
+            feeds[slot].discard = True
 
     def adopt(self, source: str, table: CounterTable) -> SourceFeeds:
         """A source's (new) table: carry its ports' feeds over by name."""
@@ -177,6 +169,8 @@ class FeedBook:
         dirty, self.dirty = self.dirty, []
         for feed in dirty:
             feed.pending = False
+            top, feed.top = feed.top, 0
+            changed, feed.changed = feed.changed, 0
             acc = feed.acc
             prev = feed.prev_ts
             feed.prev_ts = feed.ts
@@ -194,11 +188,13 @@ class FeedBook:
             else:
                 feed.interval += 0.2 * (dt - feed.interval)
             owned = feed.owned
+            port = feed.port
             for det in feed.dispatch:
-                det.sample(feed.port, feed.ts, dt, acc, owned)
-            if feed.lazy:
-                changed = {key[0] for key in acc}
-                for det in feed.lazy:
-                    if not det.sems.isdisjoint(changed):
-                        det.sample(feed.port, feed.ts, dt, acc, owned)
+                gate = det.level_gate
+                if gate is not None and top < gate and port not in det.ports:
+                    continue  # every queue of a calm port below the detector's threshold
+                det.sample(port, feed.ts, dt, acc, owned)
+            for det in feed.lazy:
+                if det.sem_bits & changed:  # one of its semantics changed (is in acc)
+                    det.sample(port, feed.ts, dt, acc, owned)
             acc.clear()

@@ -17,6 +17,13 @@ The event is raised when the predicted FLR reaches ``flr`` with R² at least ``m
 when the highest bin with a count in the window (SONiC's maxT) reaches ``max_bin`` with at
 least ``max_bin_count`` codewords at or above it. It is critical once uncorrectable
 codewords come.
+
+The per-port figures are also gauges (docs/insights.md, docs/paths.md): the predicted FLR,
+the observed CER, the fit's R² and maxT over the same window, under
+``swtel:/interfaces/interface[name=X]/phy/fec/prediction/state`` (Cumulus has no such leaves).
+They are judged once a bucket (``window`` / 10: the window's sums change only then) and
+published at most once a second per port, each leaf only when its value changed; a port whose
+window empties (its link down: no samples) reads 0.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from operator import add, sub
 
 from agent.config import Duration, setting
+from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.insights import classify as c
 from agent.insights.base import (
     CLEAR_AFTER_TYPE,
@@ -42,6 +50,7 @@ from agent.insights.base import (
     fmt_duration,
     register,
 )
+from agent.pathgrammar import interface_path
 
 BINS = 16  # RS(544,514): 0..15 corrected symbols (a device's further bins are not read)
 PREDICTED = range(16, 21)  # the bins extrapolated: codewords the FEC cannot correct
@@ -53,6 +62,21 @@ _BIN_KEYS = tuple((c.FEC_BIN, str(i)) for i in range(BINS))
 _ZEROS = (0,) * BINS
 #: the uncorrectable codewords' leaves (classify.py): the PHY's effective errors, ethtool's blocks
 _UNC_KEYS = ((c.UNCORRECTABLE, "effective-errors"), (c.UNCORRECTABLE, "fec-uncorrectable-blocks"))
+
+#: the gauges' container below a port (swtel's origin: Cumulus 5.15+ has FEC histogram leaves,
+#: none for a prediction) and their leaves
+PREDICTION = "/phy/fec/prediction/state"
+GAUGES = ("predicted-flr", "observed-cer", "fit-r2", "max-bin")
+PUBLISH_NS = NS  # a port's gauges at most once a second
+DIGITS = 4  # significant digits of a published ratio: a fit's last digits are noise, not news
+
+
+def prediction_container(port: str) -> Container:
+    return Container(SWTEL_ORIGIN, interface_path(port) + PREDICTION)
+
+
+def _rounded(x: float) -> float:
+    return float(f"{x:.{DIGITS - 1}e}")
 
 
 def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None:
@@ -78,13 +102,15 @@ class _Port:
     """The window in ten buckets (a sample goes to the bucket its end falls in): the nine
     before the current one, summed, and the current one."""
 
-    __slots__ = ("done", "totals", "idx", "cur")
+    __slots__ = ("done", "totals", "idx", "cur", "sent", "slot")
 
     def __init__(self, idx: int) -> None:
         self.done: deque[tuple[int, list[int]]] = deque()  # (bucket, bins 0..15 + uncorrectable)
         self.totals = [0] * (BINS + 1)  # of ``done``
         self.idx = idx
         self.cur = [0] * (BINS + 1)
+        self.sent: dict[str, float | int] = {}  # the gauges as last published
+        self.slot = -1  # the publishing slot (a second or a bucket) they were last published in
 
 
 @dataclass
@@ -136,7 +162,11 @@ class LinkDegrading(Detector):
         super().__init__(cfg, ctx)
         self.span = int(cfg.window * NS)
         self.bucket = max(1, self.span // 10)
+        # buckets per publishing slot: the gauges once a bucket, but at most once a second
+        self.per_slot = max(1, -(-PUBLISH_NS // self.bucket))
         self.ports: dict[str, _Port] = {}
+        self.pending: list[StateUpdate] = []  # gauges due, taken by the runner (states)
+        self.swept_ns = 0  # the last look for ports whose window emptied
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         if c.FEC_BIN not in owned:
@@ -163,10 +193,11 @@ class LinkDegrading(Detector):
         mb = self.cfg.max_bin
         tail = sum(st.totals[mb:BINS]) + sum(st.cur[mb:BINS])
         by_bin = tail >= self.cfg.max_bin_count
+        publish = rolled and idx // self.per_slot != st.slot
         if rolled or unc or by_bin:
-            self._judge(port, list(map(add, st.totals, st.cur)), ts, tail, by_bin)
+            self._judge(port, list(map(add, st.totals, st.cur)), ts, tail, by_bin, st if publish else None)
 
-    def _judge(self, port: str, d: list[int], ts: int, tail: int, by_bin: bool) -> None:
+    def _judge(self, port: str, d: list[int], ts: int, tail: int, by_bin: bool, gauges: _Port | None) -> None:
         cfg = self.cfg
         total = sum(d)
         if total <= 0:
@@ -175,6 +206,9 @@ class LinkDegrading(Detector):
         pred = fit(d, total)
         scale = (1 + cfg.interleave * MFC) / MFC
         flr = pred[0] * scale if pred else 0.0
+        if gauges is not None:
+            # no prediction (fewer than MIN_POINTS bins with codewords: a clean link) is 0
+            self._publish(port, gauges, ts, (flr, d[UNC] / total, pred[1] if pred else 0.0, max_t))
         by_flr = pred is not None and pred[1] >= cfg.min_r2 and flr >= cfg.flr
         if not (by_flr or by_bin):
             return
@@ -194,5 +228,59 @@ class LinkDegrading(Detector):
         self.ctx.hit(self, "link-degrading", port, ts, CRITICAL if unc else WARNING, flr, "flr", text,
                      [port])
 
+    @classmethod
+    def doc_paths(cls) -> list[str]:
+        rows = ["", "## The RS-FEC histogram in Cumulus' layout; `insights.link_degrading`'s gauges", "",
+                "Cumulus Linux 5.15 streams the histogram per port (none per channel) as "
+                f"`{interface_path('X')}/phy/histograms/state/rs-num-corr-err[upper-boundary=U]/count` "
+                "(and `…/upper-boundary`), keyed by the bin's upper bound. swtel streams it as every "
+                "`HISTOGRAM` kind is (`…/phy/fec/state/rs-fec-histogram/bin[index=I][lower=L][upper=U]/count`, "
+                "per port; ethnl also per lane under `…/phy/channels/channel[id=N]/fec/state/…`): "
+                "Cumulus' bin `upper-boundary=U` is swtel's bin with `upper=U`, and swtel's open last bin "
+                "(`upper=inf`) is Cumulus' bin 15 (`upper-boundary=15`: RS(544,514) corrects 15 symbols). "
+                "docs/gnmi.md has the mapping leaf by leaf.", "",
+                "Per port with an RS-FEC codeword-error histogram, over the detector's `window` (10 s), "
+                "published once a bucket (`window` / 10) and at most once a second, each leaf when it "
+                "changed: states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), and "
+                "gauges in OTLP and remote write. Cumulus Linux has no such leaves: swtel's origin "
+                "(docs/insights.md).", "",
+                "| detector | value | path | kind |", "|---|---|---|---|"]
+        for leaf, meaning in (
+                ("predicted-flr", "predicted frame loss ratio (bins 16-20 extrapolated; 0: fewer than 3 bins to "
+                 "fit, or no sample in the window)"),
+                ("observed-cer", "observed codeword error ratio: uncorrectable / all codewords"),
+                ("fit-r2", "R² of the log-linear fit of bins 1-15 (0: no fit)"),
+                ("max-bin", "maxT: the highest bin with codewords")):
+            rows.append(f"| link_degrading | {meaning} | `{prediction_container('X').full(leaf)}` | "
+                        f"gauge ({'integer' if leaf == 'max-bin' else 'double'}) |")
+        return rows
+
+    def _publish(self, port: str, st: _Port, ts: int, values: tuple[float, float, float, int]) -> None:
+        """The port's gauges that changed since they were last published."""
+        st.slot = st.idx // self.per_slot
+        box = None
+        for leaf, value in zip(GAUGES, values, strict=True):
+            value = value if isinstance(value, int) else _rounded(value)
+            if st.sent.get(leaf) != value:
+                st.sent[leaf] = value
+                box = box or prediction_container(port)
+                self.pending.append(StateUpdate(ts, box, leaf, value, "insights"))
+
+    def end_pass(self, ts: int) -> None:
+        # A port whose bins stopped moving (its link down) gets no samples, so it would keep its
+        # last prediction: once its window holds no sample, its gauges read an empty window (0).
+        if ts - self.swept_ns < PUBLISH_NS:
+            return
+        self.swept_ns = ts
+        idx = (ts - 1) // self.bucket
+        for port, st in list(self.ports.items()):
+            if st.idx <= idx - 10:
+                self._publish(port, st, ts, (0.0, 0.0, 0.0, 0))
+                del self.ports[port]
+
+    def states(self) -> list[StateUpdate]:
+        out, self.pending = self.pending, []
+        return out
+
     def forget(self, port: str) -> None:
-        self.ports.pop(port, None)
+        self.ports.pop(port, None)  # its gauges go with the port's subtree (the engine's delete)

@@ -156,7 +156,10 @@ class InsightsRunner:
             det.end_pass(ts)
         if self._feeds.elect:
             self._election.run(self._feeds, self._detectors.values(), self._last_ts)
-        return self._events.end_pass(ts, self._clear_after_ns)
+        out = self._events.end_pass(ts, self._clear_after_ns)
+        for det in self._detectors.values():
+            out += det.states()  # derived gauges (link_degrading's FLR), with the events
+        return out
 
     def _clear_after_ns(self, detector: str) -> int:
         det = self._detectors.get(detector)
@@ -171,7 +174,32 @@ class InsightsRunner:
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
-        return self._events.status()
+        out = self._events.status()
+        notes = self._detector_notes()
+        if notes:
+            out["detectors"] = notes
+        return out
+
+    def _detector_notes(self) -> dict[str, dict[str, Any]]:
+        """Per detector, what it says of itself, and (for one with ``no_data`` words) that it
+        has no data when ports are reported but no source carries any semantic it reads (say
+        buffer data turned off)."""
+        carried: set[str] = set()
+        for port in self._ports.values():
+            for feed in port.feeds:
+                carried |= feed.sems
+        notes = {}
+        for name, det in self._detectors.items():
+            note = det.status() or {}
+            if det.no_data and self._ports and carried.isdisjoint(det.sems):
+                note = {"data": False, "note": det.no_data, **note}
+            if note:
+                notes[name] = note
+        return notes
 
     def open_events(self) -> list[Event]:
         return self._events.open_events()
+
+    def open_event_counts(self) -> dict[str, int]:
+        """Open events by severity (agent/sources/events.py makes them gauges)."""
+        return self._events.open_counts()

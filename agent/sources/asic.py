@@ -18,6 +18,7 @@ the engine adds and deletes subtrees as it does on a link event.
 from __future__ import annotations
 
 import fnmatch
+import re
 import time
 from array import array
 from dataclasses import dataclass
@@ -48,13 +49,14 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
-from agent.pathgrammar import interface_path, qos_interface_path, rdma_port_path
+from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path, rdma_port_path
 from agent.sources import drivers
 from agent.sources.base import (
     NO_DATA,
     Source,
     SourceConfig,
     counter_wanted,
+    doc_row,
     doc_rule_row,
     interface,
     leaf_name,
@@ -152,12 +154,29 @@ def host_container(port: str) -> Container:
     )
 
 
+#: a per-reason drop counter, ``wjh_<group>_<reason>``: What Just Happened's group and the reason
+#: as devlink names its trap (``wjh_l2_ingress_vlan_filter``); the simulated switch's, or a vendor
+#: plugin's that names them alike
+DROP_REASON = re.compile(r"^wjh_(l1|l2|l3|tunnel|buffer|acl)_([a-z0-9]+(?:_[a-z0-9]+)*)$")
+DROP_REASON_DOC = ("wjh_<group>_<reason>", drop_reason_path("X", "<group>", "<reason>") + "/packets")
+
+
 def map_name(port: str, name: str, host: bool = False) -> tuple[Container, str, int]:
-    """A plugin's counter name -> (container, leaf, kind); unknown names keep a raw path."""
+    """A plugin's counter name -> (container, leaf, kind); unknown names keep a raw path. A drop
+    reason's counter goes to the drop-reason tree (docs/insights.md), its reason kebab-cased as
+    the devlink_trap source writes a trap's."""
     if host:
         return host_container(port), leaf_name(name), COUNTER
+    m = DROP_REASON.match(name)
+    if m:
+        return Container(SWTEL_ORIGIN, drop_reason_path(port, m.group(1), leaf_name(m.group(2)))), "packets", COUNTER
     return drivers.map_name(RULES, port, name, raw=_RAW)
 
+
+#: the leaves of buffer data (queue, priority group and pool levels): not kept when
+#: ``sources.asic.buffers`` is off
+BUFFER_LEAVES = frozenset({"current-occupancy", "watermark", "peak-occupancy", "headroom-occupancy",
+                           "headroom-watermark", "headroom-peak-occupancy", "occupancy"})
 
 ASIC_BUILTIN = ("sim",)  # built-in ASIC plugins (agent/asic/__init__.py builds the path)
 MAX_CONFIG = 4096  # characters of sources.asic.config
@@ -183,6 +202,12 @@ class AsicConfig(SourceConfig):
     counters: CounterFilter = setting(factory=CounterFilter, sub={
         "include": {"doc": "plugin counter names, e.g. `HwIf*`, `phy_*`"}})
     rank: int = rank_setting(2)  # the ASIC's fresh values over the kernel's and the driver's
+    buffers: bool = setting(True, doc=(
+        "buffer data: per-TC and per-PG occupancy, watermark and peak, headroom, pool occupancy "
+        "(levels the plugin declares as `GAUGE` or `PEAK` whose path ends in an occupancy or watermark "
+        "leaf). `false`: the plugin's bulk read still fills them, but the source keeps only the other "
+        "values (gathered in C), so they are neither diffed, stored nor exported, and "
+        "`insights.congestion` says in status that it has no data"))
 
 
 def sim_config_problem(config: str) -> str | None:
@@ -220,7 +245,8 @@ class AsicSource(Source):
                 "State, sent on change: the plugin's `UP` flag as `/interfaces/interface[name=X]/state/oper-status` "
                 "(UP, DOWN) and a breakout port's parent as `.../state/hardware-port`.", "",
                 "| source | name pattern | path | kind |", "|---|---|---|---|",
-                *(doc_rule_row("asic", rule) for rule in PHY), ""]
+                *(doc_rule_row("asic", rule) for rule in PHY),
+                doc_row("asic", DROP_REASON_DOC[0], f"swtel:{DROP_REASON_DOC[1]}"), ""]
     _refused: tuple | None = None  # the plugin file's signature when it was refused for what it is
 
     @classmethod
@@ -264,6 +290,8 @@ class AsicSource(Source):
         self._oper: dict[str, tuple[str, str]] = {}  # port -> (oper-status, breakout parent)
         self._oper_sent: dict[str, tuple[str, str]] = {}
         self.layout_changes = 0  # reads answered ECHANGED
+        self._raw: array | None = None  # every value the plugin fills, when not all are kept
+        self._keep: array | None = None  # ... and the slots of it kept (sources.asic.buffers off)
         self._changed_in_a_row = 0
 
     @property
@@ -334,6 +362,7 @@ class AsicSource(Source):
         chosen: list[str] = []
         speeds: dict[str, int] = {}
         hidden = Container(SWTEL_ORIGIN, "/agent/asic/unselected")
+        skipped: list[int] = []  # the plugin's value slots not kept (buffer data off)
         oper: dict[str, tuple[str, str]] = {}
         for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
             selected = any(fnmatch.fnmatchcase(port, p) for p in sec.interfaces) and not any(
@@ -357,6 +386,9 @@ class AsicSource(Source):
                                           COUNTER if wanted else HIDDEN, port)
                               for k, (low, high) in enumerate(bins)]
                     continue
+                if not sec.buffers and kind in (KIND_GAUGE, KIND_PEAK) and leaf in BUFFER_LEAVES:
+                    skipped.append(len(specs) + len(skipped))  # read by the plugin, never kept
+                    continue
                 if not wanted:
                     out_kind = HIDDEN
                 elif kind in (KIND_GAUGE, KIND_PEAK):  # the plugin says it is a level: trust it
@@ -366,6 +398,14 @@ class AsicSource(Source):
                 specs.append(CounterSpec(container, leaf, width, out_kind, port))
         self.table = CounterTable(self.name, specs)
         self.values = array("Q", bytes(8 * len(specs)))
+        # Buffer data off: the plugin still fills every slot (into _raw); only the others are
+        # gathered into values, so nothing after the read sees the buffer slots at all.
+        self._raw = self._keep = None
+        if skipped:
+            total = len(specs) + len(skipped)
+            gone = set(skipped)
+            self._keep = array("I", (i for i in range(total) if i not in gone))
+            self._raw = array("Q", bytes(8 * total))
         self.ports = chosen
         self.port_speeds = speeds
         self._oper = oper
@@ -373,7 +413,8 @@ class AsicSource(Source):
     def read(self) -> int:
         if self._handle is None or self._stale:
             return NO_DATA
-        status, ts_ns = self._plugin("read", self._generation, self.values, self._read_wait)
+        into = self.values if self._raw is None else self._raw
+        status, ts_ns = self._plugin("read", self._generation, into, self._read_wait)
         if status == READ_PENDING:
             return NO_DATA  # the plugin's read is still running in its helper: collected next tick
         if status == _backend.reader.ASIC_ECHANGED:
@@ -392,6 +433,8 @@ class AsicSource(Source):
         if self._changed_in_a_row >= STUCK_CHANGES:
             log.info("asic layout settled", plugin=self.section.plugin, after=self._changed_in_a_row)
         self._changed_in_a_row = 0
+        if self._keep is not None:
+            _backend.reader.gather(self._raw, self._keep, self.values)
         self.fault = None
         self.sample_ts_ns = ts_ns
         return len(self.ports)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from agent.control.top import TOPOLOGY_FILE, fabric_socket
 from agent.tools.topology import Topology, uplink_ports
 
 #: scenario presets: what ``--scenario`` picks (times relative to the fabric's start)
@@ -129,7 +130,7 @@ class Fabric:
                 "asic": {"enabled": True, "plugin": "sim", "config": self.plugin_config(sw)},
             },
             "exporters": {},
-            "control": {"socket": str(self.workdir / f"{sw.name}.sock"), "group": None},
+            "control": {"socket": str(fabric_socket(self.workdir, sw.name)), "group": None},
             "log": {"level": "info", "format": "kv"},
         }
         if self.collector:
@@ -145,12 +146,14 @@ class Fabric:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.topology.write(self.workdir / "topology.yaml")  # what faces what, for people and tools
+        # what faces what and where each agent answers, for people and tools (swtel top --fabric)
+        self.topology.write(self.workdir / TOPOLOGY_FILE,
+                            {sw.name: fabric_socket(self.workdir, sw.name).name for sw in self.switches})
         command = agent_command()
         for sw in self.switches:
             sw.config_path = self.workdir / f"{sw.name}.yaml"
             sw.config_path.write_text(yaml.safe_dump(self.config(sw), sort_keys=False))
-            sw.socket = self.workdir / f"{sw.name}.sock"
+            sw.socket = fabric_socket(self.workdir, sw.name)
             sw.log_path = self.workdir / f"{sw.name}.log"
             with open(sw.log_path, "w") as log:
                 sw.proc = subprocess.Popen(

@@ -50,41 +50,70 @@ def _pattern(path: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+#: one series' unchanging parts: (name, labels, the labels as text, its HELP pattern, (Cumulus-style
+#: name, labels, labels as text, rank) or None); None: a path that is not one. Built once per (target, path):
+#: a scrape of a fabric is tens of thousands of values, each path parsed once, not per scrape
+_Static = tuple[str, dict[str, str], str, str, tuple[str, tuple[tuple[str, str], ...], str, int] | None]
+_static: dict[tuple[str, str], _Static | None] = {}
+_STATIC_MAX = 1_000_000  # entries kept; beyond, the cache starts again (targets and paths come and go)
+
+
+def _static_of(target: str, path: str) -> _Static | None:
+    key = (target, path)
+    hit = _static.get(key, False)
+    if hit is not False:
+        return hit
+    try:
+        name, labels = metric(target, path)
+    except ValueError:
+        entry = None
+    else:
+        cname, attrs, rank = otlp_names.for_path(path)
+        cumulus = None
+        if rank > 0:  # a known shape (nvswitch_interface_*, swtel_rdma_*, ...), not the generic name
+            pairs = tuple(sorted((*attrs, ("target", target))))
+            cumulus = (cname, pairs, ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs), rank)
+        text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+        entry = (name, labels, text, _pattern(path), cumulus)
+    if len(_static) >= _STATIC_MAX:
+        _static.clear()
+    _static[key] = entry
+    return entry
+
+
 def render(latest: Iterable[tuple[str, str, Any]]) -> str:
     """Exposition text for (target, path, value) triples; numbers also under the names of
     Cumulus Linux's OTLP export (agent/exporters/otlp_names.py), as gauges with the label
     ``interface`` (plus ``tc``, ``priority``, ``lane``) and ``target``."""
     by_name: dict[str, list[str]] = {}
     helps: dict[str, str] = {}
-    cumulus: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str]] = {}
+    cumulus: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str, str]] = {}
     for target, path, value in latest:
-        try:
-            name, labels = metric(target, path)
-        except ValueError:
+        static = _static_of(target, path)
+        if static is None:
             continue
+        name, labels, text, pattern, named = static
         if name not in helps:
-            helps[name] = _pattern(path)
+            helps[name] = pattern
         if isinstance(value, bool):
             number = "1" if value else "0"
         elif isinstance(value, int | float):
             number = repr(float(value)) if isinstance(value, float) else str(value)
         elif isinstance(value, str):
-            labels["value"] = value
             number = "1"
         else:
             continue
-        text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
+        if isinstance(value, str):  # a state: its value is a label
+            text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted({**labels, "value": value}.items()))
         by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
-        if not isinstance(value, str):
-            cname, attrs, rank = otlp_names.for_path(path)
-            if rank > 0:  # a known shape (nvswitch_interface_*, swtel_rdma_*, ...), not the generic name
-                key = (cname, tuple(sorted((*attrs, ("target", target)))))
-                if key not in cumulus or rank > cumulus[key][0]:  # the hardware's counter wins
-                    cumulus[key] = (rank, number)
+        if named is not None and not isinstance(value, str):
+            cname, pairs, ctext, rank = named
+            key = (cname, pairs)
+            if key not in cumulus or rank > cumulus[key][0]:  # the hardware's counter wins
+                cumulus[key] = (rank, ctext, number)
     out = []
     grouped: dict[str, list[str]] = {}
-    for (cname, attrs), (_rank, number) in cumulus.items():
-        text = ",".join(f'{k}="{_label_value(v)}"' for k, v in attrs)
+    for (cname, _pairs), (_rank, text, number) in cumulus.items():
         grouped.setdefault(cname, []).append(f"{cname}{{{text}}} {number}")
     for cname in sorted(grouped):
         out.append(f"# HELP {cname} Cumulus Linux OTLP export name (swtel)")

@@ -97,15 +97,19 @@ class Topology:
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
 
-    def as_dict(self) -> dict:
+    def as_dict(self, sockets: dict[str, str] | None = None) -> dict:
+        """The topology as topology.yaml holds it; ``sockets`` (name -> control socket, relative
+        to the file's directory) adds each device's agent socket (``swtel top --fabric``)."""
+        sockets = sockets or {}
         return {
-            "devices": [{"name": n.name, "role": n.role, **({"uplinks": n.uplinks} if n.uplinks else {})}
+            "devices": [{"name": n.name, "role": n.role, **({"uplinks": n.uplinks} if n.uplinks else {}),
+                         **({"socket": sockets[n.name]} if n.name in sockets else {})}
                         for n in self.nodes],
             "links": [{"a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}"} for a, b in ((x.a, x.b) for x in self.links)],
         }
 
-    def write(self, path: Path) -> None:
-        path.write_text(yaml.safe_dump(self.as_dict(), sort_keys=False))
+    def write(self, path: Path, sockets: dict[str, str] | None = None) -> None:
+        path.write_text(yaml.safe_dump(self.as_dict(sockets), sort_keys=False))
 
     def summary(self) -> str:
         count = {r: sum(1 for n in self.nodes if n.role == r) for r in ROLES}

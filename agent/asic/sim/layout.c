@@ -13,6 +13,19 @@ const char *const HOST_NAMES[N_HOST] = {
     "packet_seq_err", "local_ack_timeout_err", "np_cnp_sent", "rp_cnp_handled",
     "np_ecn_marked_roce_packets", "port_xmit_data", "port_rcv_data"};
 
+/* The drop reasons, What Just Happened's groups with devlink's trap names (kebab-cased; l1's
+ * What Just Happened's own), in the order of enum R_* (sim.h); counter wjh_<group>_<reason>
+ * with _ for - (names_init). */
+const char *const DROP_GROUPS[N_DROP] = {"l1", "l2", "l2", "l2", "l3", "l3", "l3",
+                                         "tunnel", "tunnel", "buffer", "buffer", "acl", "acl"};
+const char *const DROP_REASONS[N_DROP] = {
+    "link-down",                                                             /* l1 */
+    "ingress-vlan-filter", "source-mac-is-multicast", "ingress-spanning-tree-filter", /* l2 */
+    "blackhole-route", "ttl-value-is-too-small", "unresolved-neigh",         /* l3 */
+    "decap-error", "overlay-smac-is-mc",                                     /* tunnel */
+    "tail-drop", "early-drop",                                               /* buffer */
+    "ingress-flow-action-drop", "egress-flow-action-drop"};                  /* acl */
+
 static void port_init(struct sim *s, struct port *p, const char *name, const char *parent,
                       uint64_t speed, uint32_t flags)
 {
@@ -219,6 +232,7 @@ int build(struct sim *s, char *err, size_t errlen)
 
     /* the other scenarios, in config order */
     int touched[MAX_SCENARIOS], ntouched = 0, incasts[MAX_SCENARIOS], nincast = 0;
+    int drops[MAX_SCENARIOS], ndrops = 0;
     for (int k = 0; k < s->nsc; k++) {
         struct scen *sc = &s->sc[k];
         if (sc->type == SC_BREAKOUT)
@@ -280,6 +294,19 @@ int build(struct sim *s, char *err, size_t errlen)
                 }
             }
             incasts[nincast++] = k;
+        }
+        /* drops windows of one port and reason never overlap; other reasons may */
+        if (sc->type == SC_DROPS) {
+            for (int o = 0; o < ndrops; o++) {
+                const struct scen *other = &s->sc[drops[o]];
+                if (sc->a < other->b && other->a < sc->b && other->reason == sc->reason &&
+                    !strcmp(other->port, sc->port)) {
+                    errf(err, errlen, "sim: scenarios '%s' and '%s' overlap on %s", other->spec,
+                         sc->spec, sc->port);
+                    return -1;
+                }
+            }
+            drops[ndrops++] = k;
         }
         if (IS_TRAFFIC(sc->type)) {
             for (int o = 0; o < ntouched; o++) {
@@ -434,6 +461,13 @@ void names_init(struct sim *s)
     for (int i = 0; i < 8; i++)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "phy_raw_errors_lane%d", i);
     snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "carrier_changes");
+    for (int i = 0; i < N_DROP; i++) {
+        char *c = s->cnames[n++];
+        snprintf(c, SWTEL_ASIC_NAME_MAX, "wjh_%s_%s", DROP_GROUPS[i], DROP_REASONS[i]);
+        for (; *c; c++)
+            if (*c == '-')
+                *c = '_';
+    }
     for (int i = 0; i < 8; i++)
         snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "tc_curr_occupancy_%d", i);
     for (int i = 0; i < 8; i++)

@@ -304,6 +304,25 @@ static void fec_bins(uint64_t *v, uint64_t corr, const uint64_t *tail)
     v[C_FEC0] = cw > errored ? cw - errored : 0;
 }
 
+/* The port's drop counters as sums of its drop reasons (docs/insights.md): every ingress
+ * reason is an ingress discard and the l3 ones also L3 drops; tail drops are the queue drops,
+ * early drops WRED (TC 3's), the egress ACL's the drops outside a queue, and the egress
+ * discards those three. No reason is an ingress buffer drop (the ingress PGs are lossless). */
+static void drop_sums(uint64_t *v)
+{
+    const uint64_t *r = v + C_DROP0;
+    v[C_IN_L3] = r[R_BLACKHOLE] + r[R_TTL] + r[R_NEIGH];
+    v[C_IN_BLACKHOLE] = r[R_BLACKHOLE];
+    v[C_IN_ACL] = r[R_ACL_IN];
+    v[C_IN_DISC] = r[R_LINK_DOWN] + r[R_VLAN] + r[R_SMAC_MC] + r[R_STP] + v[C_IN_L3] + r[R_DECAP] +
+                   r[R_OVERLAY_SMAC] + r[R_ACL_IN];
+    v[C_OUT_QDROPS] = r[R_TAIL];
+    v[C_OUT_WRED] = r[R_EARLY];
+    v[C_OUT_Q0_WRED + 3] = r[R_EARLY];
+    v[C_OUT_NONQ] = r[R_ACL_OUT];
+    v[C_OUT_DISC] = r[R_TAIL] + r[R_EARLY] + r[R_ACL_OUT];
+}
+
 /* Every counter at t before clears, truncated to 64 bits; the peaks (PEAK kind) since the
  * previous read at `since` (<= t). */
 void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
@@ -372,6 +391,11 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
                 sym += table_count(wn->t[0], failing);
                 eff += table_count(wn->t[1], failing);
                 fec_tail(p, sc, t, tail);
+            } else if (sc->type == SC_DROPS) {
+                /* a process of its own, from the window's start */
+                struct proc dr;
+                proc_init(p, &dr, DROP_RATE << 10, DROP_JITTER << 10, K_DROP + 64 * sc->reason);
+                v[C_DROP0 + sc->reason] += (uint64_t)proc_value(p, &dr, wns, 0);
             }
         }
         rx = (u128)n_rx / den;
@@ -388,10 +412,10 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
     v[7] = (uint64_t)(tx >> 32);
     v[C_IN_FRAME_ERR] = eff;
     v[C_IN_ERR] = eff;
-    v[C_OUT_DISC] = qd + wd;
-    v[C_OUT_QDROPS] = qd;
-    v[C_OUT_WRED] = wd;
-    v[C_OUT_Q0_WRED + 3] = wd;
+    /* microburst's and incast's drops are tail drops and WRED's early drops */
+    v[C_DROP0 + R_TAIL] += qd;
+    v[C_DROP0 + R_EARLY] += wd;
+    drop_sums(v);
     v[C_ECN0 + 3] += (uint64_t)(tx >> 23);
     v[C_PHY_BITS] = (uint64_t)((u128)p->speed * (t - down) / 1000);
     v[C_PHY_SYM] = sym;

@@ -6,7 +6,9 @@
  * symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade
  * (START-END required: the FEC histogram's tail grows bin by bin, the first uncorrectable
  * codeword at END - (END - START) / 10) incast (PORT/TC[/LEN[/PERIOD]]: sub-poll bursts on a
- * queue, its PG, headroom and ingress pool, with drops, ECN marks and PFC pause).
+ * queue, its PG, headroom and ingress pool, with drops, ECN marks and PFC pause) drops
+ * (PORT:REASON: one What Just Happened reason's drops, wjh_<group>_<reason>, at 1,000/s, the
+ * port's drop counters rising with them).
  *
  * Layout calls (port_count, port_info, counter_count, counter_info) describe the layout of
  * the generation last returned by generation() (the one at open() before any call).

@@ -3,7 +3,8 @@
  * or comma-separated), checked and parsed into struct sim; layout.c places the scenarios.
  * fec-degrade needs its END, at least 2 s after START: its uncorrectable codewords begin
  * at END - (END - START) / 10. incast takes PORT/TC[/LEN[/PERIOD]]: bursts of 1 ms..LEN
- * (50ms), one per PERIOD (2s). */
+ * (50ms), one per PERIOD (2s). drops takes PORT:REASON (DROP_REASONS): a reason's drops at
+ * 1,000 packets/s. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 
 static const char *const SC_NAMES[] = {"symbol-errors", "imbalance", "pfc-storm", "microburst",
                                        "link-flap", "counter-clear", "breakout", "fec-degrade",
-                                       "incast"};
+                                       "incast", "drops"};
 
 static const char *const KEYS[] = {"role",    "seed", "start", "ports",
                                    "uplinks", "load", "asic",  "scenario"};
@@ -21,7 +22,7 @@ static const char *const KEYS[] = {"role",    "seed", "start", "ports",
 #define KNOWN_KEYS "role seed start ports uplinks load asic scenario"
 #define KNOWN_SC \
     "symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade " \
-    "incast"
+    "incast drops"
 
 /* digits only, at most 20 of them, value <= limit */
 static int parse_uint(const char *s, uint64_t limit, uint64_t *out)
@@ -121,6 +122,31 @@ static int parse_scenario(struct sim *s, const char *spec, char *err, size_t err
     if (sc->type == SC_INCAST) {
         sc->blen = IC_LEN;
         sc->period = IC_PERIOD;
+    }
+    if (sc->type == SC_DROPS) {
+        /* PORT:REASON, both required */
+        char *reason = port ? strchr(port, ':') : NULL;
+        if (!reason || !reason[1]) {
+            errf(err, errlen,
+                 "sim: scenario '%s': needs a port and a reason (drops@START-END:PORT:REASON)",
+                 spec);
+            goto out;
+        }
+        *reason++ = '\0';
+        sc->reason = -1;
+        for (int i = 0; i < N_DROP; i++)
+            if (!strcmp(reason, DROP_REASONS[i]))
+                sc->reason = i;
+        if (sc->reason < 0) {
+            char known[512] = "";
+            for (int i = 0; i < N_DROP; i++) {
+                strcat(known, i ? " " : "");
+                strcat(known, DROP_REASONS[i]);
+            }
+            errf(err, errlen, "sim: scenario '%s': unknown drop reason '%s' (known: %s)", spec,
+                 reason, known);
+            goto out;
+        }
     }
     if (port) {
         char *slash = strchr(port, '/');

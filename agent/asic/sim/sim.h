@@ -34,9 +34,10 @@ typedef __int128 i128;
 #define INF UINT64_MAX   /* open-ended window end (slots), unbounded event count */
 #define MAX_SCENARIOS 64
 #define MAX_PORT_WINDOWS 16
-/* descriptors of a switch port: 100 counters and gauges, 8 TC peaks, 50 PG and pool gauges and
- * peaks, 1 histogram */
-#define N_SWITCH_DESC 159
+/* descriptors of a switch port: 100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and
+ * pool gauges and peaks, 1 histogram */
+#define N_DROP 13         /* per-reason drop counters (What Just Happened's groups), DROP_REASONS */
+#define N_SWITCH_DESC (159 + N_DROP)
 #define FEC_BINS 16       /* RS(544,514) codewords by corrected symbols: 0..15 */
 #define N_SWITCH (N_SWITCH_DESC - 1 + FEC_BINS) /* values of a switch port in one read */
 #define CW_BITS 5440      /* bits of one RS(544,514) codeword (544 10-bit symbols) */
@@ -48,10 +49,10 @@ enum { K_RX = 1, K_TX = 2, K_CORR = 3, K_OCC = 4, K_FLAP = 5, K_DIP = 6, K_SYM =
        K_PFC = 10, K_PFCOCC = 11, K_MB_START = 12, K_MB_LEN = 13, K_MB_DROP = 14, K_MB_WRED = 15,
        K_MB_OCC = 16, K_RETR = 17, K_RETR_SCN = 18, K_OOS = 19, K_CNP = 20, K_CNPH = 21,
        K_ECNR = 22, K_HTX = 23, K_HRX = 24, K_FEC_EFF = 25, K_IC_START = 26, K_IC_LEN = 27,
-       K_IC_DROP = 28 };
+       K_IC_DROP = 28, K_DROP = 29 };
 
-enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC, SC_INCAST };
-#define N_SC 9
+enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC, SC_INCAST, SC_DROPS };
+#define N_SC 10
 #define IS_TRAFFIC(x) \
     ((x) == SC_SYM || (x) == SC_IMB || (x) == SC_PFC || (x) == SC_FLAP || (x) == SC_FEC)
 
@@ -79,13 +80,26 @@ enum { SC_SYM, SC_IMB, SC_PFC, SC_MB, SC_FLAP, SC_CLEAR, SC_BREAKOUT, SC_FEC, SC
 #define PFC_CELLS 64
 #define HR_DIV 16
 
-/* counter indices (tests/sim_model.py SWITCH_COUNTERS) */
-enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16,
-       C_OUT_QDROPS = 18, C_OUT_WRED = 20, C_OUT_Q0_WRED = 21, C_IN_PFC0 = 31,
-       C_RX_PAUSE0 = 47, C_ECN0 = 63, C_PHY_BITS = 71, C_PHY_SYM = 72, C_PHY_CORR = 73,
-       C_PHY_EFF = 74, C_LANE0 = 75, C_CARRIER = 83, C_OCC0 = 84, C_WM0 = 92, C_PEAK0 = 100,
-       C_OUT_PFC0 = 39, C_PG0 = 108, C_PG_WM0 = 116, C_PG_PEAK0 = 124, C_HR0 = 132, C_HR_WM0 = 140,
-       C_HR_PEAK0 = 148, C_POOL = 156, C_POOL_PEAK = 157, C_FEC0 = 158 };
+/* drops: 10 packets per 10 ms slot (1,000/s), jittered by up to half of that */
+#define DROP_RATE 10
+#define DROP_JITTER 5
+
+/* the drop reasons (DROP_REASONS, layout.c), by group; the port drop counters they sum into:
+ * docs/insights.md, "Drop reasons on the simulated switch" */
+enum { R_LINK_DOWN, R_VLAN, R_SMAC_MC, R_STP, R_BLACKHOLE, R_TTL, R_NEIGH, R_DECAP, R_OVERLAY_SMAC,
+       R_TAIL, R_EARLY, R_ACL_IN, R_ACL_OUT };
+
+/* counter indices (tests/sim_model.py SWITCH_COUNTERS): the counters (the drop reasons after
+ * carrier_changes), then the gauges and peaks, the histogram last */
+enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_DISC = 8, C_IN_L3 = 9, C_IN_ACL = 11, C_IN_BLACKHOLE = 12,
+       C_IN_FRAME_ERR = 14, C_IN_ERR = 15, C_OUT_DISC = 16, C_OUT_QDROPS = 18, C_OUT_NONQ = 19,
+       C_OUT_WRED = 20, C_OUT_Q0_WRED = 21, C_IN_PFC0 = 31, C_RX_PAUSE0 = 47, C_ECN0 = 63,
+       C_PHY_BITS = 71, C_PHY_SYM = 72, C_PHY_CORR = 73, C_PHY_EFF = 74, C_LANE0 = 75,
+       C_CARRIER = 83, C_OUT_PFC0 = 39, C_DROP0 = 84, C_OCC0 = C_DROP0 + N_DROP,
+       C_WM0 = C_OCC0 + 8, C_PEAK0 = C_OCC0 + 16, C_PG0 = C_OCC0 + 24, C_PG_WM0 = C_OCC0 + 32,
+       C_PG_PEAK0 = C_OCC0 + 40, C_HR0 = C_OCC0 + 48, C_HR_WM0 = C_OCC0 + 56,
+       C_HR_PEAK0 = C_OCC0 + 64, C_POOL = C_OCC0 + 72, C_POOL_PEAK = C_OCC0 + 73,
+       C_FEC0 = C_OCC0 + 74 };
 
 struct scen {
     int type, ord;
@@ -93,6 +107,7 @@ struct scen {
     uint64_t fail; /* fec-degrade: the first uncorrectable codeword's slot */
     uint64_t blen, period; /* incast: the longest burst and the period (ns) */
     int prio;      /* pfc-storm's priority, incast's traffic class; -1: none given */
+    int reason;    /* drops: the reason (R_*) */
     int has_port;
     char port[SWTEL_ASIC_NAME_MAX];
     char *spec;
@@ -194,6 +209,8 @@ int parse_config(struct sim *s, const char *config, char *err, size_t errlen);
 
 /* layout.c */
 extern const char *const HOST_NAMES[N_HOST];
+extern const char *const DROP_GROUPS[N_DROP];
+extern const char *const DROP_REASONS[N_DROP];
 int build(struct sim *s, char *err, size_t errlen);
 int gen_at(const struct sim *s, uint64_t t);
 void names_init(struct sim *s);

@@ -1,0 +1,189 @@
+/* The insights feeds' per-change loop (agent/insights/feeds.py): every change a
+ * detector reads is added into its port's accumulation (a dict per port slot), so that
+ * Python runs once per port touched, never once per change. The per-counter maps (port
+ * slot, key, level or not) are built once per table by agent/insights/classify.py. */
+#include "swtel.h"
+
+#include <stdlib.h>
+
+PyDoc_STRVAR(feed_add_doc,
+"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs)\n"
+"    -> (touched, discarded, tops, masks)\n\n"
+"indices, deltas (sequences of ints) and flags (u8) are one batch's changes; values\n"
+"(u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
+"a counter no detector reads), keys (a sequence per counter: the (sem, sub) key, or\n"
+"None) and levels (u8 per counter: 0 a counter, 1 a queue's level, 2 another level) map\n"
+"each counter, and bits (u32 per counter) its semantic's bit. accs is the list of\n"
+"the port slots' accumulations (dicts), updated in place: a level's key takes its\n"
+"latest value; a counter's delta is added to its key (a zero delta adds nothing); a\n"
+"change flagged NEW or RESET adds nothing and marks its slot discarded.\n"
+"Returns the slots touched, in the order of their first change, the slots discarded, and\n"
+"per slot touched the highest queue level (levels 1) among its changes (0: none), which\n"
+"lets a detector skip a port whose queues are all below its threshold, and the OR of the\n"
+"bits of the keys it set in the slot's accumulation (the semantics that changed).");
+
+#define SKIP_FLAGS (SWTEL_F_NEW | SWTEL_F_RESET) /* a baseline or a reset: never traffic */
+
+static PyObject *feed_add(PyObject *self, PyObject *args)
+{
+    static const swtel_bufspec specs[5] = {
+        {1, 0, "flags"}, {8, 0, "values"}, {4, 0, "slot_of"}, {1, 0, "levels"}, {4, 0, "bits"},
+    };
+    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5];
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO!", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
+                          &o[4], &PyList_Type, &accs))
+        return NULL;
+    PyObject *idx = PySequence_Fast(idx_obj, "indices must be a sequence");
+    if (idx == NULL)
+        return NULL;
+    PyObject *deltas = PySequence_Fast(delta_obj, "deltas must be a sequence");
+    if (deltas == NULL) {
+        Py_DECREF(idx);
+        return NULL;
+    }
+    PyObject *keys = PySequence_Fast(keys_obj, "keys must be a sequence");
+    if (keys == NULL) {
+        Py_DECREF(idx);
+        Py_DECREF(deltas);
+        return NULL;
+    }
+    PyObject *touched = NULL, *discarded = NULL, *tops = NULL, *masks = NULL, *result = NULL;
+    unsigned char *mark = NULL; /* per slot: 1 touched, 2 discarded too */
+    uint64_t *top = NULL;       /* per slot: the highest queue level */
+    uint32_t *mask = NULL;      /* per slot: the bits of the keys set */
+    if (swtel_get_buffers(o, b, specs, 5) < 0)
+        goto out;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(idx), ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
+    if (PySequence_Fast_GET_SIZE(deltas) < n || b[0].len < n) {
+        PyErr_SetString(PyExc_ValueError, "deltas and flags must hold one item per index");
+        goto release;
+    }
+    if (b[1].len / 8 < ncounters || b[3].len < ncounters || b[4].len / 4 < ncounters ||
+        PySequence_Fast_GET_SIZE(keys) < ncounters) {
+        PyErr_SetString(PyExc_ValueError, "values, keys, levels and bits must hold one item per counter of slot_of");
+        goto release;
+    }
+    const uint8_t *flags = b[0].buf, *levels = b[3].buf;
+    const uint64_t *values = b[1].buf;
+    const int32_t *slot_of = b[2].buf;
+    const uint32_t *bits = b[4].buf;
+    PyObject **items = PySequence_Fast_ITEMS(idx), **dvals = PySequence_Fast_ITEMS(deltas);
+    PyObject **kvals = PySequence_Fast_ITEMS(keys);
+    touched = PyList_New(0);
+    discarded = PyList_New(0);
+    mark = calloc(nslots ? (size_t)nslots : 1, 1);
+    top = calloc(nslots ? (size_t)nslots : 1, sizeof(uint64_t));
+    mask = calloc(nslots ? (size_t)nslots : 1, sizeof(uint32_t));
+    if (touched == NULL || discarded == NULL || mark == NULL || top == NULL || mask == NULL) {
+        if (mark == NULL || top == NULL || mask == NULL)
+            PyErr_NoMemory();
+        goto release;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = PyLong_AsSsize_t(items[k]);
+        if (i == -1 && PyErr_Occurred())
+            goto release;
+        if (i < 0 || i >= ncounters) {
+            PyErr_Format(PyExc_IndexError, "index %zd out of the table (%zd counters)", i, ncounters);
+            goto release;
+        }
+        int32_t slot = slot_of[i];
+        if (slot < 0)
+            continue;
+        if (slot >= nslots) {
+            PyErr_Format(PyExc_IndexError, "slot %d out of accs (%zd)", (int)slot, nslots);
+            goto release;
+        }
+        if (!mark[slot]) {
+            mark[slot] = 1;
+            PyObject *s = PyLong_FromLong(slot);
+            if (s == NULL || PyList_Append(touched, s) < 0) {
+                Py_XDECREF(s);
+                goto release;
+            }
+            Py_DECREF(s);
+        }
+        PyObject *acc = PyList_GET_ITEM(accs, slot), *key = kvals[i];
+        if (!PyDict_Check(acc)) {
+            PyErr_Format(PyExc_TypeError, "accs[%d] must be a dict", (int)slot);
+            goto release;
+        }
+        if (levels[i]) { /* a level: its latest value (a baseline is a level too) */
+            if (levels[i] == 1 && values[i] > top[slot])
+                top[slot] = values[i];
+            PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
+            if (v == NULL || PyDict_SetItem(acc, key, v) < 0) {
+                Py_XDECREF(v);
+                goto release;
+            }
+            Py_DECREF(v);
+            mask[slot] |= bits[i];
+            continue;
+        }
+        if (flags[k] & SKIP_FLAGS) {
+            if (mark[slot] != 2) {
+                mark[slot] = 2;
+                PyObject *s = PyLong_FromLong(slot);
+                if (s == NULL || PyList_Append(discarded, s) < 0) {
+                    Py_XDECREF(s);
+                    goto release;
+                }
+                Py_DECREF(s);
+            }
+            continue;
+        }
+        PyObject *d = dvals[k];
+        int zero = PyObject_Not(d);
+        if (zero < 0)
+            goto release;
+        if (zero)
+            continue;
+        PyObject *old = PyDict_GetItemWithError(acc, key);
+        if (old == NULL && PyErr_Occurred())
+            goto release;
+        PyObject *sum = old == NULL ? (Py_INCREF(d), d) : PyNumber_Add(old, d);
+        if (sum == NULL || PyDict_SetItem(acc, key, sum) < 0) {
+            Py_XDECREF(sum);
+            goto release;
+        }
+        Py_DECREF(sum);
+        mask[slot] |= bits[i];
+    }
+    Py_ssize_t ntouched = PyList_GET_SIZE(touched);
+    tops = PyList_New(ntouched);
+    masks = PyList_New(ntouched);
+    if (tops == NULL || masks == NULL)
+        goto release;
+    for (Py_ssize_t j = 0; j < ntouched; j++) {
+        Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(touched, j));
+        PyObject *v = PyLong_FromUnsignedLongLong(top[slot]);
+        if (v == NULL)
+            goto release;
+        PyList_SET_ITEM(tops, j, v);
+        v = PyLong_FromUnsignedLong(mask[slot]);
+        if (v == NULL)
+            goto release;
+        PyList_SET_ITEM(masks, j, v);
+    }
+    result = PyTuple_Pack(4, touched, discarded, tops, masks);
+release:
+    swtel_release_buffers(b, 5);
+out:
+    free(mark);
+    free(top);
+    free(mask);
+    Py_XDECREF(tops);
+    Py_XDECREF(masks);
+    Py_XDECREF(touched);
+    Py_XDECREF(discarded);
+    Py_DECREF(idx);
+    Py_DECREF(deltas);
+    Py_DECREF(keys);
+    return result;
+}
+
+PyMethodDef swtel_feeds_methods[] = {
+    {"feed_add", feed_add, METH_VARARGS, feed_add_doc},
+    {NULL, NULL, 0, NULL},
+};
