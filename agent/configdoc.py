@@ -5,7 +5,7 @@ agent/insights/*.py) documents its keys in the fields' metadata (``config.settin
 this renders one row per key: its dotted YAML path, type, default and meaning. The
 prose of docs/config.md stays hand-written: only what lies between a
 ``<!-- configdoc: KIND -->`` line and the next ``<!-- /configdoc -->`` is generated,
-and tests/test_configdoc.py holds the file to it.
+and tests/unit/test_configdoc.py holds the file to it.
 
     python -m agent.configdoc --write docs/config.md   # after changing a section dataclass
 """

@@ -100,6 +100,7 @@ class SourceRunner:
         self.attempts = 0  # polls tried, with data or not (first one done: the store is primed)
         self.republish = False  # a new table awaits its first good read to reach the store
         self.overruns = 0
+        self.longest_stall = 0  # the most polls missed at once: one blocked call shows here
         self.last_ok_ns = 0
         self.last_duration_us = 0.0
         self.changes = 0
@@ -188,6 +189,7 @@ class SourceRunner:
             "fault": self.source.fault,
             "clock_refused": self.source.clock_refused,
             "overruns": self.overruns,
+            "longest_stall": self.longest_stall,
             "jumps": self.jumps,
             "ports": len(self.source.ports),
             **self.source.info(),
@@ -324,6 +326,7 @@ class Engine:
         if runner.next_due <= now:
             missed = int((now - runner.next_due) // runner.interval_s) + 1
             runner.overruns += missed
+            runner.longest_stall = max(runner.longest_stall, missed)
             self.overruns += missed
             runner.next_due += missed * runner.interval_s
 

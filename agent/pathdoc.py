@@ -1,6 +1,6 @@
 """Render docs/paths.md: every source counter name and the gNMI path it is streamed under.
 
-``python -m agent.pathdoc > docs/paths.md``; tests/test_pathdoc.py keeps the file in step.
+``python -m agent.pathdoc > docs/paths.md``; tests/unit/test_pathdoc.py keeps the file in step.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def outer(args: argparse.Namespace) -> int:
 
 def packet_socket_in(ns: str) -> socket.socket:
     """An AF_PACKET socket created in namespace ``ns``."""
-    from tests.netns import in_namespace
+    from tests.namespaces import in_namespace
 
     return in_namespace(ns, lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
 

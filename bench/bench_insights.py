@@ -48,7 +48,7 @@ from agent.config import Insights  # noqa: E402
 from agent.counters import GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable  # noqa: E402
 from agent.insights import InsightsRunner  # noqa: E402
 from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path  # noqa: E402
-from tests.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
+from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
 
 FILLER = 100 - len(ASIC)  # counters no detector reads, to ~100 per port
 BUSY_FILLER = 19  # of which change every pass (per-size packet counters and the like)

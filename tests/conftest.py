@@ -1,12 +1,16 @@
-"""Shared test setup: report which backend runs, and gate root-only tests."""
+"""Shared test setup: report which backend runs, keep root-only tests out of unit/, and gate
+them when not root."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 import agent.plugins  # noqa: F401  (fills the config registries: every test may read a config)
+
+HERE = Path(__file__).resolve().parent
 
 
 def pytest_report_header(config):
@@ -16,6 +20,13 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # tests/ is split by what a test needs: unit/ runs as any user, netns/ needs root
+    # (namespaces, veth, files of other users), interop/ runs third-party peers
+    misplaced = [item.nodeid for item in items
+                 if "root" in item.keywords and "unit" in Path(item.path).relative_to(HERE).parts[:1]]
+    if misplaced:
+        raise pytest.UsageError("tests that need root belong in tests/netns/, not tests/unit/: "
+                                + ", ".join(misplaced))
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="needs root: network namespaces and veth pairs")

@@ -1,7 +1,7 @@
 """Fuzz inputs for the netlink and ethtool parsers: one byte string picks a parser and its
 arguments, and both backends run it (the C extension and agent/_fallback.py must agree).
 
-Shared by tests/test_fuzz.py (hypothesis, both backends) and fuzz/fuzz_parsers.py
+Shared by tests/unit/test_fuzz.py (hypothesis, both backends) and fuzz/fuzz_parsers.py
 (atheris, coverage-guided, on an instrumented build of the C extension).
 
 Input layout: ``data[0] % 4`` picks the parser.

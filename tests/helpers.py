@@ -1,6 +1,6 @@
 """What many tests share: waiting for a condition, asking a running agent for its status,
 and writing an agent's config (sources, JSON lines to ``out.jsonl``, the control socket
-``swtel.sock``, all in one work directory: tests/netns.py's AgentProcess reads them there).
+``swtel.sock``, all in one work directory: tests/namespaces.py's AgentProcess reads them there).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@
 #define SWTEL_NETDEV_FIELDS 25
 
 /* Change-kernel flags, one byte per changed counter: agent/counters.py defines them for
- * Python, and tests/test_backend.py holds the two to each other. */
+ * Python, and tests/unit/test_backend.py holds the two to each other. */
 #define SWTEL_F_CHANGED 0x01
 #define SWTEL_F_WRAP 0x02
 #define SWTEL_F_RESET 0x04

@@ -52,7 +52,7 @@ SWITCHD = rules(
 #: The hardware counters (leaf below ``hw/state/counters``) that are an interface's
 #: OpenConfig ``state/counters`` leaf, counted by the switch: ``HwIfInOctets`` is the
 #: kernel's ``rx_bytes``. The same pairing as the OTLP names (agent/exporters/otlp_names.py
-#: HW and STATE give each pair one metric name; tests/test_standard_paths.py holds them
+#: HW and STATE give each pair one metric name; tests/unit/test_standard_paths.py holds them
 #: together). Where two sources give one of these for a port, the engine elects the one
 #: the standard leaf carries (agent/ports.py ``elect``).
 HW_STANDARD: dict[str, str] = {

@@ -1,5 +1,5 @@
 /* A swtel ASIC plugin that misbehaves on purpose, for the loader's hostile-input tests
- * (tests/test_plugin_hostile.py): absurd or negative sizes, bad names, error text
+ * (tests/unit/test_plugin_hostile.py): absurd or negative sizes, bad names, error text
  * without a NUL. Ports "h0".."hN-1" with counters "c0".."cM-1", values 0.
  *
  * Config keys (space-separated): ports=N (default 2, any int: -1, 1000000), counters=M

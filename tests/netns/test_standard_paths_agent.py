@@ -1,0 +1,123 @@
+"""The standard-path election in a running agent: swp1 a veth in a namespace and a simulated
+switch's port of the same name; the higher-ranked source publishes the standard leaf and the
+other stays reachable (needs root)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import agent.plugins  # noqa: F401 - the config sections
+from tests.unit.test_standard_paths import ASIC_ASIDE, HW, KERNEL, STD
+
+
+@contextmanager
+def _swp1():
+    """swp1 (a veth) in a namespace of its own, its peer in another: traffic sent from the
+    peer is exactly what swp1's kernel counters count."""
+    from tests.namespaces import Pair, delete_namespace, new_namespace, sh
+
+    a, b = new_namespace("s"), new_namespace("p")
+    try:
+        sh("ip", "link", "add", "swp1", "netns", a, "type", "veth", "peer", "name", "peer1", "netns", b)
+        macs = {}
+        for ns, ifname, ip in ((a, "swp1", "198.18.0.1"), (b, "peer1", "198.18.0.2")):
+            sh("ip", "link", "set", ifname, "arp", "off", ns=ns)
+            sh("ip", "addr", "add", f"{ip}/30", "dev", ifname, ns=ns)
+            sh("ip", "link", "set", ifname, "up", ns=ns)
+            macs[ns] = sh("cat", f"/sys/class/net/{ifname}/address", ns=ns).stdout.strip()
+        sh("ip", "neigh", "add", "198.18.0.1", "lladdr", macs[a], "dev", "peer1", "nud", "permanent", ns=b)
+        sh("ip", "neigh", "add", "198.18.0.2", "lladdr", macs[b], "dev", "swp1", "nud", "permanent", ns=a)
+        # the peer's side first: send_udp goes from `a` of the Pair to its `b_ip`
+        yield a, Pair(b, a, "peer1", "swp1", "198.18.0.2", "198.18.0.1")
+    finally:
+        delete_namespace(a)
+        delete_namespace(b)
+
+
+def _agent_config(tmp_path: Path, start: int, extra: str = "") -> str:
+    return (
+        "interval: 100ms\n"
+        "sources:\n"
+        f"  netdev: {{interfaces: [swp1]{extra}}}\n"
+        "  ethtool: {interfaces: [swp1]}\n"
+        "  system: {enabled: false}\n"
+        f"  asic: {{enabled: true, plugin: sim, config: 'ports=1 seed=7 start={start}'}}\n"
+        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
+        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
+    )
+
+
+def _sim_octets(config_text: str, start: int, ts: int) -> int:
+    """The simulated switch's HwIfInOctets of swp1 at ``ts`` (tests/sim_model.py)."""
+    from tests.sim_model import IDX, Model
+
+    return Model(config_text).values(ts - start)[IDX["HwIfInOctets"]]
+
+
+def _run(tmp_path: Path, extra: str):
+    from agent.asic import builtin_path
+    from tests.namespaces import AgentProcess
+
+    if builtin_path("sim") is None:
+        pytest.skip("sim plugin not built")
+    start = time.time_ns()
+    sim_config = f"ports=1 seed=7 start={start}"
+    count, size = 25, 300
+    with _swp1() as (ns, peer):
+        agent = AgentProcess(ns, _agent_config(tmp_path, start, extra), tmp_path)
+        try:
+            agent.wait_ready()
+            peer.send_udp(count, size)
+            kernel_total = count * (size + 42)  # UDP payload + Ethernet, IPv4 and UDP headers
+
+            def seen() -> bool:
+                recs = agent.records()
+                return any(r.get("value") == kernel_total and "in-octets" in r.get("path", "") for r in recs) and \
+                    sum(1 for r in recs if r.get("path") in (STD.format(p="swp1"), ASIC_ASIDE.format(p="swp1"))
+                        and r["value"] > kernel_total) >= 5
+
+            agent.wait_for(seen, timeout=20, what="the kernel's octets and five ASIC samples")
+        finally:
+            assert agent.stop() == 0
+        records = agent.records()
+    return records, kernel_total, lambda ts: _sim_octets(sim_config, start, ts)
+
+
+def _series(records: list[dict], path: str) -> list[dict]:
+    return [r for r in records if r.get("path") == path]
+
+
+@pytest.mark.root
+def test_the_standard_leaf_carries_the_asic_and_the_kernel_stays_reachable(tmp_path):
+    records, kernel_total, sim = _run(tmp_path, "")
+    std = _series(records, STD.format(p="swp1"))
+    # from the ASIC's first sample on, the OpenConfig leaf is the ASIC's value, exactly
+    first = next(n for n, r in enumerate(std) if r["value"] > kernel_total)
+    assert len(std) - first >= 5
+    for r in std[first:]:
+        assert r["value"] == sim(r["ts"]), r
+    assert all(b["value"] - a["value"] == b["delta"] for a, b in zip(std[first:], std[first + 1:], strict=False))
+    # the kernel's counter: on its swtel path, exact
+    kernel = _series(records, KERNEL.format(p="swp1"))
+    assert kernel and kernel[-1]["value"] == kernel_total
+    assert all(r["value"] <= kernel_total for r in kernel)
+    # the plugin's hardware path no longer carries it; no reset or jump anywhere
+    assert not _series(records, HW.format(p="swp1"))
+    assert not any(r.get("reset") or r.get("jump") for r in records)
+
+
+@pytest.mark.root
+def test_the_override_puts_the_kernel_on_the_standard_leaf(tmp_path):
+    records, kernel_total, sim = _run(tmp_path, ", rank: 3")
+    std = _series(records, STD.format(p="swp1"))
+    assert std and std[-1]["value"] == kernel_total and all(r["value"] <= kernel_total for r in std)
+    aside = _series(records, ASIC_ASIDE.format(p="swp1"))
+    assert len(aside) >= 5
+    for r in aside:
+        assert r["value"] == sim(r["ts"]), r
+    assert not _series(records, KERNEL.format(p="swp1")) and not _series(records, HW.format(p="swp1"))
+    assert not any(r.get("reset") or r.get("jump") for r in records)

@@ -1,0 +1,295 @@
+"""One counter, one path (issue 20, item 8): where two sources give the same counter of one
+port (the kernel's ``rx_bytes`` and an ASIC plugin's ``HwIfInOctets``), the OpenConfig leaf
+carries the one of higher rank and the other stays reachable under the swtel origin; the
+change-kernel state stays each source's own, so a new winner never corrupts a delta.
+
+The election (agent/ports.py) on tables, the engine with sources made here, and the agent in
+a network namespace with a veth named like a port of the simulated switch (both backends)."""
+
+from __future__ import annotations
+
+import time
+from array import array
+
+import agent.plugins  # noqa: F401 - the config sections
+from agent import config
+from agent.counters import (
+    F_JUMP,
+    F_NEW,
+    F_RESET,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    Container,
+    CounterSpec,
+    CounterTable,
+)
+from agent.engine import Engine, SourceRunner
+from agent.exporters import otlp_names
+from agent.ports import elect, key_path, relabel, standard_key, yielded
+from agent.sources import drivers
+from agent.sources.asic import map_name as asic_name
+from agent.sources.base import Source, interface
+
+STD = "/interfaces/interface[name={p}]/state/counters/in-octets"
+HW = "swtel:/interfaces/interface[name={p}]/hw/state/counters/in-octets"
+KERNEL = "swtel:/interfaces/interface[name={p}]/netdev/state/counters/in-octets"
+ASIC_ASIDE = "swtel:/interfaces/interface[name={p}]/asic/hw/state/counters/in-octets"
+
+
+# ---------------------------------------------------------------- the same knowledge as OTLP's
+
+
+def test_the_pairs_are_the_otlp_names_pairs_and_the_ranks_their_order():
+    """drivers.HW_STANDARD pairs exactly the leaves the OTLP names give one metric, and the
+    default source ranks follow the OTLP shapes' (the switch's hardware counter over the
+    kernel's): one ranking, not two."""
+    state = otlp_names.SHAPES[0]
+    hw = next(s for s in otlp_names.SHAPES if s.pattern.match("/interfaces/interface[name=x]/hw/state/counters"))
+    assert state.pattern.match("/interfaces/interface[name=x]/state/counters")
+    pairs = {h: s for h, name in otlp_names.HW.items() for s, other in otlp_names.STATE.items() if other == name}
+    assert drivers.HW_STANDARD == pairs
+    assert hw.rank > state.rank
+    cfg = config.parse("")
+    assert cfg.sources.asic.rank > cfg.sources.netdev.rank > cfg.sources.ethtool.rank == 0
+
+
+# ---------------------------------------------------------------- the election on tables
+
+
+def _netdev(port: str) -> CounterTable:
+    c = interface(port, OPENCONFIG, "state/counters")
+    return CounterTable("netdev", [CounterSpec(c, "in-octets", port=port), CounterSpec(c, "in-pkts", port=port),
+                                   CounterSpec(c, "carrier-transitions", port=port)])
+
+
+def _named(source: str, port: str, names: tuple[str, ...]) -> CounterTable:
+    specs = []
+    for name in names:
+        if source == "asic":
+            c, leaf, kind = asic_name(port, name)
+        else:
+            c, leaf, kind = drivers.map_name(drivers.SWITCHD, port, name)
+        specs.append(CounterSpec(c, leaf, 64, kind, port))
+    return CounterTable(source, specs)
+
+
+def _paths(tables, ranks) -> dict[str, list[str]]:
+    named = [(t.source, t, r) for t, r in zip(tables, ranks, strict=True)]
+    return {t.source: relabel(t, m).paths for t, m in zip(tables, elect(named), strict=True)}
+
+
+ASIC_NAMES = ("HwIfInOctets", "carrier_changes", "HwIfInL3Drops", "rx_pause_prio_3", "phy_symbol_errors")
+SWITCHD_NAMES = ("HwIfInOctets", "HwIfInL3Drops", "HwIfInPfc3Pkt")
+
+
+def test_the_asic_takes_the_standard_leaf_and_the_others_step_aside():
+    p = "swp1"
+    got = _paths([_netdev(p), _named("ethtool", p, SWITCHD_NAMES), _named("asic", p, ASIC_NAMES)], (1, 0, 2))
+    assert got["asic"] == [STD.format(p=p), "/interfaces/interface[name=swp1]/state/counters/carrier-transitions",
+                           "swtel:/interfaces/interface[name=swp1]/hw/state/counters/in-l3-drops",
+                           "swtel:/interfaces/interface[name=swp1]/pfc/priority[id=3]/state/in-pause-pkts",
+                           "/interfaces/interface[name=swp1]/phy/state/symbol-errors"]
+    assert got["netdev"] == [KERNEL.format(p=p), "/interfaces/interface[name=swp1]/state/counters/in-pkts",
+                             "swtel:/interfaces/interface[name=swp1]/netdev/state/counters/carrier-transitions"]
+    # switchd's copy (rank 0) moves aside where a source of rank > 0 takes its path
+    assert got["ethtool"] == ["swtel:/interfaces/interface[name=swp1]/ethtool/hw/state/counters/in-octets",
+                              "swtel:/interfaces/interface[name=swp1]/ethtool/hw/state/counters/in-l3-drops",
+                              "swtel:/interfaces/interface[name=swp1]/ethtool/pfc/priority[id=3]/state/in-pause-pkts"]
+    every = [x for paths in got.values() for x in paths]
+    assert len(every) == len(set(every))  # one path, one value
+    # and OTLP, which names a counter by the shape of its path, sends one value per name: the ASIC's
+    names = [(src, otlp_names.for_path(x)[:2]) for src, paths in got.items() for x in paths]
+    assert len({n for _s, n in names}) == len(names)
+    octets = ("nvswitch_interface_ether_stats_octets", (("interface", "swp1"),))
+    assert [src for src, n in names if n == octets] == ["asic"]
+
+
+def test_the_override_puts_the_kernel_back_and_the_asic_under_its_own_name():
+    p = "swp1"
+    got = _paths([_netdev(p), _named("asic", p, ASIC_NAMES)], (3, 2))
+    assert got["netdev"] == _netdev(p).paths
+    assert got["asic"][:2] == [ASIC_ASIDE.format(p=p),
+                               "swtel:/interfaces/interface[name=swp1]/asic/state/counters/carrier-transitions"]
+    assert got["asic"][2:] == _named("asic", p, ASIC_NAMES).paths[2:]  # nobody else gives those
+    # rank 0: the plugin takes no path from another source (its hardware path stays)
+    got = _paths([_netdev(p), _named("asic", p, ASIC_NAMES)], (1, 0))
+    assert got["netdev"] == _netdev(p).paths and got["asic"][0] == HW.format(p=p)
+
+
+def test_without_a_plugin_nothing_moves():
+    for p in ("swp1", "odd]na\\me"):
+        tables = [_netdev(p), _named("ethtool", p, SWITCHD_NAMES)]
+        assert elect([(t.source, t, r) for t, r in zip(tables, (1, 0), strict=True)]) == [{}, {}]
+        assert relabel(tables[0], {}) is tables[0]
+
+
+def test_keys_and_aside_paths_keep_escaped_names_and_every_key():
+    p = "we]ird\\x"
+    spec = _named("asic", p, ("HwIfInOctets",)).specs[0]
+    key, alias = standard_key(spec)
+    container, leaf = key_path(key)
+    path = container.path
+    assert alias and (container.origin, path, leaf) == (
+        OPENCONFIG, "/interfaces/interface[name=we\\]ird\\\\x]/state/counters", "in-octets")
+    assert yielded(container, "netdev").path == \
+        "/interfaces/interface[name=we\\]ird\\\\x]/netdev/state/counters"
+    queue = Container(OPENCONFIG, "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=3]/state")
+    assert yielded(queue, "ethtool") == Container(
+        SWTEL_ORIGIN, "/qos/interfaces/interface[interface-id=swp1]/ethtool/output/queues/queue[name=3]/state")
+    assert yielded(Container(SWTEL_ORIGIN, "/a[x=1][y=2]/b"), "asic").path == "/a[x=1][y=2]/asic/b"
+
+
+# ---------------------------------------------------------------- the engine: exact deltas across a new winner
+
+
+class _Made(Source):
+    """A source built here: ``ports`` -> its table; each read adds ``step`` to every value."""
+
+    uses_links = False
+
+    def __init__(self, cfg, name: str, build, step: int) -> None:
+        self.name = name  # the config section it reads its rank from
+        super().__init__(cfg)
+        self._build, self.step, self.ports_now = build, step, ["swp1"]
+        self._shape: list[str] | None = None
+        self.total: dict[str, int] = {}
+
+    @property
+    def needs_setup(self) -> bool:
+        return self.ports_now != self._shape
+
+    def setup(self, links) -> None:
+        if self.ports_now != self._shape:
+            self._shape = list(self.ports_now)
+            specs = [s for p in self._shape for s in self._build(p).specs]
+            self.table = CounterTable(self.name, specs)
+            self.values = array("Q", [self.total.get(s.container.full(s.leaf), 0) for s in specs])
+
+    def read(self) -> int:
+        for i, s in enumerate(self.table.specs):
+            key = s.container.full(s.leaf)
+            self.total[key] = self.total.get(key, 0) + self.step
+            self.values[i] = self.total[key]
+        return len(self._shape)
+
+
+class _Recorder:
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.lines: list[tuple] = []  # (source, path, value, delta, flags)
+        self.deleted: list[str] = []
+
+    def start(self, store) -> None:
+        pass
+
+    def on_batch(self, batch) -> None:
+        self.lines += [(batch.source, path, v, d, f) for _s, path, v, d, f in batch.items()]
+
+    def on_state(self, updates) -> None:
+        pass
+
+    def on_delete(self, ts_ns, containers) -> None:
+        self.deleted += [c.full("") for c in containers]
+
+    def stop(self, timeout) -> None:
+        pass
+
+    def status(self) -> dict:
+        return {}
+
+
+def _engine(text: str = ""):
+    cfg = config.parse(text)
+    rec = _Recorder()
+    engine = Engine(cfg, [rec])
+    kernel = _Made(cfg, "netdev", _netdev, 10)
+    asic = _Made(cfg, "asic", lambda p: _named("asic", p, ("HwIfInOctets", "carrier_changes")), 1000)
+    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(asic, 0.1)]
+    return engine, rec, kernel, asic
+
+
+def _passes(engine: Engine, n: int) -> None:
+    for _ in range(n):
+        for runner in engine._runners:
+            engine._poll(runner, time.monotonic())
+        engine._flush_drops()
+
+
+def test_a_new_winner_is_announced_and_every_delta_stays_exact():
+    engine, rec, _kernel, asic = _engine()
+    _passes(engine, 3)
+    std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
+    assert {x[0] for x in std} == {"asic"} or std[0][0] == "netdev"  # the kernel's only before the asic came
+    aside = [x for x in rec.lines if x[1] == KERNEL.format(p="swp1")]
+    assert aside and {x[0] for x in aside} == {"netdev"}
+    assert not any(x[4] & (F_RESET | F_JUMP) for x in rec.lines)
+    # the plugin loses the port: the kernel's counter is back on the leaf at once (its value,
+    # flagged new), the aside path is deleted, and no delta is anything but the source's own
+    rec.lines.clear()
+    asic.ports_now = []
+    _passes(engine, 2)
+    assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
+    std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
+    assert std[0][0] == "netdev" and std[0][4] & F_NEW and std[0][3] == 0
+    assert {x[3] for x in std[1:]} == {10} and all(x[0] == "netdev" for x in std)
+    # and back: the ASIC's total goes on from where it was (its own state, kept by path)
+    rec.lines.clear()
+    asic.ports_now = ["swp1"]
+    _passes(engine, 3)
+    std = [x for x in rec.lines if x[1] == STD.format(p="swp1") and x[0] == "asic"]
+    assert [x[3] for x in std if not x[4] & F_NEW] == [1000, 1000]
+    assert not any(x[4] & (F_RESET | F_JUMP) for x in rec.lines)
+    latest = {(b.source, p): v for b in engine.store.snapshot_batches() for _s, p, v, _d, _f in b.items()}
+    assert latest[("asic", STD.format(p="swp1"))] == asic.total[HW.format(p="swp1")]
+    assert latest[("netdev", KERNEL.format(p="swp1"))] == _kernel.total[STD.format(p="swp1")]
+    assert len({p for _s, p in latest}) == len(latest)  # one value per path
+
+
+def test_a_leaf_only_the_asic_gave_is_deleted_alone_when_its_port_goes():
+    engine, rec, kernel, asic = _engine()
+    kernel._build = lambda p: CounterTable("netdev", _netdev(p).specs[:2])  # no carrier counter
+    _passes(engine, 2)
+    assert any(x[1] == "/interfaces/interface[name=swp1]/state/counters/carrier-transitions" for x in rec.lines)
+    asic.ports_now = []
+    _passes(engine, 1)
+    assert "/interfaces/interface[name=swp1]/state/counters/carrier-transitions" in rec.deleted
+    assert "/interfaces/interface[name=swp1]/state/counters" not in rec.deleted  # the kernel's go on
+    assert "swtel:/interfaces/interface[name=swp1]/hw/state/counters" not in rec.deleted  # never published
+
+
+def test_the_engine_without_a_plugin_publishes_the_sources_own_tables():
+    cfg = config.parse("")
+    rec = _Recorder()
+    engine = Engine(cfg, [rec])
+    kernel = _Made(cfg, "netdev", _netdev, 10)
+    driver = _Made(cfg, "ethtool", lambda p: _named("ethtool", p, SWITCHD_NAMES), 5)
+    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(driver, 0.1)]
+    _passes(engine, 2)
+    kernel.ports_now = driver.ports_now = ["swp1", "swp2"]
+    _passes(engine, 2)
+    assert all(r.published is r.table and not r.moves for r in engine._runners)
+    own = {p for r in engine._runners for p in r.table.paths}
+    assert {x[1] for x in rec.lines} == own and not rec.deleted
+    assert [x[3] for x in rec.lines if x[1] == STD.format(p="swp1")] == [0, 10, 10, 10]
+
+
+def test_a_reload_that_changes_a_rank_moves_the_paths_at_once():
+    engine, rec, kernel, asic = _engine()
+    _passes(engine, 2)
+    rec.lines.clear()
+    engine.reload(config.parse("sources: {netdev: {rank: 3}, ethtool: {enabled: false}, "
+                               "system: {enabled: false}, asic: {enabled: true}}\n"))
+    for runner in engine._runners:  # the same sources go on (only the ranks changed)
+        runner.source.section = getattr(engine._pending_cfg.sources, runner.name)
+    engine._apply_pending_config()
+    engine._flush_drops()
+    moved = {(x[0], x[1]): x for x in rec.lines}
+    assert moved[("netdev", STD.format(p="swp1"))][4] & F_NEW
+    assert moved[("asic", ASIC_ASIDE.format(p="swp1"))][2] == asic.total[HW.format(p="swp1")]
+    assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
+
+
+# ---------------------------------------------------------------- the agent: a kernel port and a plugin port of one name
+
+
