@@ -154,6 +154,22 @@ def interface_path(name: str) -> str:
     return f"{INTERFACE_PREFIX}{escape_key(name)}]"
 
 
+#: Cumulus Linux 5.15's RS-FEC histogram below a port's (or a channel's) ``phy``: one list
+#: entry per bin, keyed by the bin's upper boundary (corrected symbols per codeword), with the
+#: leaves ``count`` and ``upper-boundary``
+FEC_HISTOGRAM_LIST = "histograms/state/rs-num-corr-err"
+
+
+def fec_histogram_bin_path(port: str, upper: int | str, lane: int | str | None = None) -> str:
+    """``/interfaces/interface[name=<port>]/phy/histograms/state/rs-num-corr-err[upper-boundary=<U>]``
+    (Cumulus 5.15's per-port RS-FEC histogram bin); with ``lane``, the same list below
+    ``phy/channels/channel[id=<lane>]``, where Cumulus keeps a port's per-lane PHY leaves.
+    ``port`` is escaped; ``interface_path``'s template rule holds for ``"{port}"``."""
+    phy = f"{interface_path(port)}/phy" if lane is None else \
+        f"{interface_path(port)}/phy/channels/channel[id={escape_key(str(lane))}]"
+    return f"{phy}/{FEC_HISTOGRAM_LIST}[upper-boundary={escape_key(str(upper))}]"
+
+
 def qos_interface_path(name: str) -> str:
     """``/qos/interfaces/interface[interface-id=<name>]``, the name escaped."""
     return f"{QOS_INTERFACE_PREFIX}{escape_key(name)}]"

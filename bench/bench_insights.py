@@ -26,10 +26,12 @@ the machine's load falls on every row alike:
   plugin's read, timed here; the buffer levels are not diffed, stored or exported) against
   the layout without any buffer slot (the same table, its values handed over untimed, as a
   plugin without buffer data would), without and with insights: "within 10 % with buffer
-  data off".
+  data off";
+* with ``--without link_degrading,error_burst,...``: the default detectors with each named one
+  turned off, a row each: what each detector costs a tick, in the same run.
 
     .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600] [--sim-ports 256,1024]
-        [--ticks 40]
+        [--ticks 40] [--without DETECTOR,...]
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _with_fec(table: CounterTable, where: dict, names: list[str]) -> CounterTabl
     specs = list(table.specs)
     for p in names:
         for b in range(16):
-            c = Container(OPENCONFIG, interface_path(p) + f"/phy/fec/state/rs-fec-histogram/bin[index={b}][lower={b}][upper={b}]")
+            c = Container(OPENCONFIG, interface_path(p) + f"/phy/histograms/state/rs-num-corr-err[upper-boundary={b}]")
             where[(p, f"bin{b}")] = len(specs)
             specs.append(CounterSpec(c, "count", port=p))
     return CounterTable(table.source, specs)
@@ -152,7 +154,7 @@ class _Tick:
     """One way of handling the sim's reads: its own table, diff state and (optional) runner."""
 
     def __init__(self, table: CounterTable, keep, insights: bool, feed_add=None,
-                 speeds: dict | None = None, gather: bool = False) -> None:
+                 speeds: dict | None = None, gather: bool = False, off: str | None = None) -> None:
         from array import array
 
         self.table, self.keep, self.gather = table, keep, gather
@@ -160,7 +162,10 @@ class _Tick:
         self.values = array("Q", bytes(8 * n))
         self.prev, self.acc, self.known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
         self.oi, self.od, self.of = array("I", bytes(4 * n)), array("q", bytes(8 * n)), bytearray(n)
-        self.runner = InsightsRunner(Insights(), log=_Quiet()) if insights else None
+        cfg = Insights()
+        if off is not None:  # one detector turned off: what it costs is the difference
+            getattr(cfg, off).enabled = False
+        self.runner = InsightsRunner(cfg, log=_Quiet()) if insights else None
         if self.runner is not None:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:
@@ -190,7 +195,7 @@ class _Tick:
         self.changed.append(k)
 
 
-def sim_rows(ports: int, ticks: int) -> dict[str, tuple[float, float, int]]:
+def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str, tuple[float, float, int]]:
     """Per way of handling, the median ms a tick, its p90, and the values changed a tick."""
     from array import array
 
@@ -224,6 +229,8 @@ def sim_rows(ports: int, ticks: int) -> dict[str, tuple[float, float, int]]:
         "pre-buffer layout, without insights": _Tick(pre, keep, False),
         "pre-buffer layout, default detectors": _Tick(pre, keep, True, None, speeds),
     }
+    for name in without:
+        ways[f"default detectors but {name}"] = _Tick(on.table, None, True, None, speeds, off=name)
     raw = array("Q", bytes(8 * len(on.table)))
     try:
         for n in range(ticks):
@@ -249,10 +256,10 @@ def sim_rows(ports: int, ticks: int) -> dict[str, tuple[float, float, int]]:
     return out
 
 
-def print_sim(ports: int, ticks: int) -> None:
+def print_sim(ports: int, ticks: int, without: tuple[str, ...] = ()) -> None:
     from agent import _backend
 
-    rows = sim_rows(ports, ticks)
+    rows = sim_rows(ports, ticks, without)
     print(f"\nsim switch, {ports} ports x 174 values, its default load read every 100 ms ({ticks} ticks, "
           f"backend {_backend.NAME}): ms a tick from the read's values to the end of the insights pass")
     for name, (med, p90, changed) in rows.items():
@@ -266,6 +273,10 @@ def print_sim(ports: int, ticks: int) -> None:
     print(f"  buffer data off vs the pre-buffer layout: {off / pre - 1:+.1%} without insights, "
           f"{off_ins / pre_ins - 1:+.1%} with the default detectors (buffers on: {base / pre - 1:+.1%}, "
           f"{c_feed / pre_ins - 1:+.1%})")
+    for name in without:
+        less = rows[f"default detectors but {name}"][0]
+        print(f"  {name} costs {c_feed - less:.2f} ms a tick ({(c_feed - less) / c_feed:.0%} of the default detectors' "
+              "tick)")
 
 
 def main() -> None:
@@ -274,6 +285,9 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=600, help="synthetic passes (0: skip them)")
     ap.add_argument("--sim-ports", default="256,1024", help="sizes of the simulated switch ('': none)")
     ap.add_argument("--ticks", type=int, default=40)
+    ap.add_argument("--without", default="", help=(
+        "detectors (comma-separated, e.g. link_degrading,error_burst,throughput_dip) each measured turned "
+        "off, in the same run: a row each, and what it costs"))
     args = ap.parse_args()
     from agent import _backend
 
@@ -290,7 +304,7 @@ def main() -> None:
                   f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
                   f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
     for ports in (int(p) for p in args.sim_ports.split(",") if p.strip()):
-        print_sim(ports, args.ticks)
+        print_sim(ports, args.ticks, tuple(n.strip() for n in args.without.split(",") if n.strip()))
 
 
 if __name__ == "__main__":

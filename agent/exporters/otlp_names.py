@@ -22,7 +22,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.pathgrammar import KEY_VALUE_RE, interface_path, qos_interface_path, unescape_key
+from agent.pathgrammar import (
+    FEC_HISTOGRAM_LIST,
+    KEY_VALUE_RE,
+    interface_path,
+    qos_interface_path,
+    unescape_key,
+)
 
 PREFIX = "nvswitch_interface_"
 _KEY = f"({KEY_VALUE_RE})"  # a key value as it stands in a path string (escaped)
@@ -161,8 +167,10 @@ PHY = {
     "effective-errors": PREFIX + "phy_stats_phy_effective_errors",
     "raw-errors": PREFIX + "phy_stats_phy_raw_errors",
 }
+#: the PHY's RS-FEC histogram leaf: the name of its bins on Cumulus' layout too (histogram_bin)
+FEC_HISTOGRAM = "rs-fec-histogram"
 PHY_FEC = {"corrected-bits": PREFIX + "phy_stats_phy_corrected_bits",
-           "rs-fec-histogram": PREFIX + "phy_rs_fec_histogram"}
+           FEC_HISTOGRAM: PREFIX + "phy_rs_fec_histogram"}
 PHY_BER = {
     "raw-ber": PREFIX + "phy_stats_raw_ber",
     "symbol-ber": PREFIX + "phy_stats_symbol_ber",
@@ -389,10 +397,26 @@ def generic_name(container_path: str, leaf: str) -> Name:
 _BIN = re.compile(r"^(.*)/([^/\[]+)/bin\[index=(\d+)\]\[lower=(\d+)\]\[upper=(\d+|inf)\]$")
 
 
+#: one bin of the RS-FEC histogram on Cumulus' layout (asic.py histogram_bin_container): ``<phy>/
+#: histograms/state/rs-num-corr-err[upper-boundary=U]``, ``<phy>`` a port's ``phy`` or one of its
+#: ``phy/channels/channel[id=N]``; leaf ``count``
+_FEC_BIN = re.compile(rf"^(.*/phy(?:/channels/channel\[id={KEY_VALUE_RE}\])?)/{re.escape(FEC_HISTOGRAM_LIST)}"
+                      r"\[upper-boundary=(\d+)\]$")
+
+
 def histogram_bin(container_path: str, leaf: str) -> tuple[str, str, int, int, float] | None:
     """(histogram's container, histogram's leaf, bin index, low, high) of a bin's count, or
-    None. ``high`` is ``inf`` for a last bin without an upper bound."""
-    m = _BIN.match(container_path) if leaf == "count" else None
+    None. ``high`` is ``inf`` for a last bin without an upper bound. An RS-FEC bin on Cumulus'
+    layout is named as the PHY's ``fec/state/rs-fec-histogram`` and carries only its upper
+    boundary: that is its index (Cumulus' ``bin``; Spectrum's bin N counts N corrected
+    symbols), its high bound and, unknown, its low one (-1)."""
+    if leaf != "count":
+        return None
+    m = _FEC_BIN.match(container_path)
+    if m is not None:
+        upper = int(m.group(2))
+        return f"{m.group(1)}/fec/state", FEC_HISTOGRAM, upper, -1, upper
+    m = _BIN.match(container_path)
     if m is None:
         return None
     parent, hist, index, low, high = m.groups()
@@ -460,7 +484,10 @@ def doc_rows() -> list[str]:
             "histogram's name: in the `cumulus` profile (and Prometheus) one gauge per bin with the "
             "attribute `bin` = I, in the `otel` profile one cumulative OTel Histogram per port whose "
             "`explicit_bounds` are the bins' upper bounds (a bin counts the values up to its upper "
-            "bound and above the previous one's).", "",
+            "bound and above the previous one's). The RS-FEC histogram on Cumulus' layout "
+            "(`.../phy/histograms/state/rs-num-corr-err[upper-boundary=U]/count`, per lane below "
+            "`.../phy/channels/channel[id=N]`) is named as the PHY's `rs-fec-histogram` above, with "
+            "`bin` = U (Spectrum's bin N counts N corrected symbols).", "",
             f"`{EGRESS_HISTOGRAM}` (attributes `interface`, `tc`) is not a path's: the OTLP exporter "
             "builds it from the TC levels above when `egress_histogram` is on (docs/otlp.md)."]
     return out

@@ -180,6 +180,10 @@ class Detector:
     #: ``self.ports``) cannot concern it: such samples are not passed (the feed knows the
     #: port's highest queue level of the pass). None: every sample is passed.
     level_gate: int | None = None
+    #: the semantics (classify.BITS) that moved in the sample being passed: the feeds set it
+    #: before each ``sample`` call, so a detector can skip looking for what did not move; all
+    #: bits (-1) when called otherwise
+    changed: int = -1
 
     #: ``sems`` as classify.BITS (set for every subclass from its ``sems``)
     sem_bits: ClassVar[int] = 0

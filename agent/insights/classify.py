@@ -118,7 +118,9 @@ _DROP_REASON = re.compile(rf"^drops/group\[name=({KEY_VALUE_RE})\]/reason\[name=
 # a devlink device's trap (sources/devlink_trap.py): per device, so the device is the "port"
 _DEVLINK_DROP_REASON = re.compile(rf"^{re.escape(DEVLINK_DEVICE_PREFIX)}({KEY_VALUE_RE})\]/drops/group\[name="
                                   rf"({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
-_FEC_BIN = re.compile(r"^phy/fec/state/rs-fec-histogram/bin\[index=(\d+)\]\[lower=\d+\]\[upper=(?:\d+|inf)\]$")
+# issue 22 item 3: the port's bin on Cumulus' layout (sources/asic.py histogram_bin_container); sub = its
+# upper boundary, the bin's index on Spectrum (an open last bin: its lower bound, 15)
+_FEC_BIN = re.compile(r"^phy/histograms/state/rs-num-corr-err\[upper-boundary=(\d+)\]$")
 _QUEUE = re.compile(rf"^/output/queues/queue\[name=({KEY_VALUE_RE})\]/state$")
 _RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
                    rf"(?:/ports/port\[id={KEY_VALUE_RE}\])?/hw-counters$")

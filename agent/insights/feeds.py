@@ -193,8 +193,10 @@ class FeedBook:
                 gate = det.level_gate
                 if gate is not None and top < gate and port not in det.ports:
                     continue  # every queue of a calm port below the detector's threshold
+                det.changed = changed
                 det.sample(port, feed.ts, dt, acc, owned)
             for det in feed.lazy:
                 if det.sem_bits & changed:  # one of its semantics changed (is in acc)
+                    det.changed = changed
                     det.sample(port, feed.ts, dt, acc, owned)
             acc.clear()

@@ -62,6 +62,7 @@ _BIN_KEYS = tuple((c.FEC_BIN, str(i)) for i in range(BINS))
 _ZEROS = (0,) * BINS
 #: the uncorrectable codewords' leaves (classify.py): the PHY's effective errors, ethtool's blocks
 _UNC_KEYS = ((c.UNCORRECTABLE, "effective-errors"), (c.UNCORRECTABLE, "fec-uncorrectable-blocks"))
+_UNC_BIT = c.BITS[c.UNCORRECTABLE]  # none of them in a sample whose mask lacks it
 
 #: the gauges' container below a port (swtel's origin: Cumulus 5.15+ has FEC histogram leaves,
 #: none for a prediction) and their leaves
@@ -100,9 +101,10 @@ def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None
 
 class _Port:
     """The window in ten buckets (a sample goes to the bucket its end falls in): the nine
-    before the current one, summed, and the current one."""
+    before the current one, summed, and the current one; and the codewords at ``max_bin`` or
+    above in each part, kept so that a sample sums only its own tail."""
 
-    __slots__ = ("done", "totals", "idx", "cur", "sent", "slot")
+    __slots__ = ("done", "totals", "idx", "cur", "sent", "slot", "tail_done", "tail_cur")
 
     def __init__(self, idx: int) -> None:
         self.done: deque[tuple[int, list[int]]] = deque()  # (bucket, bins 0..15 + uncorrectable)
@@ -111,6 +113,8 @@ class _Port:
         self.cur = [0] * (BINS + 1)
         self.sent: dict[str, float | int] = {}  # the gauges as last published
         self.slot = -1  # the publishing slot (a second or a bucket) they were last published in
+        self.tail_done = 0  # codewords at max_bin or above in ``totals``
+        self.tail_cur = 0  # ... in ``cur``
 
 
 @dataclass
@@ -173,25 +177,29 @@ class LinkDegrading(Detector):
             return
         # Every sample of every port with a histogram comes here: kept to C-level list work.
         row = list(map(acc.get, _BIN_KEYS, _ZEROS))
-        unc = acc.get(_UNC_KEYS[0], 0) + acc.get(_UNC_KEYS[1], 0) if c.UNCORRECTABLE in owned else 0
+        unc = (acc.get(_UNC_KEYS[0], 0) + acc.get(_UNC_KEYS[1], 0)
+               if c.UNCORRECTABLE in owned and self.changed & _UNC_BIT else 0)
         row.append(unc)
         idx = (ts - 1) // self.bucket  # a sample ending on a boundary is the bucket's before it
         st = self.ports.get(port)
         if st is None:
             st = self.ports[port] = _Port(idx)
+        mb = self.cfg.max_bin
         rolled = idx != st.idx
-        if rolled:
+        if rolled:  # the bucket closes: its sums join the window's, buckets past it leave
             st.done.append((st.idx, st.cur))
             totals = list(map(add, st.totals, st.cur))
             while st.done and st.done[0][0] <= idx - 10:
                 totals = list(map(sub, totals, st.done.popleft()[1]))
             st.totals, st.idx, st.cur = totals, idx, row
+            st.tail_done = sum(totals[mb:BINS])
+            st.tail_cur = sum(row[mb:BINS])
         else:
             st.cur = list(map(add, st.cur, row))
+            st.tail_cur += sum(row[mb:BINS])
         # maxT is cheap: judged every sample; the fit once a bucket, and whenever the tail or
         # uncorrectable codewords hold.
-        mb = self.cfg.max_bin
-        tail = sum(st.totals[mb:BINS]) + sum(st.cur[mb:BINS])
+        tail = st.tail_done + st.tail_cur
         by_bin = tail >= self.cfg.max_bin_count
         publish = rolled and idx // self.per_slot != st.slot
         if rolled or unc or by_bin:
@@ -233,11 +241,10 @@ class LinkDegrading(Detector):
         rows = ["", "## The RS-FEC histogram in Cumulus' layout; `insights.link_degrading`'s gauges", "",
                 "Cumulus Linux 5.15 streams the histogram per port (none per channel) as "
                 f"`{interface_path('X')}/phy/histograms/state/rs-num-corr-err[upper-boundary=U]/count` "
-                "(and `…/upper-boundary`), keyed by the bin's upper bound. swtel streams it as every "
-                "`HISTOGRAM` kind is (`…/phy/fec/state/rs-fec-histogram/bin[index=I][lower=L][upper=U]/count`, "
-                "per port; ethnl also per lane under `…/phy/channels/channel[id=N]/fec/state/…`): "
-                "Cumulus' bin `upper-boundary=U` is swtel's bin with `upper=U`, and swtel's open last bin "
-                "(`upper=inf`) is Cumulus' bin 15 (`upper-boundary=15`: RS(544,514) corrects 15 symbols). "
+                "(and `…/upper-boundary`), keyed by the bin's upper bound. swtel streams it on that "
+                "layout (the asic source's and ethnl's; ethnl's lanes under "
+                "`…/phy/channels/channel[id=N]/histograms/state/…`); an open last bin is keyed by its "
+                "lower bound (15: RS(544,514) corrects 15 symbols). "
                 "docs/gnmi.md has the mapping leaf by leaf.", "",
                 "Per port with an RS-FEC codeword-error histogram, over the detector's `window` (10 s), "
                 "published once a bucket (`window` / 10) and at most once a second, each leaf when it "

@@ -58,6 +58,7 @@ class _Port:
 _BITS = (c.RX_BITS, "")
 _CORR = (c.CORRECTED, "")
 _RARE = frozenset({c.SYMBOL, c.UNCORRECTABLE, c.ERRORS})
+_RARE_BITS = c.mask(_RARE)
 
 
 @dataclass
@@ -133,7 +134,9 @@ class LinkErrors(Detector):
             st.corr_rate += alpha * (corr / dt - st.corr_rate)
             st.seen += dt
         sym = unc = err = 0
-        for key, v in acc.items():
+        # Errors are rare: a sample in which none of their semantics moved holds no key of
+        # theirs (the feeds' mask), so the look through every key is skipped.
+        for key, v in acc.items() if self.changed & _RARE_BITS else ():
             sem = key[0]
             if sem not in _RARE or sem not in owned:
                 continue

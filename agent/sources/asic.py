@@ -49,7 +49,14 @@ from agent.counters import (
     CounterTable,
     StateUpdate,
 )
-from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path, rdma_port_path
+from agent.pathgrammar import (
+    FEC_HISTOGRAM_LIST,
+    drop_reason_path,
+    fec_histogram_bin_path,
+    interface_path,
+    qos_interface_path,
+    rdma_port_path,
+)
 from agent.sources import drivers
 from agent.sources.base import (
     NO_DATA,
@@ -95,12 +102,47 @@ def slots(desc: tuple) -> int:
     return len(desc[4]) if desc[2] == KIND_HISTOGRAM else 1
 
 
+#: the PHY rule's leaf for the RS-FEC codeword-error histogram (and ethnl's for the same bins)
+FEC_HISTOGRAM = "rs-fec-histogram"
+_FEC_STATE = "/fec/state"
+_TOP = 2**64 - 1  # a bin without an upper bound (bin_info's UINT64_MAX)
+
+
 def bin_container(container: Container, leaf: str, index: int, low: int, high: int) -> Container:
     """Where bin ``index`` of histogram ``leaf`` goes: a list below the histogram's own
     container, keyed by the bin's index and inclusive bounds (``upper=inf``: none; the keys sort in this order, as gNMI renders them), its value
     the leaf ``count`` (docs/paths.md, "Histograms")."""
-    top = "inf" if high >= 2**64 - 1 else str(high)
+    top = "inf" if high >= _TOP else str(high)
     return Container(container.origin, f"{container.path}/{leaf}/bin[index={index}][lower={low}][upper={top}]")
+
+
+def fec_upper_boundary(low: int, high: int) -> int:
+    """Cumulus' key of a bin: its inclusive upper bound; for an open last bin its lower one
+    (Spectrum's bin 15 counts 15 corrected symbols, the most RS(544,514) corrects: a codeword
+    with more is uncorrectable, not in the histogram), so every key is a distinct integer."""
+    return low if high >= _TOP else high
+
+
+def histogram_bin_container(container: Container, leaf: str, index: int, low: int, high: int) -> Container:
+    """Where bin ``index`` of histogram ``leaf`` goes. The RS-FEC histogram of a port's (or a
+    lane's) PHY is streamed on Cumulus Linux 5.15's layout,
+    ``.../phy[/channels/channel[id=N]]/histograms/state/rs-num-corr-err[upper-boundary=U]``
+    (leaf ``count``), for a collector built for a Cumulus switch; any other histogram as
+    :func:`bin_container` puts it."""
+    path = container.path
+    if leaf == FEC_HISTOGRAM and container.origin == OPENCONFIG and path.endswith(_FEC_STATE):
+        phy = path[:-len(_FEC_STATE)]  # .../phy or .../phy/channels/channel[id=N]
+        upper = fec_upper_boundary(low, high)
+        return Container(OPENCONFIG, f"{phy}/{FEC_HISTOGRAM_LIST}[upper-boundary={upper}]")
+    return bin_container(container, leaf, index, low, high)
+
+
+def fec_bounds(containers: list[Container], bins: list[tuple[int, int]]) -> list[tuple[Container, int]]:
+    """The ``upper-boundary`` leaf of each RS-FEC bin on Cumulus' layout: (its container, U);
+    the other bins (a histogram swtel streams in its own form) have none."""
+    return [(c, fec_upper_boundary(low, high)) for c, (low, high) in zip(containers, bins, strict=True)
+            if c.path.endswith("]") and f"/{FEC_HISTOGRAM_LIST}[" in c.path]
+
 
 _IF = interface_path("{port}")  # a str.format template: filled with an escaped name
 _STATE = (OPENCONFIG, f"{_IF}/state/counters")
@@ -137,7 +179,7 @@ PHY = rules(
     (r"pg_headroom_peak_occupancy_(?P<n>\d+)", _PG, "headroom-peak-occupancy", GAUGE),
     (r"ingress_pool_occupancy_(?P<n>\d+)", _POOL_IN, "occupancy", GAUGE),
     (r"ingress_pool_peak_occupancy_(?P<n>\d+)", _POOL_IN, "peak-occupancy", GAUGE),
-    (r"phy_rs_fec_histogram", _PHY_FEC, "rs-fec-histogram"),
+    (r"phy_rs_fec_histogram", _PHY_FEC, FEC_HISTOGRAM),
 )
 
 #: every switch-port name goes through these, first match wins (SWITCHD ends in a HwIf* catch-all)
@@ -243,9 +285,15 @@ class AsicSource(Source):
                 "puts it). Names no table knows go to `swtel:/interfaces/interface[name=X]/asic/<name>`. "
                 "A host view's RDMA device (`SWTEL_ASIC_PORT_HOST`) uses the RDMA paths. "
                 "State, sent on change: the plugin's `UP` flag as `/interfaces/interface[name=X]/state/oper-status` "
-                "(UP, DOWN) and a breakout port's parent as `.../state/hardware-port`.", "",
+                "(UP, DOWN) and a breakout port's parent as `.../state/hardware-port`. A `HISTOGRAM` streams "
+                "one counter per bin: the RS-FEC histogram on Cumulus Linux 5.15's layout, each bin keyed "
+                "by its inclusive upper bound U in corrected symbols per codeword (an open last bin: its "
+                "lower bound), with Cumulus' `upper-boundary` leaf (U) beside `count`, sent once as a "
+                "state; any other histogram as `<path>/<leaf>/bin[index=I][lower=L][upper=U]/count`.", "",
                 "| source | name pattern | path | kind |", "|---|---|---|---|",
-                *(doc_rule_row("asic", rule) for rule in PHY),
+                *(doc_rule_row("asic", rule) for rule in PHY if rule.leaf != FEC_HISTOGRAM),
+                # a HISTOGRAM: one counter per bin, the RS-FEC one on Cumulus' layout
+                doc_row("asic", "phy_rs_fec_histogram (bin up to U)", f"{fec_histogram_bin_path('X', 'U')}/count"),
                 doc_row("asic", DROP_REASON_DOC[0], f"swtel:{DROP_REASON_DOC[1]}"), ""]
     _refused: tuple | None = None  # the plugin file's signature when it was refused for what it is
 
@@ -286,9 +334,15 @@ class AsicSource(Source):
         self._layout_retry_at = 0.0  # a refused layout is listed again from then on
         self._backoff = Backoff()  # restart delays after a plugin crash or hang
         self._opening: PluginProxy | None = None  # a helper whose open is in flight
+        # opened, and its first read still running in the helper: the first snapshot waits
+        self._first_read_pending = False
         self._interrupted = False  # the agent is stopping: start no helper
         self._oper: dict[str, tuple[str, str]] = {}  # port -> (oper-status, breakout parent)
         self._oper_sent: dict[str, tuple[str, str]] = {}
+        # the RS-FEC bins' ``upper-boundary`` leaves (Cumulus' layout): a constant per bin,
+        # sent as a state once per layout
+        self._bounds: list[tuple[Container, int]] = []
+        self._bounds_due = False
         self.layout_changes = 0  # reads answered ECHANGED
         self._raw: array | None = None  # every value the plugin fills, when not all are kept
         self._keep: array | None = None  # ... and the slots of it kept (sources.asic.buffers off)
@@ -325,6 +379,7 @@ class AsicSource(Source):
         if self._handle is None:
             return False  # its helper is still starting or opening it: asked again next tick
         log.info("asic plugin opened", plugin=sec.plugin, path=self._path)
+        self._first_read_pending = True
         self.fault = None
         self._refused = None
         self._stale = True
@@ -364,6 +419,7 @@ class AsicSource(Source):
         hidden = Container(SWTEL_ORIGIN, "/agent/asic/unselected")
         skipped: list[int] = []  # the plugin's value slots not kept (buffer data off)
         oper: dict[str, tuple[str, str]] = {}
+        bounds: list[tuple[Container, int]] = []
         for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
             selected = any(fnmatch.fnmatchcase(port, p) for p in sec.interfaces) and not any(
                 fnmatch.fnmatchcase(port, p) for p in sec.exclude)
@@ -382,9 +438,11 @@ class AsicSource(Source):
                 container, leaf, rule_kind = map_name(port, name, host)
                 wanted = counter_wanted(name, sec.counters.include, sec.counters.exclude)
                 if kind == KIND_HISTOGRAM:  # one cumulative counter per bin, in bin order
-                    specs += [CounterSpec(bin_container(container, leaf, k, low, high), "count", width,
-                                          COUNTER if wanted else HIDDEN, port)
-                              for k, (low, high) in enumerate(bins)]
+                    where = [histogram_bin_container(container, leaf, k, low, high)
+                             for k, (low, high) in enumerate(bins)]
+                    specs += [CounterSpec(c, "count", width, COUNTER if wanted else HIDDEN, port) for c in where]
+                    if wanted and leaf == FEC_HISTOGRAM:
+                        bounds += fec_bounds(where, bins)
                     continue
                 if not sec.buffers and kind in (KIND_GAUGE, KIND_PEAK) and leaf in BUFFER_LEAVES:
                     skipped.append(len(specs) + len(skipped))  # read by the plugin, never kept
@@ -409,14 +467,17 @@ class AsicSource(Source):
         self.ports = chosen
         self.port_speeds = speeds
         self._oper = oper
+        self._bounds, self._bounds_due = bounds, bool(bounds)
 
     def read(self) -> int:
         if self._handle is None or self._stale:
+            self._first_read_pending = False  # (a refused layout: no read to wait for)
             return NO_DATA
         into = self.values if self._raw is None else self._raw
         status, ts_ns = self._plugin("read", self._generation, into, self._read_wait)
         if status == READ_PENDING:
             return NO_DATA  # the plugin's read is still running in its helper: collected next tick
+        self._first_read_pending = False
         if status == _backend.reader.ASIC_ECHANGED:
             self._stale = True  # list the layout again before the next read
             self.layout_changes += 1
@@ -453,6 +514,9 @@ class AsicSource(Source):
             self._oper_sent[port] = (status, parent)
         for port in [p for p in self._oper_sent if p not in self._oper]:
             del self._oper_sent[port]  # gone: its subtree is deleted with the port
+        if self._bounds_due:
+            self._bounds_due = False
+            out += [StateUpdate(ts_ns, c, "upper-boundary", upper, self.name) for c, upper in self._bounds]
         return out
 
     def inherit(self, old: Source) -> None:
@@ -519,7 +583,9 @@ class AsicSource(Source):
 
     @property
     def starting(self) -> bool:
-        return self._opening is not None
+        # A read that outlasted its pass (a loaded machine, a slow plugin) is collected on a
+        # later one: until the first is, the store holds none of the ASIC's values.
+        return self._opening is not None or (self._first_read_pending and self._handle is not None)
 
     @property
     def _read_wait(self) -> float:

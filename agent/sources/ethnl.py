@@ -4,8 +4,9 @@ Per selected port, two generic netlink requests to the family "ethtool" (resolve
 
 * ``ETHTOOL_MSG_FEC_GET`` with ``ETHTOOL_FLAG_STATS``: corrected and uncorrectable blocks
   and corrected bits, total and per lane, on the Cumulus-like PHY paths the asic source
-  uses; from Linux 6.18 the codeword-error histogram, one counter per bin, its bounds as
-  the device gives them (never assumed).
+  uses; from Linux 6.18 the codeword-error histogram, one counter per bin (per port and per
+  lane) on Cumulus' layout (``.../histograms/state/rs-num-corr-err[upper-boundary=U]``), its
+  bounds as the device gives them (never assumed).
 * ``ETHTOOL_MSG_STATS_GET`` with the groups eth-phy, eth-mac, eth-ctrl and rmon (with
   rmon's packet-size histograms), under ``swtel:`` (``ethtool-stats/<group>/<name>``).
 
@@ -26,10 +27,18 @@ from typing import Any, Protocol
 
 from agent import _backend
 from agent.config import Duration, setting
-from agent.counters import COUNTER, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.counters import (
+    COUNTER,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    Container,
+    CounterSpec,
+    CounterTable,
+    StateUpdate,
+)
 from agent.links import Link, select
-from agent.pathgrammar import interface_path
-from agent.sources.asic import bin_container
+from agent.pathgrammar import fec_histogram_bin_path, interface_path
+from agent.sources.asic import FEC_HISTOGRAM, bin_container, fec_bounds, histogram_bin_container
 from agent.sources.base import (
     NO_DATA,
     GenlSocket,
@@ -65,7 +74,6 @@ STAT_NAMES: dict[str, tuple[str, ...]] = {
 #: FEC_GET's three arrays, in the parser's order, and their leaves (``corrected-bits`` as the
 #: asic source's ``phy_corrected_bits``)
 FEC_LEAVES = ("corrected-blocks", "uncorrectable-blocks", "corrected-bits")
-FEC_HISTOGRAM = "rs-fec-histogram"  # the asic source's leaf for the same codeword-error bins
 RMON_HISTOGRAMS = ("hist-rx", "hist-tx")
 
 OK, UNSUPPORTED, OFF = "ok", "unsupported", "off"
@@ -110,6 +118,16 @@ def _fec_state(port: str, lane: int | str | None) -> Container:
     return interface(port, OPENCONFIG, tail)
 
 
+def fec_bin_bounds(port: str, shape: FecShape) -> list[tuple[Container, int]]:
+    """The ``upper-boundary`` leaf of every histogram bin :func:`fec_specs` streams (port and lanes)."""
+    out = []
+    for index, (low, high, lanes) in enumerate(shape[1]):
+        for lane in (None, *range(lanes)):
+            out += fec_bounds([histogram_bin_container(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)],
+                              [(low, high)])
+    return out
+
+
 def fec_specs(port: str, shape: FecShape) -> list[CounterSpec]:
     """Specs in ``fec_flat``'s order: each array's total then lanes 0.., then per bin its
     total and its lanes."""
@@ -120,8 +138,9 @@ def fec_specs(port: str, shape: FecShape) -> list[CounterSpec]:
                   for k in range(n)]
     for index, (low, high, lanes) in enumerate(bins):
         for lane in (None, *range(lanes)):
-            specs.append(CounterSpec(bin_container(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high),
-                                     "count", 64, COUNTER, port))
+            # Cumulus' layout, as the asic source's bins (per lane below the lane's channel)
+            where = histogram_bin_container(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)
+            specs.append(CounterSpec(where, "count", 64, COUNTER, port))
     return specs
 
 
@@ -214,9 +233,8 @@ class EthnlSource(Source):
             rows.append(doc_row("ethnl", f"FEC {leaf}, total", _fec_state(port, None).full(leaf)))
             rows.append(doc_row("ethnl", f"FEC {leaf}, lane N", _fec_state(port, "N").full(leaf)))
         for lane, what in ((None, "total"), ("N", "lane N")):
-            path = bin_container(_fec_state(port, lane), FEC_HISTOGRAM, 0, 0, 0).full("count")
-            rows.append(doc_row("ethnl", f"FEC histogram bin I, {what}",
-                                path.replace("[index=0][lower=0][upper=0]", "[index=I][lower=L][upper=U]")))
+            rows.append(doc_row("ethnl", f"FEC histogram bin up to U, {what}",
+                                fec_histogram_bin_path(port, "U", lane) + "/count"))
         for group in GROUPS:
             container = interface(port, SWTEL_ORIGIN, f"ethtool-stats/{group}")
             rows += [doc_row("ethnl", f"{group} {name}", container.full(leaf_name(name)))
@@ -227,7 +245,9 @@ class EthnlSource(Source):
                                 path.replace("[index=0][lower=0][upper=0]", "[index=I][lower=L][upper=U]")))
         return ["## ethnl: FEC and standard statistics (ethtool netlink)", "",
                 "FEC per port and per lane (N from 0), on the asic source's PHY leaves; histogram bins "
-                "as the device reports them (L and U inclusive, errors per codeword); the standard "
+                "as the device reports them, on Cumulus' layout (U: the bin's inclusive upper bound in "
+                "corrected symbols per codeword; an open last bin's lower bound), Cumulus' `upper-boundary` "
+                "leaf (U) beside each `count`, sent once as a state; the standard "
                 f"groups under `swtel:{interface_path(port)}/ethtool-stats/<group>`, statistics the "
                 "kernel adds later as `stat-<number>` (details: [ethnl.md](ethnl.md)).", "",
                 "| source | counter | path | kind |", "|---|---|---|---|", *rows, ""]
@@ -240,6 +260,8 @@ class EthnlSource(Source):
         self._stale = False  # a poll saw the layout change: set up again
         self._retry_at: float | None = None  # a failed probe or family: set up again from then
         self._family: int | None = None
+        self._bounds: list[tuple[Container, int]] = []  # the FEC bins' upper-boundary leaves
+        self._bounds_due = False  # sent as states once per layout
 
     def _groups_for(self, cmd: int) -> int:
         """The request's groups mask (ETHTOOL_STATS_* bits; FEC_GET has none)."""
@@ -322,15 +344,25 @@ class EthnlSource(Source):
 
     def _build(self, ports: list[_Port]) -> None:
         specs: list[CounterSpec] = []
+        bounds: list[tuple[Container, int]] = []
         for port in ports:
             port.fec_at = len(specs)
             if port.fec_shape is not None:
                 specs += fec_specs(port.link.name, port.fec_shape)
+                bounds += fec_bin_bounds(port.link.name, port.fec_shape)
             port.stats_at = len(specs)
             if port.stats_shape is not None:
                 specs += stats_specs(port.link.name, port.stats_shape)
         self.table = CounterTable(self.name, specs)
         self.values = array("Q", bytes(8 * len(specs)))
+        self._bounds, self._bounds_due = bounds, bool(bounds)
+
+    def states(self, ts_ns: int) -> list[StateUpdate]:
+        """Each FEC bin's ``upper-boundary`` (Cumulus' leaf beside ``count``), once per layout."""
+        if not self._bounds_due:
+            return []
+        self._bounds_due = False
+        return [StateUpdate(ts_ns, c, "upper-boundary", upper, self.name) for c, upper in self._bounds]
 
     def read(self) -> int:
         fec = [p for p in self._order if p.fec == OK]

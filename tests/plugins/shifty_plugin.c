@@ -13,6 +13,7 @@
  * read call one port is added: consecutive numbers change the generation on consecutive
  * reads); stuck=K (from the K-th read call on, every read answers ECHANGED);
  * clock=mono (stamp CLOCK_MONOTONIC, a plugin author's mistake); slow_open_ms=M;
+ * slow_first_read_ms=M (the first read takes M ms: it outlasts its poll);
  * jump=K (from the K-th successful read on, q0's octets are 1e13 higher: more than a
  * 400G port can carry); down=N (port N is operationally down); parent=NAME (the last
  * port is a breakout of NAME); width=W (phy_symbol_errors' declared width; values then
@@ -27,7 +28,7 @@
 #define MAX_GROW 16
 
 struct shifty {
-    int ports, ngrow, grow[MAX_GROW], stuck, mono, jump, down, width, kind;
+    int ports, ngrow, grow[MAX_GROW], stuck, mono, jump, down, width, kind, slow_first_read_ms;
     char parent[SWTEL_ASIC_NAME_MAX];
     uint64_t calls, ok_reads;
 };
@@ -72,6 +73,8 @@ static void *shifty_open(const char *config, char *err, size_t errlen)
             s.mono = 1;
         } else if (strncmp(tok, "slow_open_ms=", 13) == 0) {
             slow_ms = atoi(tok + 13);
+        } else if (strncmp(tok, "slow_first_read_ms=", 19) == 0) {
+            s.slow_first_read_ms = atoi(tok + 19);
         } else {
             snprintf(err, errlen, "shifty: unknown key '%s'", tok);
             return NULL;
@@ -141,6 +144,10 @@ static int shifty_read(void *h, uint64_t generation, uint64_t *values, size_t n,
     (void)errlen;
     struct shifty *s = h;
     s->calls++;
+    if (s->calls == 1 && s->slow_first_read_ms > 0) {
+        struct timespec d = {s->slow_first_read_ms / 1000, (long)(s->slow_first_read_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
     if (s->stuck && s->calls >= (uint64_t)s->stuck)
         return SWTEL_ASIC_ECHANGED;
     int ports = port_count_at(s);

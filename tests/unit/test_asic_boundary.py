@@ -142,15 +142,18 @@ def test_a_timestamp_on_the_wrong_clock_is_refused(shifty, tmp_path):
     assert "sample timestamp refused" in agent.log.read_text()
 
 
-def test_no_sync_response_before_the_first_sample(shifty, tmp_path):
+@pytest.mark.parametrize("slow", ["slow_open_ms=1500", "slow_open_ms=1500 slow_first_read_ms=800"],
+                         ids=["slow-open", "slow-open-and-first-read"])
+def test_no_sync_response_before_the_first_sample(shifty, tmp_path, slow):
     # The collector is up before the agent, and the plugin's open takes 1.5 s: the dial-out
     # stream connects long before the first ASIC read. Its snapshot must hold the ASIC's
-    # values, not an empty store.
+    # values, not an empty store. A first read that outlasts its poll (collected on a later
+    # pass, as on a loaded machine) is waited for too.
     port, server_port = free_port(), free_port()
     col = Collector(f"127.0.0.1:{port}", insecure=True).start()
     extra = (f"  dialout:\n    - {{address: '127.0.0.1:{port}', insecure: true, name: c1}}\n"
              f"  server: {{listen: '127.0.0.1:{server_port}', insecure: true}}\n")
-    cfg = _config(tmp_path, shifty, "slow_open_ms=1500", extra)
+    cfg = _config(tmp_path, shifty, slow, extra)
     agent = AgentProcess(None, cfg, tmp_path)
     try:
         # dial-in: a STREAM Subscribe made while the plugin is still opening

@@ -102,14 +102,20 @@ def _config(tmp_path: Path, plugin: str, extra: str) -> str:
     )
 
 
+def upper_boundary(b: int) -> int:
+    """Cumulus' key of bin ``b``: its upper bound; the open last bin's lower bound."""
+    low, high = BINS[b]
+    return low if high == U64_MAX else high
+
+
 def _paths(port: int) -> dict[str, str]:
-    """The example's 1.1 counters by what they are -> their paths (docs/paths.md)."""
-    fec = f"/interfaces/interface[name=p{port}]/phy/fec/state/rs-fec-histogram"
+    """The example's 1.1 counters by what they are -> their paths (docs/paths.md): the RS-FEC
+    bins on Cumulus Linux 5.15's layout."""
+    fec = f"/interfaces/interface[name=p{port}]/phy/histograms/state/rs-num-corr-err"
     out = {"peak": f"swtel:/qos/interfaces/interface[interface-id=p{port}]/output/queues/queue[name=3]/state/"
                    "peak-occupancy"}
-    for b, (low, high) in enumerate(BINS):
-        top = "inf" if high == U64_MAX else high
-        out[f"bin{b}"] = f"{fec}/bin[index={b}][lower={low}][upper={top}]/count"
+    for b in range(len(BINS)):
+        out[f"bin{b}"] = f"{fec}[upper-boundary={upper_boundary(b)}]/count"
     return out
 
 
@@ -155,17 +161,21 @@ def test_peak_and_histogram_reach_every_exporter_exactly(plugins, tmp_path, prof
             {p: v for p, v in collector.values().items() if "p0" in p}
         # dial-in: pygnmi's Get of the histogram and the peak
         with gNMIclient(target=("127.0.0.1", port), insecure=True, timeout=10) as gc:
-            got = gc.get(path=["/interfaces/interface[name=p1]/phy/fec/state/rs-fec-histogram"], encoding="json")
+            got = gc.get(path=["/interfaces/interface[name=p1]/phy/histograms"], encoding="json")
             values = {f"{n.get('prefix', '')}/{u['path']}": u["val"] for n in got["notification"]
                       for u in n.get("update", [])}
-            counts = sorted((path, v) for path, v in values.items() if path.endswith("/count"))
-            assert [v for _p, v in counts] == [expected(FREEZE, 1)[f"bin{b}"] for b in range(len(BINS))], values
-            assert "bin[index=3][lower=4][upper=inf]" in counts[3][0]
+            counts = {p: v for p, v in values.items() if p.endswith("/count")}
+            assert len(counts) == len(BINS), values
+            for b in range(len(BINS)):  # each bin's count and Cumulus' upper-boundary leaf beside it
+                at = f"rs-num-corr-err[upper-boundary={upper_boundary(b)}]"
+                assert [v for p, v in counts.items() if at in p] == [expected(FREEZE, 1)[f"bin{b}"]], values
+                assert [v for p, v in values.items() if at in p and p.endswith("/upper-boundary")] == \
+                    [upper_boundary(b)], values
         # OTLP
         name = "nvswitch_interface_phy_rs_fec_histogram"
-        if profile == "cumulus":  # a gauge per bin, the attribute bin
+        if profile == "cumulus":  # a gauge per bin, the attribute bin (its upper boundary)
             def otlp_ok(r):
-                return all((pt := r.latest(name, interface=f"p{p}", bin=str(b))) is not None
+                return all((pt := r.latest(name, interface=f"p{p}", bin=str(upper_boundary(b)))) is not None
                            and pt.value == expected(FREEZE, p)[f"bin{b}"] for p in (0, 1) for b in range(4))
             assert rx.wait_for(otlp_ok, 10), rx.series(name, interface="p0")[-4:]
             point = rx.latest(name, interface="p0", bin="0")

@@ -255,17 +255,20 @@ def test_source_maps_fixture_replies_to_exact_paths():
     got = _values(source)
     phy = "/interfaces/interface[name=swp1]/phy"
     lane = phy + "/channels/channel[id={}]/fec/state"
+    hist = phy + "/histograms/state/rs-num-corr-err"
+    lane_hist = phy + "/channels/channel[id={}]/histograms/state/rs-num-corr-err"
     ext = "swtel:/interfaces/interface[name=swp1]/ethtool-stats"
     want = {
         f"{phy}/fec/state/corrected-blocks": 1900, f"{phy}/fec/state/uncorrectable-blocks": 3,
         f"{phy}/fec/state/corrected-bits": 5000,
         lane.format(0) + "/corrected-blocks": 100, lane.format(3) + "/corrected-blocks": 400,
         lane.format(2) + "/uncorrectable-blocks": 2, lane.format(1) + "/corrected-bits": 1500,
-        f"{phy}/fec/state/rs-fec-histogram/bin[index=0][lower=0][upper=0]/count": 123456789,
-        f"{phy}/fec/state/rs-fec-histogram/bin[index=1][lower=1][upper=3]/count": 4242,
-        f"{phy}/fec/state/rs-fec-histogram/bin[index=3][lower=8][upper=15]/count": 2**33 + 5,
-        lane.format(2) + "/rs-fec-histogram/bin[index=0][lower=0][upper=0]/count": 33456789,
-        lane.format(3) + "/rs-fec-histogram/bin[index=3][lower=8][upper=15]/count": 2**31 + 5,
+        # the histogram on Cumulus' layout: keyed by each bin's upper bound, per lane below its channel
+        f"{hist}[upper-boundary=0]/count": 123456789,
+        f"{hist}[upper-boundary=3]/count": 4242,
+        f"{hist}[upper-boundary=15]/count": 2**33 + 5,
+        lane_hist.format(2) + "[upper-boundary=0]/count": 33456789,
+        lane_hist.format(3) + "[upper-boundary=15]/count": 2**31 + 5,
         f"{ext}/eth-phy/symbol-error-during-carrier": 11,
         f"{ext}/eth-mac/frames-transmitted-ok": 5000, f"{ext}/eth-mac/frames-received-ok": 4990,
         f"{ext}/eth-mac/frame-check-sequence-errors": 2, f"{ext}/eth-mac/octets-transmitted-ok": 640000,
@@ -281,6 +284,13 @@ def test_source_maps_fixture_replies_to_exact_paths():
     assert len(got) == 15 + 20 + 14 + 6
     assert all(s.port == "swp1" for s in source.table.specs)
     assert {s.container.origin for s in source.table.specs if "ethtool-stats" in s.container.path} == {SWTEL_ORIGIN}
+    assert not any("rs-fec-histogram" in p for p in got)  # swtel's own bin form is not streamed for FEC
+    # Cumulus' upper-boundary leaf beside every bin's count (port and lanes), once per layout
+    bounds = {u.path: u.value for u in source.states(123)}
+    assert bounds[f"{hist}[upper-boundary=3]/upper-boundary"] == 3
+    assert bounds[lane_hist.format(3) + "[upper-boundary=15]/upper-boundary"] == 15
+    assert len(bounds) == 20 and all(p.endswith(f"[upper-boundary={v}]/upper-boundary") for p, v in bounds.items())
+    assert source.states(124) == []
     # veth: unsupported in status, not an error, and never asked again until the next setup
     info = source.info()
     assert info["unsupported"] == {"veth0": ["fec", "stats"]}

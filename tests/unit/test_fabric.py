@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pygnmi.client import gNMIclient
 
-from agent.sources.asic import bin_container, map_name
+from agent.sources.asic import histogram_bin_container, map_name
 from tests import sim_model
 from tests.gnmi_helpers import free_port
 from tests.helpers import OFF, asic_yaml, status_doc, wait_until
@@ -40,7 +40,8 @@ def _paths(model: Model, t_ns: int) -> list[str | None]:
         for cname, _width, kind in descs:
             container, leaf, _kind = map_name(name, cname, host=bool(flags & 2))
             if kind == sim_model.HISTOGRAM:  # the FEC bins [b, b], one value each
-                out += [bin_container(container, leaf, b, b, b).full("count") for b in range(sim_model.FEC_BINS)]
+                out += [histogram_bin_container(container, leaf, b, b, b).full("count")
+                        for b in range(sim_model.FEC_BINS)]
             else:
                 out.append(container.full(leaf))
     return out

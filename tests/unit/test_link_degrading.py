@@ -13,11 +13,12 @@ import pytest
 
 from agent import config
 from agent.config import Duration, HostPort, Insights
-from agent.counters import COUNTER, OPENCONFIG, Container, CounterSpec
+from agent.counters import COUNTER, GAUGE, OPENCONFIG, Container, CounterSpec
 from agent.exporters import otlp_names
 from agent.insights import InsightsRunner, classify
 from agent.insights.link_degrading import GAUGES, fit, prediction_container
 from agent.pathgrammar import interface_path
+from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
 from agent.store import Store
 from tests import sim_model
 from tests.unit.test_insights_fabric import NS, T0, events, run
@@ -159,12 +160,22 @@ def test_a_clean_ten_minutes_raises_nothing():
     assert raised == []
 
 
-def test_the_histogram_bins_classify_by_index():
-    fec = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")
+def test_the_histogram_bins_classify_by_upper_boundary():
+    """The port's bins on Cumulus' layout, as the asic source builds them: sub = the bin's upper
+    boundary, Spectrum's bin index (the open last bin: 15); a lane's bins are not the port's."""
+    phy = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state")
+    fec = histogram_bin_container(phy, FEC_HISTOGRAM, 3, 3, 3)
+    assert fec.path == interface_path("swp1") + "/phy/histograms/state/rs-num-corr-err[upper-boundary=3]"
     assert classify.classify(CounterSpec(fec, "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "3")
-    top = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=15][lower=15][upper=inf]")
+    top = histogram_bin_container(phy, FEC_HISTOGRAM, 15, 15, 2**64 - 1)
     assert classify.classify(CounterSpec(top, "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "15")
     assert classify.classify(CounterSpec(fec, "other", 64, COUNTER, "swp1")) is None
+    assert classify.classify(CounterSpec(fec, "upper-boundary", 64, GAUGE, "swp1")) is None
+    lane = Container(OPENCONFIG, interface_path("swp1") + "/phy/channels/channel[id=2]/fec/state")
+    assert classify.classify(CounterSpec(histogram_bin_container(lane, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
+                                         COUNTER, "swp1")) is None
+    old = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")
+    assert classify.classify(CounterSpec(old, "count", 64, COUNTER, "swp1")) is None  # no longer streamed
 
 
 @pytest.mark.parametrize(("yaml", "message"), [

@@ -179,3 +179,29 @@ def test_drop_reasons_in_an_otlp_request(profile):
     points = {tuple((a.key, a.value.string_value) for a in dp.attributes) for dp in data.data_points}
     assert points == {(("interface", "swp1"), ("group", "l3"), ("reason", "blackhole-route")),
                       (("interface", "swp1"), ("group", "buffer"), ("reason", "tail-drop"))}
+
+
+def test_the_fec_histogram_on_cumulus_paths_takes_cumulus_name_and_bin():
+    """The RS-FEC bins on Cumulus 5.15's layout (what the asic and ethnl sources stream) are
+    named as Cumulus exports its histogram: the port's ``..._phy_rs_fec_histogram`` with
+    ``bin`` (the upper boundary: Spectrum's bin index), a lane's with ``lane`` too; the
+    ``upper-boundary`` leaf is no bin; other histograms keep swtel's bin form."""
+    from agent.pathgrammar import fec_histogram_bin_path
+    from agent.sources.asic import histogram_bin_container
+
+    port, leaf, _kind = map_name("sw]p7", "phy_rs_fec_histogram")
+    where = histogram_bin_container(port, leaf, 15, 15, 2**64 - 1)
+    assert where.path == fec_histogram_bin_path("sw]p7", 15) == \
+        "/interfaces/interface[name=sw\\]p7]/phy/histograms/state/rs-num-corr-err[upper-boundary=15]"
+    assert otlp_names.histogram_bin(where.path, "count") == (
+        "/interfaces/interface[name=sw\\]p7]/phy/fec/state", "rs-fec-histogram", 15, -1, 15)
+    assert otlp_names.for_path(where.full("count")) == (P + "phy_rs_fec_histogram", (("interface", "sw]p7"),
+                                                                                    ("bin", "15")), 2)
+    lane = fec_histogram_bin_path("swp7", 3, lane=2) + "/count"
+    assert otlp_names.for_path(lane)[:2] == (P + "phy_stats_lane_rs_fec_histogram",
+                                             (("interface", "swp7"), ("lane", "2"), ("bin", "3")))
+    assert otlp_names.histogram_bin(where.path, "upper-boundary") is None
+    assert otlp_names.histogram_bin("/interfaces/interface[name=swp7]/histograms/state/rs-num-corr-err"
+                                    "[upper-boundary=3]", "count") is None  # not below a phy
+    rmon = "swtel:/interfaces/interface[name=swp7]/ethtool-stats/rmon/hist-rx/bin[index=1][lower=65][upper=127]"
+    assert otlp_names.histogram_bin(rmon.removeprefix("swtel:"), "count")[2:] == (1, 65, 127)

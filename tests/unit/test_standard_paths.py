@@ -293,3 +293,36 @@ def test_a_reload_that_changes_a_rank_moves_the_paths_at_once():
 # ---------------------------------------------------------------- the agent: a kernel port and a plugin port of one name
 
 
+
+
+def test_the_fec_histogram_on_cumulus_paths_the_asic_s_and_ethnl_s_aside():
+    """The RS-FEC histogram of one port from the ASIC (per port) and from ethtool netlink (per
+    port and per lane): the ASIC's bins carry Cumulus' paths, ethnl's port bins move aside under
+    its name, its lane bins (no other source has them) stay on Cumulus-style channel paths; OTLP
+    sends one value per name and bin."""
+    from agent.sources import ethnl
+    from agent.sources.asic import histogram_bin_container
+
+    p = "swp1"
+    bins = ((0, 0), (1, 1), (2, 3), (4, 15))  # one device: the ASIC and the kernel give the same ranges
+    container, leaf, _kind = asic_name(p, "phy_rs_fec_histogram")
+    asic = CounterTable("asic", [CounterSpec(histogram_bin_container(container, leaf, k, lo, hi), "count", 64,
+                                             port=p) for k, (lo, hi) in enumerate(bins)])
+    shape = ((0, 0, 0), tuple((lo, hi, 2) for lo, hi in bins))  # and the kernel's per lane, 2 lanes
+    eth = CounterTable("ethnl", ethnl.fec_specs(p, shape))
+    got = _paths([asic, eth], (2, 0))
+    hist = f"/interfaces/interface[name={p}]/phy/histograms/state/rs-num-corr-err"
+    assert got["asic"] == [f"{hist}[upper-boundary={u}]/count" for u in (0, 1, 3, 15)]
+    aside = f"swtel:/interfaces/interface[name={p}]/ethnl/phy/histograms/state/rs-num-corr-err"
+    lane = f"/interfaces/interface[name={p}]/phy/channels/channel[id={{}}]/histograms/state/rs-num-corr-err"
+    want = []
+    for u in (0, 1, 3, 15):
+        want += [f"{aside}[upper-boundary={u}]/count", *(lane.format(n) + f"[upper-boundary={u}]/count"
+                                                         for n in (0, 1))]
+    assert got["ethnl"] == want
+    names = [otlp_names.for_path(x)[:2] for paths in got.values() for x in paths]
+    assert len(set(names)) == len(names)
+    assert otlp_names.for_path(got["asic"][2])[:2] == (
+        "nvswitch_interface_phy_rs_fec_histogram", (("interface", p), ("bin", "3")))
+    assert otlp_names.for_path(got["ethnl"][1])[:2] == (
+        "nvswitch_interface_phy_stats_lane_rs_fec_histogram", (("interface", p), ("lane", "0"), ("bin", "0")))
