@@ -13,6 +13,8 @@ from agent.insights.classify import DROP_REASON, classify
 from agent.pathgrammar import drop_reason_path, qos_interface_path
 from tests.unit.test_insights_sim import NS, T0, Stream
 
+pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
+
 STEP = NS // 10
 REASONS = [("l2", "ingress-vlan-filter"), ("l3", "blackhole-route"), ("buffer", "tail-drop"), ("acl", "ingress-port-acl")]
 PORTS = ["swp1", "swp2", "swp3"]

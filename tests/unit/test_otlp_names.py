@@ -10,6 +10,8 @@ from agent.exporters import otlp_names
 from agent.sources import drivers
 from agent.sources.asic import map_name
 
+pytestmark = pytest.mark.libs  # no backend code in its path: not in the pure-Python pass
+
 P = "nvswitch_interface_"
 Q = "swtel:/qos/interfaces/interface[interface-id=swp7]/output/queues/queue[name=3]/state"
 PG = "swtel:/qos/interfaces/interface[interface-id=swp7]/input/priority-groups/priority-group[name=2]/state"

@@ -11,6 +11,8 @@ import pytest
 
 from agent.sdnotify import Notifier
 
+pytestmark = pytest.mark.libs  # no backend code in its path: not in the pure-Python pass
+
 
 class Listener:
     """What systemd does: a SOCK_DGRAM socket that collects notification datagrams."""

@@ -21,6 +21,8 @@ from agent.gnmi import tunnel_pb as pb
 from agent.tools import tunnel_server as ts
 from agent.tools.tunnel_server import TunnelServer
 
+pytestmark = pytest.mark.libs  # no backend code in its path: not in the pure-Python pass
+
 
 class Peer:
     """One Register stream to the server, driven by hand: ``send`` ops, ``recv`` the answers."""
