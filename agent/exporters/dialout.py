@@ -15,8 +15,8 @@ Per connection: a full snapshot of the store, ``sync_response``, then changes; a
 full snapshot again every ``heartbeat``. Queued counter changes older than a
 snapshot are superseded by it and discarded when it is taken, so a collector
 never sees a counter go back. On queue overflow the oldest messages are dropped
-(counted); a dropped counter message schedules a snapshot, so the newest value
-of every counter still arrives.
+(counted); a dropped counter or state message schedules a snapshot, so the newest
+value of every counter and every current state (events among them) still arrives.
 """
 
 from __future__ import annotations
@@ -271,8 +271,10 @@ class DialoutExporter(ReconnectingSender, Exporter):
             self._queue.put(((kind, m, extra) for m in msgs), self._on_drop)
 
     def _on_drop(self, item: tuple[int, bytes, Any]) -> None:
-        if item[0] == _COUNTERS:
-            self._need_snapshot = True  # the store still holds the newest values
+        if item[0] in (_COUNTERS, _EVENTS):
+            # the store still holds the newest values and every state (an event raised once
+            # and then unchanged would otherwise never arrive): a snapshot sends them again
+            self._need_snapshot = True
 
     def _snapshot(self, sync: bool) -> list[bytes]:
         """Every current value (superseding queued counter changes), then sync_response if asked.

@@ -267,6 +267,36 @@ def test_overflow_while_connected_resnapshots(pki):
         col.stop(0)
 
 
+def test_a_state_dropped_on_overflow_arrives_through_a_snapshot(pki):
+    """An event's state is sent once and never changes: dropped on overflow, it must still
+    reach the collector, from the store, by the snapshot the drop schedules."""
+    from agent.counters import Container, StateUpdate
+
+    port = free_port()
+    col = _collector(port)
+    feed = Feed(ports=8)
+    exp = DialoutExporter(_cfg(port, insecure=True, queue=2), TARGET)
+    exp.start(feed.store)
+    event = StateUpdate(time.time_ns(), Container("swtel", "/insights/events/event[id=7]"), "type",
+                        "symbol-ber", "insights")
+    try:
+        assert col.wait_for(lambda c: _synced_streams(c) == 1, 15)
+        others = [StateUpdate(time.time_ns(), Container("swtel", f"/agent/test/item[id={i}]"), "v", i, "t")
+                  for i in range(3)]
+        with exp._queue.cond:  # the sender cannot take the state before the others push it out
+            feed.store.set_states([event, *others])
+            exp.on_state([event])
+            for other in others:  # states only: no counter drop to schedule a snapshot by chance
+                exp.on_state([other])
+        assert exp.status()["dropped"] > 0
+        want = "swtel:/insights/events/event[id=7]/type"
+        assert col.wait_for(lambda c: c.values(TARGET).get(want) == "symbol-ber", 10), \
+            sorted(p for p in col.values(TARGET) if "insights" in p)
+    finally:
+        exp.stop(1)
+        col.stop(0)
+
+
 def test_stop_flushes_queue_and_half_closes():
     port = free_port()
     col = _collector(port)
