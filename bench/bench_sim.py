@@ -47,7 +47,7 @@ def main() -> None:
 
     if asic.builtin_path("sim") is None:
         sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
-    from test_sim_plugin import OK, Sim, load_ops
+    from tests.unit.test_sim_plugin import OK, Sim, load_ops
 
     ops = load_ops()
     cases = [
