@@ -14,6 +14,7 @@ import secrets
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,28 @@ def kernel_statistics(ns: str, ifname: str) -> dict[str, int]:
     """Every counter of /sys/class/net/IFNAME/statistics in namespace ``ns``, by file name."""
     out = sh("sh", "-c", f"cd /sys/class/net/{ifname}/statistics && grep . *", ns=ns).stdout
     return {k: int(v) for k, v in (line.split(":") for line in out.split())}
+
+
+def polled_alone(ns: str, source: str, polls: int = 5) -> tuple[dict, list[str]]:
+    """An engine in namespace ``ns`` with only ``source`` on, at 50 ms, until it has polled
+    ``polls`` times: that source's status and the health problems the agent would report."""
+    from agent import config
+    from agent.control.client import health_problems
+    from agent.engine import Engine
+
+    cfg = config.parse("interval: 50ms\nsources: {netdev: {enabled: false}, ethtool: {enabled: false}, "
+                       f"system: {{enabled: false}}, {source}: {{enabled: true, interval: 50ms}}}}\n")
+    engine = in_namespace(ns, lambda: Engine(cfg))
+    started = time.time_ns()
+    in_namespace(ns, engine.start)
+    try:
+        status = wait_until(lambda: (s := engine.status()["sources"][source])["reads"] >= polls and s, 10,
+                            f"{polls} {source} polls")
+        whole = {"now_ns": time.time_ns(), "uptime_s": (time.time_ns() - started) / 1e9,
+                 "sources": engine.status()["sources"]}
+        return status, health_problems(whole)
+    finally:
+        engine.stop()
 
 
 def is_root() -> bool:

@@ -4,16 +4,12 @@ healthy (needs root)."""
 from __future__ import annotations
 
 import struct
-import time
 
 import pytest
 
-from agent import _backend, config
-from agent.control.client import health_problems
-from agent.engine import Engine
+from agent import _backend
 from agent.sources import devlink_trap as src
-from tests.helpers import wait_until
-from tests.namespaces import delete_namespace, in_namespace, new_namespace, sh
+from tests.namespaces import delete_namespace, new_namespace, polled_alone, sh
 from tests.unit.test_devlink_trap import TRAP_GET, TRAP_GROUP_GET, root
 
 
@@ -37,19 +33,10 @@ def test_agent_shows_no_devlink_with_health_ok():
         pytest.skip("this kernel has devlink: the state differs")
     ns = new_namespace("t")
     sh("ip", "link", "add", "ve0", "type", "veth", "peer", "name", "ve1", ns=ns)
-    cfg = config.parse("interval: 50ms\nsources: {netdev: {enabled: false}, ethtool: {enabled: false}, "
-                       "system: {enabled: false}, devlink_trap: {enabled: true, interval: 50ms}}\n")
-    engine = in_namespace(ns, lambda: Engine(cfg))
-    started = time.time_ns()
-    in_namespace(ns, engine.start)
     try:
-        status = wait_until(lambda: (s := engine.status()["sources"]["devlink_trap"])["reads"] >= 5 and s, 10,
-                            "five devlink_trap polls")
+        status, problems = polled_alone(ns, "devlink_trap")
         assert status["state"] == src.NO_DEVLINK and status["set_to_drop"] == []
         assert status["errors"] == 0 and status["fault"] is None and status["counters"] == 0
-        whole = {"now_ns": time.time_ns(), "uptime_s": (time.time_ns() - started) / 1e9,
-                 "sources": engine.status()["sources"]}
-        assert health_problems(whole) == []
+        assert problems == []
     finally:
-        engine.stop()
         delete_namespace(ns)

@@ -6,13 +6,9 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-import time
 
-from agent import _backend, _fallback, config
-from agent.control.client import health_problems
-from agent.engine import Engine
-from tests.helpers import wait_until
-from tests.namespaces import delete_namespace, in_namespace, new_namespace, sh
+from agent import _backend, _fallback
+from tests.namespaces import delete_namespace, in_namespace, new_namespace, polled_alone, sh
 from tests.unit.test_ethnl import FEC, STATS, outcome, root
 
 
@@ -58,19 +54,10 @@ def test_veth_has_no_fec_and_no_standard_statistics_on_the_real_kernel():
 @root
 def test_agent_shows_veth_unsupported_with_health_ok():
     ns = _veth_namespace()
-    cfg = config.parse("interval: 50ms\nsources: {netdev: {enabled: false}, ethtool: {enabled: false}, "
-                       "system: {enabled: false}, ethnl: {enabled: true, interval: 50ms}}\n")
-    engine = in_namespace(ns, lambda: Engine(cfg))
-    started = time.time_ns()
-    in_namespace(ns, engine.start)
     try:
-        status = wait_until(lambda: (s := engine.status()["sources"]["ethnl"])["reads"] >= 5 and s, 10,
-                            "five ethnl polls")
+        status, problems = polled_alone(ns, "ethnl")
         assert status["unsupported"] == {"ve0": ["fec", "stats"], "ve1": ["fec", "stats"]}
         assert status["errors"] == 0 and status["fault"] is None and status["counters"] == 0
-        whole = {"now_ns": time.time_ns(), "uptime_s": (time.time_ns() - started) / 1e9,
-                 "sources": engine.status()["sources"]}
-        assert health_problems(whole) == []
+        assert problems == []
     finally:
-        engine.stop()
         delete_namespace(ns)
