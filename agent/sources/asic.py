@@ -344,6 +344,8 @@ class AsicSource(Source):
         self._bounds: list[tuple[Container, int]] = []
         self._bounds_due = False
         self.layout_changes = 0  # reads answered ECHANGED
+        # polls that found the helper still in an open or a read and went on without it
+        self.polls_left_in_flight = 0
         self._raw: array | None = None  # every value the plugin fills, when not all are kept
         self._keep: array | None = None  # ... and the slots of it kept (sources.asic.buffers off)
         self._changed_in_a_row = 0
@@ -476,6 +478,7 @@ class AsicSource(Source):
         into = self.values if self._raw is None else self._raw
         status, ts_ns = self._plugin("read", self._generation, into, self._read_wait)
         if status == READ_PENDING:
+            self.polls_left_in_flight += 1
             return NO_DATA  # the plugin's read is still running in its helper: collected next tick
         self._first_read_pending = False
         if status == _backend.reader.ASIC_ECHANGED:
@@ -537,7 +540,8 @@ class AsicSource(Source):
                 "layout_changes": self.layout_changes,
                 # the plugin's helper process (agent/asic/proxy.py), and its crashes and hangs
                 "helper_pid": self._handle.pid if self._handle is not None else None,
-                "plugin_faults": self._backoff.faults}
+                "plugin_faults": self._backoff.faults,
+                "polls_left_in_flight": self.polls_left_in_flight}
 
     def close(self) -> None:
         if self._opening is not None:
@@ -573,6 +577,7 @@ class AsicSource(Source):
                 raise
         try:
             if not proxy.poll_open(OPEN_WAIT_S):
+                self.polls_left_in_flight += 1
                 return None
         except BaseException:
             self._opening = None

@@ -104,14 +104,15 @@ def test_agent_contains_plugin_fault(case, faulty, plugin_dir, tmp_path):
             log = agent.log.read_text()
             assert plugin in log and ("asic plugin fault" in log or case == "fifo")
 
-            # ... and on time: the tick thread never waited out the plugin (a 5 s open, a hung read)
-            netdev = json.loads(_swtel_status(tmp_path, "--json").stdout)["sources"]["netdev"]
-            print(case, "netdev reads", netdev["reads"], "overruns", netdev["overruns"],
-                  "longest stall", netdev["longest_stall"])
-            # One waited-out 5 s timeout would miss 50 polls of 100 ms at once; a loaded machine
-            # misses one or two here and there, which is not what this checks: the longest run
-            # of polls missed at once stays far from one timeout.
-            assert netdev["reads"] > 0 and netdev["longest_stall"] < int(5 / 0.1) // 2, netdev
+            # ... and the tick thread never waited out the plugin: a hung open or read was left
+            # running in its helper at some poll (the tick went on), and netdev kept being read
+            status = json.loads(_swtel_status(tmp_path, "--json").stdout)["sources"]
+            netdev, asic = status["netdev"], status["asic"]
+            print(case, "netdev reads", netdev["reads"], "asic polls left in flight",
+                  asic["polls_left_in_flight"])
+            assert netdev["reads"] > 0, netdev
+            if case.startswith("hang-"):
+                assert asic["polls_left_in_flight"] > 0, asic
 
             # SIGTERM ends it within 2 s, whatever the plugin is doing (a helper in flight when possible)
             if case not in ("crash-open", "fifo"):  # (a FIFO may be refused before any helper starts)
