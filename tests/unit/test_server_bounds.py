@@ -26,6 +26,7 @@ from agent.counters import (
     StateUpdate,
 )
 from agent.exporters.server import GnmiServer, ServerConfig
+from agent.gnmi import get as get_module
 from agent.gnmi import paths
 from agent.gnmi.get import MAX_PATHS, PathSet
 from agent.store import Store
@@ -139,35 +140,39 @@ def test_paths_per_subscription_list_are_capped(big):
     code, details = code_of(lambda: list(big.stub.Subscribe(iter([stream_request(many, once)]), timeout=10)))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
     assert details == f"{MAX_PATHS + 1} subscriptions in one SubscriptionList (limit {MAX_PATHS})"
-    t0 = time.monotonic()
     replies = list(big.stub.Subscribe(iter([stream_request(many[:MAX_PATHS], once)]), timeout=20))
-    took = time.monotonic() - t0
     assert replies[-1].sync_response
     assert sum(len(r.update.update) for r in replies) == MAX_PATHS  # 1000 distinct counters
-    assert took < 5, f"{took:.1f}s for a ONCE of {MAX_PATHS} paths"
     code, details = code_of(lambda: big.stub.Get(gnmi_pb2.GetRequest(path=many, encoding=gnmi_pb2.PROTO), timeout=10))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"(limit {MAX_PATHS})" in details
 
 
-def test_a_full_subscription_costs_the_tick_thread_per_change(big):
-    """A STREAM of 1,000 distinct paths: the tick thread's work (on_batch for a rebuilt table,
-    on_state, on_delete) costs what it costs for one path; the matching runs on the RPC thread,
-    and the changes still arrive."""
+def test_a_full_subscription_costs_the_tick_thread_per_change(big, monkeypatch):
+    """A STREAM of 1,000 distinct paths: the tick thread (on_batch for a rebuilt table, on_state,
+    on_delete) never matches a table against the patterns; the matching runs on the RPC thread,
+    and the changes still arrive. Checked by where the matcher runs, not by timing it."""
+    matched_on: list[int] = []
+    match_table = PathSet._match_table
+
+    def recording_match_table(self, table):
+        matched_on.append(threading.get_ident())
+        return match_table(self, table)
+
+    monkeypatch.setattr(PathSet, "_match_table", recording_match_table)
     many = [elem_path(PORTS[i % 256], LEAVES[(i * 7) % 60]) for i in range(MAX_PATHS)]
     s = Stream(big.stub, stream_request(many))
     try:
         snapshot = s.until_sync()
         assert sum(len(r.update.update) for r in snapshot) == MAX_PATHS
         (sub,) = big.server._subs
-        timings = []
+        tick_thread = threading.get_ident()
+        before = len(matched_on)
         for _ in range(3):
             batch = big.rebuild()
-            t0 = time.thread_time()  # CPU of this thread (the tick thread's part): not the machine's load
             big.server.on_batch(batch)
             big.server.on_state(big.states)
             big.server.on_delete(big.ts, [Container(OPENCONFIG, "/interfaces/interface[name=swp999]")])
-            timings.append(time.thread_time() - t0)
-        assert max(timings) < 0.02, f"tick-thread cost {[round(t * 1e3, 1) for t in timings]} ms"
+        assert tick_thread not in matched_on
         # what the tick thread handed on unmatched arrives filtered: only subscribed counters
         wanted = {(PORTS[i % 256], LEAVES[(i * 7) % 60]) for i in range(MAX_PATHS)}
         changed = {(spec.port, spec.leaf) for i, spec in enumerate(big.table.specs) if i % 7 == 0}
@@ -181,27 +186,42 @@ def test_a_full_subscription_costs_the_tick_thread_per_change(big):
                 break
         assert got >= expected and got <= wanted
         assert sub.dropped == 0
+        assert len(matched_on) > before  # the rebuilt tables were matched, on the RPC thread
+        assert tick_thread not in matched_on
     finally:
         s.close()
 
 
-def test_matching_cost_does_not_grow_with_the_number_of_paths():
-    """Matching 1,000 patterns against 15,360 counters costs about what 10 do (per path element,
-    not per pattern); it used to be ~0.8 ms per pattern per table."""
+def test_matching_cost_does_not_grow_with_the_number_of_paths(monkeypatch):
+    """Matching 1,000 patterns against 15,360 counters costs per path element, not per pattern.
+
+    Counted, not timed (these machines are noisy): the trie states stepped through. A matcher
+    that tried every pattern on every counter would step 1,000 x 15,360 times; the trie stays
+    within twice the table, and 100 times the patterns cost well under 20 times the steps."""
     table = make_table(PORTS, LEAVES)
+    steps = 0
+    step = get_module._step
+
+    def counting_step(states, name, keys):
+        nonlocal steps
+        steps += len(states)
+        return step(states, name, keys)
+
+    monkeypatch.setattr(get_module, "_step", counting_step)
 
     def cost(n):
+        nonlocal steps
+        steps = 0
         patterns = [(OPENCONFIG, tuple(paths.split(f"/interfaces/interface[name={PORTS[i % 256]}]/state/counters/"
                                                    f"{LEAVES[(i * 7) % 60]}"))) for i in range(n)]
-        ps = PathSet(patterns)
-        t0 = time.thread_time()
-        m = ps.table(table)
-        return time.thread_time() - t0, len(m.indices)
+        m = PathSet(patterns).table(table)
+        return steps, len(m.indices)
 
     small, n_small = cost(10)
     large, n_large = cost(MAX_PATHS)
     assert (n_small, n_large) == (10, MAX_PATHS)
-    assert large < 0.5 and large < 10 * small + 0.05, (small, large)
+    assert small > 0
+    assert large <= 2 * len(table.specs) and large < 20 * small, (small, large)
 
 
 # ---------------------------------------------------------------- matching is what it was
