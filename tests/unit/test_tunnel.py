@@ -240,7 +240,8 @@ def test_server_restart_reregisters_within_retry_interval_and_gnmi_works_again()
         s.server = s.start_server()
         wait(lambda: s.exporter.status()["state"] == "registered", timeout=5, what="re-registration")
         took = time.monotonic() - restarted
-        assert took <= 1.0 * 1.05 + 0.3, f"re-registered {took:.2f}s after the restart (retry_interval 1s)"
+        # before a second retry after the restart (a backoff past its 1 s cap would take longer)
+        assert took < 1.9, f"re-registered {took:.2f}s after the restart (retry_interval 1s)"
         assert s.exporter.status()["reconnects"] == 1 and time.monotonic() - down_at > 1.5
         check_gnmi(s)  # same pinned listener port: the collector's config does not change
     finally:
