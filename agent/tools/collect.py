@@ -185,6 +185,11 @@ class Collector:
         with self._cond:
             return {p: e["value"] for (t, p), e in self.latest.items() if target in (None, t)}
 
+    def keys(self) -> set[tuple[str, str]]:
+        """(target, path) of every latest value: a copy taken under the lock, safe to iterate."""
+        with self._cond:
+            return set(self.latest)
+
     def latest_triples(self) -> list[tuple[str, str, Any]]:
         with self._cond:
             return [(t, p, e["value"]) for (t, p), e in self.latest.items()]
