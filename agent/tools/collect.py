@@ -194,16 +194,20 @@ class Collector:
         with self._cond:
             return [(t, p, e["value"]) for (t, p), e in self.latest.items()]
 
-    def wait_for(self, predicate, timeout: float) -> bool:
-        """Wait until ``predicate(self)`` holds (checked on each message) or ``timeout`` passes."""
+    def wait_for(self, predicate, timeout: float, every: float = 0.05) -> bool:
+        """Wait until ``predicate(self)`` holds or ``timeout`` passes. The predicate runs under
+        the lock every ``every`` seconds, not on each message: one that scans ``latest`` (a
+        64-port switch's 16,000 values), re-run per message, kept the streams it waited on
+        from being read (they need the lock) and timed out with the value long sent."""
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while not predicate(self):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(min(left, 0.2))
-            return True
+        while True:
+            with self._cond:
+                if predicate(self):
+                    return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, every))
 
     # -- gRPC
     def _handler(self) -> grpc.GenericRpcHandler:
