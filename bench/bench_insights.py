@@ -12,7 +12,8 @@ changing every pass, as an ASIC's clear-on-read peaks do) and 6 drop reasons per
 the 16-bin RS-FEC histogram per port (low bins moving every pass, as on a healthy 400G
 link), read by the link-degrading detector.
 
-Then the simulated switch itself (the built-in ``sim`` plugin, 174 values a port, read in
+Then the simulated switch itself (the built-in ``sim`` plugin, 251 values a port with its 4
+lanes' FEC histograms, read in
 process every 100 ms: its default load moves every port's traffic counters, PHY bits,
 queue occupancy and ECN marks every tick, ~21 values a port) at 256 and 1,024 ports: the cost
 of one tick from the read's values to the end of the insights pass (diff, batch, feeds,
@@ -28,10 +29,18 @@ the machine's load falls on every row alike:
   plugin without buffer data would), without and with insights: "within 10 % with buffer
   data off";
 * with ``--without link_degrading,error_burst,...``: the default detectors with each named one
-  turned off, a row each: what each detector costs a tick, in the same run.
+  turned off, a row each: what each detector costs a tick, in the same run;
+* the anchor of the detectors whose per-port state is in arrays (agent/_ext/detect.c): the
+  default detectors with the old per-port Python ``throughput_dip`` and ``error_burst``
+  (kept by their agreement tests) swapped in;
+* with ``--timed``: every detector's own calls timed inside the tick, now and with the old
+  detectors (less noisy than ``--without``'s differences on a shared machine); ``--off``
+  turns detectors off in every row.
+
+Each tick a different row goes first (the first after the poll's sleep meets cold caches).
 
     .venv/bin/python bench/bench_insights.py [--ports 256] [--passes 600] [--sim-ports 256,1024]
-        [--ticks 40] [--without DETECTOR,...]
+        [--ticks 40] [--without DETECTOR,...] [--timed] [--off DETECTOR,...]
 """
 
 from __future__ import annotations
@@ -148,13 +157,28 @@ def run(ports: int, passes: int, groups: bool, buffers: bool = False, fec: bool 
 
 
 WARM = 5  # ticks of the simulated switch before the measured ones
+#: detectors turned off in every row (--off): one whose cost is in flux, not measured here
+OFF: tuple[str, ...] = ()
+
+
+def _before(runner: InsightsRunner) -> None:
+    """The detectors whose per-port state moved into arrays (agent/_ext/detect.c), swapped
+    for the per-port Python ones they replaced (kept by their agreement tests): the anchor
+    the kernels are measured against, in the same run."""
+    from tests.unit.test_detect_burst import OldLinkErrors
+    from tests.unit.test_detect_dip import OldThroughputDip
+
+    for name, cls in (("throughput_dip", OldThroughputDip), ("error_burst", OldLinkErrors)):
+        if name in runner.detectors:
+            runner._detectors[name] = cls(getattr(runner.cfg, name), runner)
 
 
 class _Tick:
     """One way of handling the sim's reads: its own table, diff state and (optional) runner."""
 
     def __init__(self, table: CounterTable, keep, insights: bool, feed_add=None,
-                 speeds: dict | None = None, gather: bool = False, off: str | None = None) -> None:
+                 speeds: dict | None = None, gather: bool = False, off: str | None = None,
+                 timed: bool = False, before: bool = False) -> None:
         from array import array
 
         self.table, self.keep, self.gather = table, keep, gather
@@ -165,13 +189,43 @@ class _Tick:
         cfg = Insights()
         if off is not None:  # one detector turned off: what it costs is the difference
             getattr(cfg, off).enabled = False
+        for name in OFF:
+            getattr(cfg, name).enabled = False
         self.runner = InsightsRunner(cfg, log=_Quiet()) if insights else None
+        if self.runner is not None and before:
+            _before(self.runner)
         if self.runner is not None:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:
                 self.runner._feeds.feed_add = feed_add
+                if feed_add.__module__.startswith("agent._fallback"):  # the detectors' kernels too
+                    from agent import _fallback
+
+                    for det in self.runner.detectors.values():
+                        if hasattr(det, "kernel"):
+                            det.kernel = getattr(_fallback, det.kernel.__name__)
         self.costs: list[float] = []
         self.changed: list[int] = []
+        #: per detector, ms of its own calls a tick (timed: every method the feeds and the
+        #: runner call is wrapped, ~0.1 us a call of overhead included)
+        self.spent: dict[str, list[float]] = {}
+        self._clock: dict[str, float] = {}
+        if timed and self.runner is not None:
+            for name, det in self.runner.detectors.items():
+                self.spent[name], self._clock[name] = [], 0.0
+                for meth in ("sample", "run_batch", "emit_next", "end_pass", "states"):
+                    setattr(det, meth, self._timer(name, getattr(det, meth)))
+
+    def _timer(self, name: str, fn):
+        clock, perf = self._clock, time.perf_counter
+
+        def timed(*args):
+            t0 = perf()
+            try:
+                return fn(*args)
+            finally:
+                clock[name] += perf() - t0
+        return timed
 
     def run(self, raw, ts: int) -> None:
         from agent import _backend
@@ -193,10 +247,15 @@ class _Tick:
             self.runner.end_pass(ts)
         self.costs.append((time.perf_counter() - t0) * 1e3)
         self.changed.append(k)
+        for name, spent in self.spent.items():
+            spent.append(self._clock[name] * 1e3)
+            self._clock[name] = 0.0
 
 
-def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str, tuple[float, float, int]]:
-    """Per way of handling, the median ms a tick, its p90, and the values changed a tick."""
+def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
+             spent: dict | None = None) -> dict[str, tuple[float, float, int]]:
+    """Per way of handling, the median ms a tick, its p90, and the values changed a tick;
+    ``spent`` (if given) gets per detector the median and p90 ms of its own calls a tick."""
     from array import array
 
     from agent import _backend, _fallback, asic, config
@@ -223,7 +282,8 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str,
     ways = {
         "without insights": _Tick(on.table, None, False),
         "default detectors, C feed": _Tick(on.table, None, True, getattr(_backend.reader, "feed_add", None), speeds),
-        "default detectors, Python feed": _Tick(on.table, None, True, _fallback.feed_add, speeds),
+        "default detectors, Python twins": _Tick(on.table, None, True, _fallback.feed_add, speeds),
+        "default detectors, before (per port)": _Tick(on.table, None, True, None, speeds, before=True),
         "buffers off, without insights": _Tick(off.table, keep, False, gather=True),
         "buffers off, default detectors": _Tick(off.table, keep, True, None, speeds, gather=True),
         "pre-buffer layout, without insights": _Tick(pre, keep, False),
@@ -231,6 +291,10 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str,
     }
     for name in without:
         ways[f"default detectors but {name}"] = _Tick(on.table, None, True, None, speeds, off=name)
+    if spent is not None:
+        ways["default detectors, timed per detector"] = _Tick(on.table, None, True, None, speeds, timed=True)
+        ways["before (per port), timed per detector"] = _Tick(on.table, None, True, None, speeds, timed=True,
+                                                               before=True)
     raw = array("Q", bytes(8 * len(on.table)))
     try:
         for n in range(ticks):
@@ -243,8 +307,9 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str,
             time.sleep(0.1)  # the sim's clock is real time: a 100 ms poll's worth of change
             _backend.reader.asic_read(h, gen, raw)
             ts = time.time_ns()
-            for way in ways.values():
-                way.run(raw, ts)
+            order = list(ways.values())
+            for way in order[n % len(order):] + order[:n % len(order)]:  # each row first in turn: the
+                way.run(raw, ts)  # first after the sleep meets cold caches
     finally:
         _backend.reader.asic_close(h)
         gc.unfreeze()
@@ -253,23 +318,32 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = ()) -> dict[str,
         steady = sorted(way.costs[WARM:])  # past the baseline and the first samples
         out[name] = (statistics.median(steady), steady[int(len(steady) * 0.9)],
                      int(statistics.median(way.changed[WARM:])))
+        for det, ms in way.spent.items():
+            ms = sorted(ms[WARM:])
+            spent[(name.startswith("before"), det)] = (statistics.median(ms),  # type: ignore[index]
+                                                        ms[int(len(ms) * 0.9)])
     return out
 
 
-def print_sim(ports: int, ticks: int, without: tuple[str, ...] = ()) -> None:
+def print_sim(ports: int, ticks: int, without: tuple[str, ...] = (), timed: bool = False) -> None:
     from agent import _backend
 
-    rows = sim_rows(ports, ticks, without)
-    print(f"\nsim switch, {ports} ports x 174 values, its default load read every 100 ms ({ticks} ticks, "
+    spent: dict[tuple[bool, str], tuple[float, float]] | None = {} if timed else None
+    rows = sim_rows(ports, ticks, without, spent)
+    print(f"\nsim switch, {ports} ports x 251 values, its default load read every 100 ms ({ticks} ticks, "
           f"backend {_backend.NAME}): ms a tick from the read's values to the end of the insights pass")
     for name, (med, p90, changed) in rows.items():
         print(f"  {name:38s} median {med:7.2f} ms, p90 {p90:7.2f} ms, {changed:7d} values changed")
     base = rows["without insights"][0]
-    c_feed, py_feed = rows["default detectors, C feed"][0], rows["default detectors, Python feed"][0]
+    c_feed, py_feed = rows["default detectors, C feed"][0], rows["default detectors, Python twins"][0]
     off, pre = rows["buffers off, without insights"][0], rows["pre-buffer layout, without insights"][0]
     off_ins, pre_ins = rows["buffers off, default detectors"][0], rows["pre-buffer layout, default detectors"][0]
-    print(f"  the detectors add {c_feed - base:.2f} ms; the Python feed costs {py_feed / c_feed:.2f}x the C feed "
+    print(f"  the detectors add {c_feed - base:.2f} ms; the Python twins (feed, detector kernels) cost "
+          f"{py_feed / c_feed:.2f}x the C ones "
           f"({py_feed - c_feed:+.2f} ms)")
+    before = rows["default detectors, before (per port)"][0]
+    print(f"  the detectors' state in arrays (kernels) vs per-port Python detectors: {c_feed:.2f} vs {before:.2f} ms "
+          f"a tick ({c_feed / before:.2f}x)")
     print(f"  buffer data off vs the pre-buffer layout: {off / pre - 1:+.1%} without insights, "
           f"{off_ins / pre_ins - 1:+.1%} with the default detectors (buffers on: {base / pre - 1:+.1%}, "
           f"{c_feed / pre_ins - 1:+.1%})")
@@ -277,6 +351,13 @@ def print_sim(ports: int, ticks: int, without: tuple[str, ...] = ()) -> None:
         less = rows[f"default detectors but {name}"][0]
         print(f"  {name} costs {c_feed - less:.2f} ms a tick ({(c_feed - less) / c_feed:.0%} of the default detectors' "
               "tick)")
+    if spent:
+        print("  per detector, its own calls in the timed rows (sample, run_batch, emit_next, end_pass, states), "
+              "ms a tick, median (p90): now | before (per-port Python detectors)")
+        for (was, name), (med, p90) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
+            if not was:
+                bmed, bp90 = spent.get((True, name), (0.0, 0.0))
+                print(f"    {name:22s} {med:6.2f} ({p90:6.2f}) | {bmed:6.2f} ({bp90:6.2f})")
 
 
 def main() -> None:
@@ -288,7 +369,20 @@ def main() -> None:
     ap.add_argument("--without", default="", help=(
         "detectors (comma-separated, e.g. link_degrading,error_burst,throughput_dip) each measured turned "
         "off, in the same run: a row each, and what it costs"))
+    ap.add_argument("--off", default="", help="detectors turned off in every row (comma-separated)")
+    ap.add_argument("--timed", action="store_true", help=(
+        "one more row with every detector's calls timed: what each costs a tick, measured inside the tick "
+        "(less noisy than --without's differences on a loaded machine)"))
+    ap.add_argument("--unspread", action="store_true", help=(
+        "link_degrading's buckets all end on the second (every port's phase 0), as before its fits were "
+        "spread over the second: the anchor its spread is measured against"))
     args = ap.parse_args()
+    if args.unspread:
+        from agent.insights.link_degrading import LinkDegrading
+
+        LinkDegrading.phase = lambda self, port: 0  # type: ignore[method-assign]
+    global OFF
+    OFF = tuple(n.strip() for n in args.off.split(",") if n.strip())
     from agent import _backend
 
     if args.passes > 20:  # (0: the simulated switch alone)
@@ -304,7 +398,7 @@ def main() -> None:
                   f"median {r['median_us']:7.0f} us, p99 {r['p99_us']:7.0f} us per pass "
                   f"({r['median_us'] / 1e3:.2f} % of one core at 10 passes/s), events {r['events']}")
     for ports in (int(p) for p in args.sim_ports.split(",") if p.strip()):
-        print_sim(ports, args.ticks, tuple(n.strip() for n in args.without.split(",") if n.strip()))
+        print_sim(ports, args.ticks, tuple(n.strip() for n in args.without.split(",") if n.strip()), args.timed)
 
 
 if __name__ == "__main__":

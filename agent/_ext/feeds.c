@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 PyDoc_STRVAR(feed_add_doc,
-"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs)\n"
+"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None)\n"
 "    -> (touched, discarded, tops, masks)\n\n"
 "indices, deltas (sequences of ints) and flags (u8) are one batch's changes; values\n"
 "(u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
@@ -20,7 +20,19 @@ PyDoc_STRVAR(feed_add_doc,
 "Returns the slots touched, in the order of their first change, the slots discarded, and\n"
 "per slot touched the highest queue level (levels 1) among its changes (0: none), which\n"
 "lets a detector skip a port whose queues are all below its threshold, and the OR of the\n"
-"bits of the keys it set in the slot's accumulation (the semantics that changed).");
+"bits of the keys it set in the slot's accumulation (the semantics that changed).\n"
+"hashes (i64 per counter: hash(key), computed once per table) spares a hash of the key per\n"
+"change; the results are the same without it.");
+
+/* The accumulations' dict operations, given the key's hash where the caller computed it
+ * once per table (a tuple's hash is not cached: two per change otherwise). */
+#if PY_VERSION_HEX < 0x030D0000
+#define ACC_GET(d, k, h) ((h) ? _PyDict_GetItem_KnownHash((d), (k), (h)) : PyDict_GetItemWithError((d), (k)))
+#define ACC_SET(d, k, v, h) ((h) ? _PyDict_SetItem_KnownHash((d), (k), (v), (h)) : PyDict_SetItem((d), (k), (v)))
+#else
+#define ACC_GET(d, k, h) PyDict_GetItemWithError((d), (k))
+#define ACC_SET(d, k, v, h) PyDict_SetItem((d), (k), (v))
+#endif
 
 #define SKIP_FLAGS (SWTEL_F_NEW | SWTEL_F_RESET) /* a baseline or a reset: never traffic */
 
@@ -29,10 +41,11 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     static const swtel_bufspec specs[5] = {
         {1, 0, "flags"}, {8, 0, "values"}, {4, 0, "slot_of"}, {1, 0, "levels"}, {4, 0, "bits"},
     };
-    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5];
-    Py_buffer b[5];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO!", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
-                          &o[4], &PyList_Type, &accs))
+    static const swtel_bufspec hash_spec[1] = {{8, 0, "hashes"}};
+    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5], *hash_obj = Py_None;
+    Py_buffer b[5], hb = {0};
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO!|O", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
+                          &o[4], &PyList_Type, &accs, &hash_obj))
         return NULL;
     PyObject *idx = PySequence_Fast(idx_obj, "indices must be a sequence");
     if (idx == NULL)
@@ -54,6 +67,10 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     uint32_t *mask = NULL;      /* per slot: the bits of the keys set */
     if (swtel_get_buffers(o, b, specs, 5) < 0)
         goto out;
+    if (hash_obj != Py_None && swtel_get_buffers(&hash_obj, &hb, hash_spec, 1) < 0) {
+        swtel_release_buffers(b, 5);
+        goto out;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(idx), ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
     if (PySequence_Fast_GET_SIZE(deltas) < n || b[0].len < n) {
         PyErr_SetString(PyExc_ValueError, "deltas and flags must hold one item per index");
@@ -64,6 +81,11 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "values, keys, levels and bits must hold one item per counter of slot_of");
         goto release;
     }
+    if (hash_obj != Py_None && hb.len / 8 < ncounters) {
+        PyErr_SetString(PyExc_ValueError, "hashes must hold one item per counter of slot_of");
+        goto release;
+    }
+    const int64_t *hashes = hash_obj != Py_None ? hb.buf : NULL;
     const uint8_t *flags = b[0].buf, *levels = b[3].buf;
     const uint64_t *values = b[1].buf;
     const int32_t *slot_of = b[2].buf;
@@ -113,7 +135,7 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             if (levels[i] == 1 && values[i] > top[slot])
                 top[slot] = values[i];
             PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
-            if (v == NULL || PyDict_SetItem(acc, key, v) < 0) {
+            if (v == NULL || ACC_SET(acc, key, v, hashes ? (Py_hash_t)hashes[i] : 0) < 0) {
                 Py_XDECREF(v);
                 goto release;
             }
@@ -139,11 +161,12 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             goto release;
         if (zero)
             continue;
-        PyObject *old = PyDict_GetItemWithError(acc, key);
+        Py_hash_t h = hashes ? (Py_hash_t)hashes[i] : 0;
+        PyObject *old = ACC_GET(acc, key, h);
         if (old == NULL && PyErr_Occurred())
             goto release;
         PyObject *sum = old == NULL ? (Py_INCREF(d), d) : PyNumber_Add(old, d);
-        if (sum == NULL || PyDict_SetItem(acc, key, sum) < 0) {
+        if (sum == NULL || ACC_SET(acc, key, sum, h) < 0) {
             Py_XDECREF(sum);
             goto release;
         }
@@ -169,6 +192,8 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     result = PyTuple_Pack(4, touched, discarded, tops, masks);
 release:
     swtel_release_buffers(b, 5);
+    if (hash_obj != Py_None)
+        swtel_release_buffers(&hb, 1);
 out:
     free(mark);
     free(top);

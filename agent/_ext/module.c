@@ -57,6 +57,7 @@ PyMODINIT_FUNC PyInit__swtel(void)
                              swtel_ethnl_methods,
                              swtel_devlink_methods,
                              swtel_feeds_methods,
+                             swtel_detect_methods,
                              swtel_gather_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)

@@ -10,8 +10,9 @@ _SKIP = F_NEW | F_RESET  # a baseline or a counter reset: never traffic
 
 
 def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits,
-             accs: list) -> tuple[list[int], list[int], list[int], list[int]]:
-    """See agent/_ext/feeds.c; same rules, same results."""
+             accs: list, hashes=None) -> tuple[list[int], list[int], list[int], list[int]]:
+    """See agent/_ext/feeds.c; same rules, same results (``hashes``, the keys' hashes that
+    spare C a hash per change, changes nothing here: a dict hashes its key anyway)."""
     n = len(indices)
     ncounters = len(slot_of)
     nslots = len(accs)
@@ -19,6 +20,8 @@ def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits,
         raise ValueError("deltas and flags must hold one item per index")
     if len(values) < ncounters or len(levels) < ncounters or len(bits) < ncounters or len(keys) < ncounters:
         raise ValueError("values, keys, levels and bits must hold one item per counter of slot_of")
+    if hashes is not None and len(hashes) < ncounters:
+        raise ValueError("hashes must hold one item per counter of slot_of")
     touched: list[int] = []
     discarded: list[int] = []
     mark = bytearray(nslots)  # per slot: 1 touched, 2 discarded too

@@ -187,6 +187,12 @@ class Detector:
 
     #: ``sems`` as classify.BITS (set for every subclass from its ``sems``)
     sem_bits: ClassVar[int] = 0
+    #: a detector whose per-port state lives in arrays updated by a kernel once per pass
+    #: (agent/_ext/detect.c) sets a list here: the feeds append its samples ``(port, ts, dt,
+    #: acc, owned, changed)`` to it, call :meth:`run_batch` once, then :meth:`emit_next` once per
+    #: sample in the same order, so that its hits are raised where ``sample`` would have
+    #: raised them (event ids and order unchanged). None: ``sample`` per port.
+    batch: list | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -221,6 +227,14 @@ class Detector:
     def sample(self, port: str, ts: int, dt: int, acc: Acc, owned: frozenset[str]) -> None:
         """One sample of ``port``: ``acc`` holds the deltas over ``(ts - dt, ts]``; read only
         the semantics in ``owned`` (another source may be the better one for the rest)."""
+
+    def run_batch(self) -> bool:
+        """(``batch`` detectors) The pass's samples in ``batch`` through the kernel; True when
+        some sample has something to report (then :meth:`emit_next` is called per sample)."""
+        return False
+
+    def emit_next(self) -> None:
+        """(``batch`` detectors) Report what the next sample of the pass found, if anything."""
 
     def end_pass(self, ts: int) -> None:
         """Once per engine pass, after every sample (group windows are closed here)."""

@@ -15,6 +15,8 @@ sample interval, are noted in ``FeedBook.elect``: their sources are elected agai
 
 from __future__ import annotations
 
+from array import array
+
 from agent import _backend
 from agent.counters import Batch, CounterTable
 from agent.insights import classify
@@ -25,7 +27,8 @@ class Feed:
     """What one source saw of one port since its previous sample."""
 
     __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
-                 "interval", "owned", "dispatch", "lazy", "dead", "top", "changed")
+                 "interval", "owned", "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits",
+                 "lazy_of")
 
     def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
         self.source = source
@@ -43,6 +46,13 @@ class Feed:
         self.dead = False
         self.top = 0  # the highest queue level since the previous pass (Detector.level_gate)
         self.changed = 0  # the semantics in acc, as classify.BITS
+        # ``dispatch`` split (by _split, when split_of is not the current list): detectors
+        # with a kernel (Detector.batch) and the others
+        self.kernels: list[Detector] = []
+        self.plain: list[Detector] = []
+        self.split_of: list[Detector] | None = None
+        self.lazy_bits = 0  # the semantics of the lazy detectors (classify.BITS)
+        self.lazy_of: list[Detector] | None = None
 
 
 class Port:
@@ -60,12 +70,15 @@ class Port:
 class SourceFeeds:
     """One source's table, its classification and a feed per port slot of it."""
 
-    __slots__ = ("table", "layout", "feeds")
+    __slots__ = ("table", "layout", "feeds", "hashes")
 
     def __init__(self, table: CounterTable, layout: classify.Layout, feeds: list[Feed]) -> None:
         self.table = table
         self.layout = layout
         self.feeds = feeds
+        #: per counter, its key's hash (0: none): a tuple does not keep its hash, so feed_add
+        #: would hash each key twice per change
+        self.hashes = array("q", (hash(k) if k is not None else 0 for k in layout.keys))
 
 
 class FeedBook:
@@ -93,7 +106,7 @@ class FeedBook:
         feeds = src.feeds
         touched, discarded, tops, masks = self.feed_add(
             batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
-            [f.acc for f in feeds])
+            [f.acc for f in feeds], src.hashes)
         ts = batch.ts_ns
         dirty = self.dirty
         for slot, top, changed in zip(touched, tops, masks, strict=True):
@@ -165,38 +178,75 @@ class FeedBook:
 
     # ------------------------------------------------------------ per pass
     def flush(self) -> None:
-        """Every feed that changed since the last pass becomes one sample for its detectors."""
+        """Every feed that changed since the last pass becomes one sample for its detectors.
+
+        Detectors with a kernel (``Detector.batch``) get every sample of the pass first, in
+        one call; the others are then called per sample as before, and a kernel detector
+        reports what a sample found at that sample's place, so events keep their order."""
         dirty, self.dirty = self.dirty, []
+        live: list[tuple[Feed, int, int, int]] = []
+        kernels: list[Detector] = []  # those with samples this pass
         for feed in dirty:
             feed.pending = False
-            top, feed.top = feed.top, 0
-            changed, feed.changed = feed.changed, 0
-            acc = feed.acc
-            prev = feed.prev_ts
-            feed.prev_ts = feed.ts
+            top, changed, ts, prev = feed.top, feed.changed, feed.ts, feed.prev_ts
+            feed.top = feed.changed = 0
+            feed.prev_ts = ts
             if feed.dead or not prev or feed.discard:
                 feed.discard = False
-                acc.clear()
+                feed.acc.clear()
                 continue
-            dt = feed.ts - prev
+            dt = ts - prev
             if dt <= 0:
-                acc.clear()
+                feed.acc.clear()
                 continue
             if feed.interval is None:
                 feed.interval = float(dt)
                 self.elect.add(feed.port)
             else:
                 feed.interval += 0.2 * (dt - feed.interval)
-            owned = feed.owned
-            port = feed.port
-            for det in feed.dispatch:
-                gate = det.level_gate
-                if gate is not None and top < gate and port not in det.ports:
-                    continue  # every queue of a calm port below the detector's threshold
-                det.changed = changed
-                det.sample(port, feed.ts, dt, acc, owned)
-            for det in feed.lazy:
-                if det.sem_bits & changed:  # one of its semantics changed (is in acc)
+            live.append((feed, dt, top, changed))
+            if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
+                _split(feed)
+            if feed.kernels:
+                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed)
+                for det in feed.kernels:
+                    entries = det.batch
+                    if not entries:
+                        kernels.append(det)
+                    entries.append(sample)  # type: ignore[union-attr]
+        found = False
+        for det in kernels:
+            if det.run_batch():
+                found = True
+        for feed, dt, top, changed in live:
+            acc = feed.acc
+            dispatch = feed.dispatch if found else feed.plain
+            if dispatch:
+                owned, port, ts = feed.owned, feed.port, feed.ts
+                for det in dispatch:
+                    if det.batch is not None:
+                        det.emit_next()  # (only on a pass in which a kernel found something)
+                        continue
+                    gate = det.level_gate
+                    if gate is not None and top < gate and port not in det.ports:
+                        continue  # every queue of a calm port below the detector's threshold
                     det.changed = changed
-                    det.sample(port, feed.ts, dt, acc, owned)
+                    det.sample(port, ts, dt, acc, owned)
+            if changed & feed.lazy_bits:  # one of a lazy detector's semantics changed
+                for det in feed.lazy:
+                    if det.sem_bits & changed:  # one of its semantics changed (is in acc)
+                        det.changed = changed
+                        det.sample(feed.port, feed.ts, dt, acc, feed.owned)
             acc.clear()
+
+
+def _split(feed: Feed) -> None:
+    """The feed's detectors for every sample, as the kernel ones and the others, and the
+    semantics of its lazy ones (redone when an election gives it new lists)."""
+    feed.kernels = [d for d in feed.dispatch if d.batch is not None]
+    feed.plain = [d for d in feed.dispatch if d.batch is None]
+    feed.split_of = feed.dispatch
+    feed.lazy_bits = 0
+    for det in feed.lazy:
+        feed.lazy_bits |= det.sem_bits
+    feed.lazy_of = feed.lazy

@@ -15,12 +15,20 @@ Three event types, all over ``window`` of sample time:
   ``window``. Per sample the largest of the counted leaves counts, since in-errors
   already contains the FCS errors. A sample longer than the window (slow polling)
   counts pro rata: it cannot show that its errors came within one window.
+
+The steady part (the bits received and corrected, averaged per port) lives in flat arrays
+updated by a kernel once per pass for every port sampled (agent/_ext/detect.c, twin
+agent/_fallback/detect.py); Python looks only at the samples in which errors moved or whose
+corrected bits are over the warning level.
 """
 
 from __future__ import annotations
 
+import functools
+from array import array
 from dataclasses import dataclass
 
+from agent import _backend
 from agent.config import Duration, setting
 from agent.insights import classify as c
 from agent.insights.base import (
@@ -42,14 +50,13 @@ _SEMS = frozenset({c.RX_BITS, c.SYMBOL, c.UNCORRECTABLE, c.CORRECTED, c.ERRORS})
 
 
 class _Port:
-    __slots__ = ("bitrate", "corr_rate", "seen", "sym", "unc", "err")
+    """A port's error windows, kept from its first error (its steady part, the bits received
+    and corrected per ns averaged exponentially over about one window and the ns of samples
+    with a known bit count, is a row of the detector's arrays)."""
+
+    __slots__ = ("sym", "unc", "err")
 
     def __init__(self, span: int) -> None:
-        # Bits received and bits corrected per ns, averaged over about one window
-        # (exponentially: O(1) per sample, no history kept for the steady counters).
-        self.bitrate = 0.0
-        self.corr_rate = 0.0
-        self.seen = 0  # ns of samples with a known bit count
         self.sym = Window(span)
         self.unc = Window(span)
         self.err = Window(span)
@@ -59,6 +66,19 @@ _BITS = (c.RX_BITS, "")
 _CORR = (c.CORRECTED, "")
 _RARE = frozenset({c.SYMBOL, c.UNCORRECTABLE, c.ERRORS})
 _RARE_BITS = c.mask(_RARE)
+_STEADY_KEYS = (_BITS, _CORR)
+_STEADY_SEMS = (c.RX_BITS, c.CORRECTED)
+_NEW_ROW = array("d", [0.0, 0.0])  # a row of reals (bitrate, corr_rate); ints: ns seen
+
+
+def _exactly(args: tuple, k: int) -> tuple | None:
+    """Sample ``k`` of a pass whose numbers are past the range where the C kernel's doubles
+    are Python's ints exactly: the twin's arithmetic (Python's). Imported here, when first
+    needed (never on a real link's counters), since the fallback package loads the
+    pure-Python encoder and its protobuf stack."""
+    from agent._fallback.detect import burst_one
+
+    return burst_one(*args, k)
 
 
 @dataclass
@@ -116,27 +136,65 @@ class LinkErrors(Detector):
         super().__init__(cfg, ctx)
         self.span = int(cfg.window * NS)
         self.counted = frozenset(x.strip() for x in cfg.counters)
+        #: port -> its error windows, from its first error until it goes away
         self.ports: dict[str, _Port] = {}
+        #: port -> its row of the steady state (kept, reset, when the port goes away)
+        self.rows: dict[str, int] = {}
+        self.reals = array("d")  # per row: bitrate, corr_rate (per ns)
+        self.ints = array("q")  # per row: ns seen
+        self.batch: list = []
+        #: the kernel (the backend's; tests and bench/ set the twin beside it)
+        self.kernel = _backend.reader.burst_run
+        self._entries: list = []
+        self._found: dict[int, tuple] = {}  # entry index -> (hot, bitrate, corr_rate, seen)
+        self._cursor = -1
+
+    def _room(self, rows: int) -> None:
+        have = len(self.ints)
+        if have < rows:
+            more = max(rows - have, have, 64)
+            self.reals.extend(_NEW_ROW * more)
+            self.ints.extend(array("q", bytes(8 * more)))
+
+    def run_batch(self) -> bool:
+        entries, self.batch = self.batch, []
+        self._entries, self._found, self._cursor = entries, {}, -1
+        if not entries:
+            return False
+        self._room(len(self.rows) + len(entries))
+        args = (entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.span, self.cfg.pre_fec_ber_warning,
+                _STEADY_KEYS, _STEADY_SEMS, _RARE_BITS)
+        if self.kernel.__module__.startswith("agent._fallback"):
+            found = self.kernel(*args)
+        else:  # C hands the samples its doubles cannot do exactly to the twin, in their turn
+            found = self.kernel(*args, functools.partial(_exactly, args))
+        for k, *rest in found:
+            self._found[k] = rest
+        return bool(found)
+
+    def emit_next(self) -> None:
+        self._cursor += 1
+        found = self._found.get(self._cursor)
+        if found is not None:
+            port, ts, dt, acc, owned, changed = self._entries[self._cursor]
+            self._errors(port, ts, dt, acc, owned, changed, *found)
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        st = self.ports.get(port)
-        if st is None:
-            st = self.ports[port] = _Port(self.span)
-        if c.RX_BITS in owned:
-            bits = acc.get(_BITS, 0)
-        else:
-            speed = self.ctx.speeds.get(port)
-            bits = speed * dt / NS if speed else None
-        corr = acc.get(_CORR, 0) if c.CORRECTED in owned else 0
-        if bits is not None:
-            alpha = min(1.0, dt / self.span) if st.seen else 1.0
-            st.bitrate += alpha * (bits / dt - st.bitrate)
-            st.corr_rate += alpha * (corr / dt - st.corr_rate)
-            st.seen += dt
+        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
+        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
+        if self.run_batch():
+            self.emit_next()
+        self.batch = pending
+
+    def _errors(self, port: str, ts: int, dt: int, acc, owned, changed: int, hot_corr: bool, bitrate: float,
+                corr_rate: float, seen: int) -> None:
+        """A sample in which errors moved (or whose corrected bits are over the warning level):
+        its errors into the port's windows, and the rule judged (the steady state as the
+        kernel left it after this sample)."""
         sym = unc = err = 0
         # Errors are rare: a sample in which none of their semantics moved holds no key of
         # theirs (the feeds' mask), so the look through every key is skipped.
-        for key, v in acc.items() if self.changed & _RARE_BITS else ():
+        for key, v in acc.items() if changed & _RARE_BITS else ():
             sem = key[0]
             if sem not in _RARE or sem not in owned:
                 continue
@@ -146,6 +204,11 @@ class LinkErrors(Detector):
                 unc += v
             if key[1] in self.counted and v > err:
                 err = v
+        if not (sym or unc or err or hot_corr):
+            return
+        st = self.ports.get(port)
+        if st is None:
+            st = self.ports[port] = _Port(self.span)
         if sym:
             st.sym.add(ts, sym)
         if unc:
@@ -154,18 +217,16 @@ class LinkErrors(Detector):
             st.err.add(ts, err * min(1.0, self.span / dt))
         # Judged when errors arrive (so an event's last time is its last error); the pre-FEC
         # BER when a sample's own corrected bits exceed the warning level.
-        hot_corr = bool(corr and bits and corr > bits * self.cfg.pre_fec_ber_warning)
-        if sym or unc or err or hot_corr:
-            self._judge(port, st, ts, dt, bool(sym or unc), hot_corr, bool(err))
+        self._judge(port, st, bitrate, corr_rate, seen, ts, dt, bool(sym or unc), hot_corr, bool(err))
 
-    def _judge(self, port: str, st: _Port, ts: int, dt: int, new_sym: bool, new_corr: bool,
-               new_err: bool) -> None:
+    def _judge(self, port: str, st: _Port, bitrate: float, corr_rate: float, seen: int, ts: int, dt: int,
+               new_sym: bool, new_corr: bool, new_err: bool) -> None:
         cfg = self.cfg
         sym, unc, err = st.sym.trim(ts), st.unc.trim(ts), st.err.trim(ts)
         span = max(self.span, dt)
-        bits = st.bitrate * min(span, st.seen)
+        bits = bitrate * min(span, seen)
         win = fmt_duration(self.span / NS)
-        pre = st.corr_rate / st.bitrate if st.bitrate and st.corr_rate else None
+        pre = corr_rate / bitrate if bitrate and corr_rate else None
         if new_sym:
             ber = max(sym, unc) / bits if bits else None
             over = ber is None or ber > cfg.symbol_ber or unc > 0
@@ -197,3 +258,7 @@ class LinkErrors(Detector):
 
     def forget(self, port: str) -> None:
         self.ports.pop(port, None)
+        row = self.rows.get(port)
+        if row is not None:  # its row starts afresh should the port come back
+            self.reals[2 * row:2 * row + 2] = _NEW_ROW
+            self.ints[row] = 0

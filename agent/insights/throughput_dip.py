@@ -14,32 +14,34 @@ skipped. The level needs 1 s of samples before it is trusted.
 Polled every 100 ms, a 300 ms dip to half the level shows as three samples at half;
 polled every 10 s, the same dip averages into one sample at 98.5 % and is not seen,
 which is what this detector exists to show.
+
+The per-port state (level, dip in progress) lives in flat arrays updated by a kernel once
+per pass for every port sampled (agent/_ext/detect.c, twin agent/_fallback/detect.py);
+Python words and raises only the dips to report.
 """
 
 from __future__ import annotations
 
-import math
+from array import array
 from dataclasses import dataclass
 
+from agent import _backend
 from agent.config import Duration, setting
 from agent.insights import classify as c
 from agent.insights.base import NS, WARNING, Detector, Rules, fmt_duration, register
 
 WARMUP_NS = NS
 _DIRS = ((c.RX_OCTETS, "rx"), (c.TX_OCTETS, "tx"))
-
-
-class _Dir:
-    __slots__ = ("level", "seen", "start", "ref", "low", "long", "quiet_until")
-
-    def __init__(self) -> None:
-        self.level = -1.0  # not known yet
-        self.seen = 0
-        self.start = 0  # start of the dip in progress (0: none)
-        self.ref = 0.0  # the level when it started
-        self.low = 0.0  # its lowest utilization
-        self.long = False  # it outlasted max_duration: a change of load, not a dip
-        self.quiet_until = 0  # after a change of load: no dip until the level has settled
+_KEYS = ((c.RX_OCTETS, ""), (c.TX_OCTETS, ""))  # the feeds' acc keys of the octets, rx then tx
+_SEMS = (c.RX_OCTETS, c.TX_OCTETS)
+# A port's row of the state arrays (agent/_ext/detect.c), rx then tx: reals level (-1: not
+# known yet), ref (the level when the dip started), low (its lowest utilization); ints seen
+# (ns of samples), start (of the dip in progress, 0: none), long (it outlasted max_duration:
+# a change of load, not a dip), quiet_until (after a change of load: no dip until the level
+# has settled).
+ROW_REALS, ROW_INTS = 6, 8
+_NEW_REALS = array("d", [-1.0, 0.0, 0.0] * 2)
+_NEW_INTS = array("q", bytes(8 * ROW_INTS))
 
 
 @dataclass
@@ -81,52 +83,68 @@ class ThroughputDip(Detector):
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)
         self.tau = float(cfg.baseline) * NS
-        self.ports: dict[str, tuple[_Dir, _Dir]] = {}
-        self._alpha = (0, 0.0)  # (dt, 1 - exp(-dt / tau)): polls are regular, so compute it once
         self.max_ns = int(cfg.max_duration * NS)
+        self.quiet_ns = int(self.tau / 2)  # after a change of load
+        #: port -> its row of the state arrays (kept, reset, when the port goes away)
+        self.rows: dict[str, int] = {}
+        self.reals = array("d")
+        self.ints = array("q")
+        self.batch: list = []
+        #: the kernel (the backend's; tests and bench/ set the twin beside it)
+        self.kernel = _backend.reader.dip_run
+        self._entries: list = []  # the pass's samples, while their dips are reported
+        self._edges: dict[int, list] = {}  # entry index -> its dips to report
+        self._cursor = -1
+
+    def _room(self, rows: int) -> None:
+        """State arrays for at least ``rows`` rows (new rows: level unknown, no dip)."""
+        have = len(self.ints) // ROW_INTS
+        if have < rows:
+            more = max(rows - have, have, 64)
+            self.reals.extend(_NEW_REALS * more)
+            self.ints.extend(_NEW_INTS * more)
+
+    def run_batch(self) -> bool:
+        entries, self.batch = self.batch, []
+        self._entries, self._edges, self._cursor = entries, {}, -1
+        if not entries:
+            return False
+        self._room(len(self.rows) + len(entries))
+        cfg = self.cfg
+        edges = self.kernel(entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.tau, cfg.dip_ratio,
+                            cfg.min_utilization, self.max_ns, self.quiet_ns, WARMUP_NS, _KEYS, _SEMS)
+        for edge in edges:
+            self._edges.setdefault(edge[0], []).append(edge)
+        return bool(edges)
+
+    def emit_next(self) -> None:
+        self._cursor += 1
+        for _, d, low, ref, took in self._edges.get(self._cursor, ()):
+            entry = self._entries[self._cursor]
+            port, ts, dt = entry[0], entry[1], entry[2]
+            self._report(port, ts, dt, _DIRS[d][1], low, ref, took)
+
+    def _report(self, port: str, ts: int, dt: int, label: str, low: float, ref: float, took: int) -> None:
+        """A dip that lasted at most max_duration, the port back above the line."""
+        cfg = self.cfg
+        speed = self.ctx.speeds.get(port)
+        share = low / ref
+        text = (f"{port}: {label} throughput dipped to {share:.0%} of its "
+                f"{fmt_duration(cfg.baseline)} level for {fmt_duration(took / NS)} "
+                f"({low:.0%} vs {ref:.0%} of {speed / 1e9:g}G); look for errors, drops "
+                "or pause on this port and its peer")
+        self.ctx.hit(self, "throughput-dip", port, ts - dt, WARNING, 1.0 - share,
+                     "share-of-level-lost", text, [port])
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        speed = self.ctx.speeds.get(port)
-        if not speed:
-            return
-        st = self.ports.get(port)
-        if st is None:
-            st = self.ports[port] = (_Dir(), _Dir())
-        if self._alpha[0] != dt:
-            self._alpha = (dt, 1.0 - math.exp(-dt / self.tau))
-        alpha = self._alpha[1]
-        scale = 8 * NS / (speed * dt)
-        cfg = self.cfg
-        for (sem, label), d in zip(_DIRS, st, strict=True):
-            if sem not in owned:
-                continue
-            util = acc.get((sem, ""), 0) * scale
-            level = d.level
-            if level < 0:
-                d.level = util
-                continue
-            if util < cfg.dip_ratio * level:
-                if d.start:
-                    d.low = min(d.low, util)
-                    if not d.long and ts - d.start > self.max_ns:
-                        d.long = True
-                elif d.seen >= WARMUP_NS and level >= cfg.min_utilization and ts > d.quiet_until:
-                    d.start, d.ref, d.low, d.long = ts - dt, level, util, False
-            elif d.start:
-                took = ts - dt - d.start
-                if not d.long and took <= self.max_ns:
-                    share = d.low / d.ref
-                    text = (f"{port}: {label} throughput dipped to {share:.0%} of its "
-                            f"{fmt_duration(cfg.baseline)} level for {fmt_duration(took / NS)} "
-                            f"({d.low:.0%} vs {d.ref:.0%} of {speed / 1e9:g}G); look for errors, drops "
-                            "or pause on this port and its peer")
-                    self.ctx.hit(self, "throughput-dip", port, ts - dt, WARNING, 1.0 - share,
-                                 "share-of-level-lost", text, [port])
-                elif d.long:
-                    d.quiet_until = ts + int(self.tau / 2)
-                d.start = 0
-            d.level = level + alpha * (util - level)
-            d.seen += dt
+        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
+        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
+        if self.run_batch():
+            self.emit_next()
+        self.batch = pending
 
     def forget(self, port: str) -> None:
-        self.ports.pop(port, None)
+        row = self.rows.get(port)
+        if row is not None:  # its row starts afresh should the port come back
+            self.reals[row * ROW_REALS:(row + 1) * ROW_REALS] = _NEW_REALS
+            self.ints[row * ROW_INTS:(row + 1) * ROW_INTS] = _NEW_INTS

@@ -86,17 +86,20 @@ def _random_batch(rng: random.Random, n: int) -> tuple[list[int], list[int], byt
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed):
+@pytest.mark.parametrize("hashed", [False, True])
+def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed, hashed):
+    """With and without the keys' hashes (the feed book gives them: C then hashes no key)."""
     rng = random.Random(seed)
     table = _table(rng.randrange(1, 9))
     lay = classify.layout(table)
+    hashes = (array("q", (hash(k) if k is not None else 0 for k in lay.keys)),) if hashed else ()
     backends = [_fallback.feed_add] + ([_backend.reader.feed_add] if _backend.NAME == "C" else [])
     states = [[{} for _ in lay.ports] for _ in range(len(backends) + 1)]
     for _ in range(6):  # several batches into the same accumulations (two reads before a pass)
         indices, deltas, flags, values = _random_batch(rng, len(table))
         want = _reference(indices, deltas, flags, values, lay, states[0])
         for fn, accs in zip(backends, states[1:], strict=True):
-            got = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs)
+            got = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, *hashes)
             assert tuple(list(x) for x in got) == want
             assert accs == states[0]
     assert any(states[0])  # the batches did reach the accumulations
@@ -116,6 +119,8 @@ def test_bad_input_is_refused_not_read_past(fn):
         f([0], [1], b"\x01", array("Q", bytes(8)), lay.slot_of, lay.keys, lay.levels, lay.bits, [{}])
     with pytest.raises(IndexError):  # a slot beyond the accumulations given
         f([0], [1], b"\x01", values, lay.slot_of, lay.keys, lay.levels, lay.bits, [])
+    with pytest.raises(ValueError):  # fewer hashes than counters
+        f([0], [1], b"\x01", values, lay.slot_of, lay.keys, lay.levels, lay.bits, [{}], array("q", bytes(8)))
 
 
 def test_the_feed_book_marks_feeds_and_discards_as_before():
