@@ -1,8 +1,9 @@
 """Simulated Spectrum switch benchmark: the cost of one plugin read (agent/asic/sim/) of
 every counter of every port, through the ASIC ABI, called from Python with ctypes (so the
 figures include ctypes' call overhead, shown separately), and the per-reason drop counters'
-cost per port in the agent's read + diff (with them against the same reads without them,
-as a ratio measured in one run). Figures only: nothing is asserted.
+and the lanes' RS-FEC histograms' (``phy_rs_fec_histogram_laneN``, 16 bins a lane) cost per port
+in the agent's read + diff (with them against the same reads without them, as a ratio measured
+in one run). Figures only: nothing is asserted.
 
     python bench/bench_sim.py [--ports 256] [--iterations 2000] [--quick]
 """
@@ -81,6 +82,7 @@ def main() -> None:
     agent_rows = _agent_path(args.ports, args.iterations)
     reasons = _reason_cost(args.ports, args.iterations)
     busy = _reason_cost(args.ports, args.iterations, counting=True)
+    lanes = _reason_cost(args.ports, args.iterations, prefix=LANE_HISTOGRAMS)
 
     print(f"\nswtel sim plugin benchmark: {args.iterations} reads each, medians in microseconds "
           f"per read (ctypes call included)\n")
@@ -106,6 +108,17 @@ def main() -> None:
               f"{(r['read'] + r['diff_with']) / (r['read'] + r['diff_without']):.3f}x (diff alone "
               f"{r['diff_with'] / r['diff_without']:.3f}x; values {r['with'] / r['without']:.3f}x); "
               f"{extra:.1f} ns a port a read")
+    r = lanes
+    print(f"\nper-lane RS-FEC histograms ({r['reasons']} values a port: {r['with']} values a port with them, "
+          f"{r['without']} without), ports={args.ports}, healthy (every lane's low bins move), medians of "
+          f"{args.iterations} reads:")
+    for label, key in (("asic_read (computes the lanes)", "read"), ("diff with the lanes", "diff_with"),
+                       ("diff without them", "diff_without")):
+        print(f"  {label:36} {r[key]:9.1f} us {r[key] * 1000 / args.ports:8.1f} ns/port")
+    print(f"  read + diff with / without the lanes' histograms: "
+          f"{(r['read'] + r['diff_with']) / (r['read'] + r['diff_without']):.3f}x (diff alone "
+          f"{r['diff_with'] / r['diff_without']:.3f}x; values {r['with'] / r['without']:.3f}x); "
+          f"{(r['diff_with'] - r['diff_without']) * 1000 / args.ports:.1f} ns a port a read (the diff)")
 
 
 def _agent_path(ports: int, iterations: int) -> list[tuple[str, float, int]]:
@@ -144,14 +157,18 @@ def _agent_path(ports: int, iterations: int) -> list[tuple[str, float, int]]:
         reader.asic_close(h)
 
 
-def _reason_cost(ports: int, iterations: int, counting: bool = False) -> dict:
+LANE_HISTOGRAMS = "phy_rs_fec_histogram_lane"  # the lanes' histograms' names (a prefix)
+
+
+def _reason_cost(ports: int, iterations: int, counting: bool = False, prefix: str = "wjh_") -> dict:
     """The per-reason drop counters' cost in the agent's read + diff, in one run: every read's
     values diffed whole (with the ``wjh_*`` reasons), and the same values without the reasons
     (copied, untimed, to a layout that lacks them) diffed by a second change kernel: the two
     diffs see the same reads, so their ratio is the reasons' share. The read itself always
     computes them (one plugin build); on a healthy port that is a zero fill and the sums.
     ``counting``: every reason of every port rises at every read (added after the read,
-    untimed), the worst case for the diff."""
+    untimed), the worst case for the diff. ``prefix``: the names of the values measured (the
+    reasons', or the lanes' histograms': LANE_HISTOGRAMS), "reasons" in the figures either way."""
     from array import array
 
     from agent import _backend, asic
@@ -162,7 +179,7 @@ def _reason_cost(ports: int, iterations: int, counting: bool = False) -> dict:
     try:
         gen, _ports, counters = reader.asic_layout(h)
         per_value = [(d[0], d[1], 0 if d[2] == 2 else d[2]) for c in counters for d in c for _ in range(slots(d))]
-        keep = [i for i, (name, _w, _k) in enumerate(per_value) if not name.startswith("wjh_")]
+        keep = [i for i, (name, _w, _k) in enumerate(per_value) if not name.startswith(prefix)]
         runs: list[tuple[int, int]] = []  # the kept values as contiguous ranges, for a quick copy
         for i in keep:
             if runs and runs[-1][1] == i:
@@ -179,7 +196,7 @@ def _reason_cost(ports: int, iterations: int, counting: bool = False) -> dict:
 
         full, lean = kernel(list(range(len(per_value)))), kernel(keep)
         values = array("Q", bytes(8 * len(per_value)))
-        reasons = [i for i, (name, _w, _k) in enumerate(per_value) if name.startswith("wjh_")]
+        reasons = [i for i, (name, _w, _k) in enumerate(per_value) if name.startswith(prefix)]
         times: dict[str, list[float]] = {"read": [], "diff_with": [], "diff_without": []}
         for k in range(iterations + 1):
             t0 = time.perf_counter()

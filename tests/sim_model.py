@@ -33,9 +33,12 @@ idles included). ``phy_corrected_bits`` is a process at pre-FEC BER 1e-9 (``S*10
 sub-units per slot), ``phy_raw_errors_laneN`` splits it evenly over ``S // 100G`` lanes.
 ``ecn_marked_tc_3 = tx_oct >> 23``. Drops (but for the scenarios'), pause, symbol and
 effective errors: 0.
-``phy_rs_fec_histogram`` (a HISTOGRAM of 16 bins, bin b = codewords with b corrected symbols):
-bin k >= 1 = ``phy_corrected_bits >> (3k - 2)``, bin 0 = ``phy_received_bits // 5440`` minus
-the others (at least 0), both from the 64-bit values; cleared with the counters.
+``phy_rs_fec_histogram_laneN`` (a HISTOGRAM of 16 bins per lane, bin b = codewords with b
+corrected symbols; one per lane, after every other descriptor): lane i's share of ``x`` over
+L lanes is ``x // L + (i < x % L)``; bin k >= 1 = the share of ``phy_corrected_bits >> (3k -
+2)``, bin 0 = the share of ``phy_received_bits // 5440`` minus the lane's others (at least 0),
+from the 64-bit values. ``phy_rs_fec_histogram`` (the port's, before the lanes') is their sum,
+bin by bin. Cleared with the counters.
 Gauges: TC 3's occupancy is ``hash(cell) % 64 KiB`` per 100 ms cell, other TCs 0;
 ``tc_watermark_N`` = max occupancy of the cells of the current 1 s epoch (t // 1 s) up to
 now (a watermark cleared every second). ``tc_peak_occupancy_N`` (kind PEAK, cleared by
@@ -80,8 +83,10 @@ the reads before it. ``asic=spectrum1|2|3|4`` (default 4) sets the buffer cell: 
   // 64e12``, ``ns_j(t)`` the ns of phase j before t: the front bin gets S/64000 codewords/s
   (6.25/s at 400G), each bin below it twice the one above (log-linear, its level doubling
   with every step of the front). The histogram's bins k >= 1 are the
-  ladder of the corrected bits before the tail plus ``tail_k``; ``phy_corrected_bits`` (and
-  the lanes) gain ``sum_k k * tail_k``; bin 0 stays the other codewords. From f on:
+  ladder of the corrected bits before the tail plus ``tail_k``, all of it in one lane
+  (``PORT:LANE``, default 0; the port must have it), so in the port's sum; ``phy_corrected_bits``
+  and that lane's ``phy_raw_errors_laneN`` gain ``sum_k k * tail_k``; bin 0 stays the other
+  codewords. From f on:
   ``phy_effective_errors`` (and the frame/in-errors) ``1 + hash % 8`` per cell (so the
   first uncorrectable codeword comes within 100 ms of f) and ``phy_symbol_errors`` as
   symbol-errors' table (keys K_FEC_EFF, K_SYM). After b the tail and the errors stop.
@@ -140,6 +145,7 @@ DEN = SLOT << 20  # numerator -> counter
 
 COUNTER, GAUGE, HISTOGRAM, PEAK = 0, 1, 2, 3
 FEC_BINS = 16  # RS(544,514) codewords by corrected symbols, 0..15 (one HISTOGRAM descriptor)
+MAX_LANES = 8  # phy_raw_errors_lane0..7; a port's lanes (speed // 100G) each have a histogram
 CW_BITS = 5440  # bits of one codeword
 PEAK_CELLS = 600  # a peak reaches back at most 60 s of cells
 PORT_UP, PORT_HOST = 1, 2
@@ -228,14 +234,23 @@ SWITCH_COUNTERS += [(f"pg_{what}_{i}", 64, PEAK if "peak" in what else GAUGE)
                                  "headroom_watermark", "headroom_peak_occupancy") for i in range(8)]
 SWITCH_COUNTERS += [("ingress_pool_occupancy_0", 64, GAUGE), ("ingress_pool_peak_occupancy_0", 64, PEAK)]
 SWITCH_COUNTERS += [("phy_rs_fec_histogram", 64, HISTOGRAM)]  # FEC_BINS values: bins [b, b]
+
+
+def switch_counters(lanes: int) -> list[tuple]:
+    """A switch port's descriptors: SWITCH_COUNTERS, then one histogram per lane."""
+    return SWITCH_COUNTERS + [(f"phy_rs_fec_histogram_lane{i}", 64, HISTOGRAM) for i in range(lanes)]
+
+
 HOST_COUNTERS = [(name, 32, COUNTER) for name in (
     "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "out_of_sequence",
     "packet_seq_err", "local_ack_timeout_err")]
 HOST_COUNTERS += [(name, 64, COUNTER) for name in (
     "np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "port_xmit_data",
     "port_rcv_data")]
-IDX = {name: i for i, (name, _, _) in enumerate(SWITCH_COUNTERS)}  # the histogram is last: its bins
-# take value indices IDX["phy_rs_fec_histogram"] .. + FEC_BINS - 1
+IDX = {name: i for i, (name, _, _) in enumerate(SWITCH_COUNTERS)}  # the port's histogram is last: its
+# bins take value indices IDX["phy_rs_fec_histogram"] .. + FEC_BINS - 1; lane i's the FEC_BINS from
+# LANE_FEC0 + i * FEC_BINS
+LANE_FEC0 = IDX["phy_rs_fec_histogram"] + FEC_BINS
 DROP0 = IDX[drop_counter(*DROP_REASONS[0])]  # the drop reasons' counters, in DROP_REASONS' order
 
 
@@ -250,13 +265,22 @@ def slots(counters: list[tuple]) -> int:
     return sum(FEC_BINS if c[2] == HISTOGRAM else 1 for c in counters)
 
 
+def offsets(layout_counters: list[list[tuple]]) -> list[int]:
+    """Where each port's values start in a read (ports differ: one histogram per lane)."""
+    out, at = [], 0
+    for cs in layout_counters:
+        out.append(at)
+        at += slots(cs)
+    return out
+
+
 def value_kinds(layout_counters: list[list[tuple]]) -> list[int]:
     """The kind of every value of a read (a histogram's bins are counters)."""
     return [COUNTER if c[2] == HISTOGRAM else c[2]
             for cs in layout_counters for c in cs for _ in range(FEC_BINS if c[2] == HISTOGRAM else 1)]
 
 
-SWITCH_VALUES = slots(SWITCH_COUNTERS)  # values of a switch port in one read (the stride)
+SWITCH_VALUES = slots(switch_counters(4))  # values of a 400G switch port in one read (a ports=N stride)
 
 
 def descriptors(counters: list[tuple]) -> list[tuple]:
@@ -330,6 +354,13 @@ class Scenario:
         self.prio = None
         self.blen, self.period = IC_LEN, IC_PERIOD  # incast: the longest burst, the period (ns)
         self.reason = None  # drops: the reason's index in DROP_REASONS
+        self.lane = 0  # fec-degrade: the lane its tail goes into
+        if name == "fec-degrade" and self.port is not None and ":" in self.port:  # PORT:LANE
+            self.port, _, lane = self.port.partition(":")
+            ln = _uint(lane, MAX_LANES - 1)
+            if ln is None:
+                raise ConfigError(f"sim: scenario '{spec}': lane must be 0..{MAX_LANES - 1}")
+            self.lane = ln
         if name == "drops":  # PORT:REASON, both required
             port, colon, reason = (self.port or "").partition(":")
             if not colon or not reason:
@@ -532,12 +563,12 @@ class Port:
         self.name, self.parent, self.speed, self.flags = name, parent, speed, flags
         self.pid = fnv1a(name)
         self.host = bool(flags & PORT_HOST)
-        self.counters = HOST_COUNTERS if self.host else SWITCH_COUNTERS
         self.wins: list[Scenario] = []  # scenarios on this port
         self.flaps: list[tuple[Scenario, int]] = []  # (scenario, number of flaps)
         self.clears: list[int] = []  # ns
         self.clear_vals: list[list[int]] = []
-        self.lanes = max(1, speed // 100_000)
+        self.lanes = min(max(1, speed // 100_000), MAX_LANES)
+        self.counters = HOST_COUNTERS if self.host else switch_counters(self.lanes)
         self.cell = model.cfg["cell"]
         load = model.cfg["load"]
         if self.host:
@@ -712,7 +743,7 @@ class Port:
         the previous read at ``since`` (None: the first read, its own cell)."""
         if self.host:
             return self._raw_host(t)
-        v = [0] * (len(SWITCH_COUNTERS) - 1 + FEC_BINS)
+        v = [0] * slots(self.counters)
         n_rx = self.rx.X(self, t) << 10
         n_tx = self.tx.X(self, t) << 10
         n_corr = self.corr.X(self, t) << 10
@@ -725,7 +756,7 @@ class Port:
             n_tx -= (self.tx.rate_at(sc.a) * d) << 10
             n_corr -= (self.corr.rate_at(sc.a) * d) << 10
         sym = eff = q_drops = w_drops = 0
-        tail = [0] * FEC_BINS  # fec-degrade's extra codewords per bin
+        tails = [[0] * FEC_BINS for _ in range(self.lanes)]  # fec-degrade's extra codewords per lane and bin
         for sc in self.wins:
             w = _window_ns(sc, t)
             if sc.name == "symbol-errors":
@@ -756,12 +787,13 @@ class Port:
                 failing = max(0, min(t, sc.b * SLOT) - sc.fail * SLOT)
                 sym += table_count(sv, sp, failing)
                 eff += table_count(ev, ep, failing)
-                self._fec_tail(sc, t, tail)
+                self._fec_tail(sc, t, tails[sc.lane])
             elif sc.name == "drops":  # a process of its own, from the window's start
                 dr = Proc(DROP_RATE << 10, DROP_JITTER << 10, K_DROP + 64 * sc.reason)
                 v[DROP0 + sc.reason] += dr.value(self, w, masked=False)
         rx, tx, corr = n_rx // DEN, n_tx // DEN, n_corr // DEN
-        tail_bits = sum(k * n for k, n in enumerate(tail))
+        lane_bits = [sum(k * n for k, n in enumerate(tail)) for tail in tails]
+        tail_bits = sum(lane_bits)
         v[0:4] = [rx, rx >> 12, rx >> 27, rx >> 32]
         v[4:8] = [tx, tx >> 12, tx >> 27, tx >> 32]
         v[IDX["HwIfInDot3FrameErrors"]] = eff
@@ -777,7 +809,7 @@ class Port:
         v[IDX["phy_effective_errors"]] = eff
         lane0 = IDX["phy_raw_errors_lane0"]
         for i in range(self.lanes):
-            v[lane0 + i] = (corr + tail_bits) // self.lanes
+            v[lane0 + i] = corr // self.lanes + lane_bits[i]
         v[IDX["carrier_changes"]] = changes
         c = t // CELL
         c0 = max(min(t if since is None else since, t) // CELL, c - PEAK_CELLS + 1, 0)
@@ -812,7 +844,7 @@ class Port:
                 v[at] = max(v[at], headroom * self.cell)
             for name, lv in (("ingress_pool_occupancy_0", levels[0]), ("ingress_pool_peak_occupancy_0", levels[2])):
                 v[IDX[name]] = max(v[IDX[name]], sum(self.pg_cells(lv)) * self.cell)
-        self._fec_bins(v, corr, tail)
+        self._fec_bins(v, corr, tails)
         return v
 
     def _fec_tail(self, sc: Scenario, t: int, tail: list[int]) -> None:
@@ -826,19 +858,28 @@ class Port:
                     n += (self.speed << (3 + j - k)) * (min(t, hi) - lo)
             tail[k] += n // FEC_DEN
 
-    @staticmethod
-    def _fec_bins(v: list[int], corr: int, tail: list[int]) -> None:
-        """The RS-FEC histogram (``phy_rs_fec_histogram``, bins S0..S15) from the PHY's
-        counters as the plugin holds them (64-bit): bin k >= 1 = (corrected before
-        fec-degrade's tail) >> (3k - 2) plus the tail's codewords, bin 0 the other codewords
-        received (bits // 5440)."""
+    def _fec_bins(self, v: list[int], corr: int, tails: list[list[int]]) -> None:
+        """The RS-FEC histograms (bins S0..S15) from the PHY's counters as the plugin holds
+        them (64-bit), per lane: bin k >= 1 = the lane's share of (corrected before
+        fec-degrade's tail) >> (3k - 2) plus the lane's tail, bin 0 the lane's share of the
+        codewords received (bits // 5440) minus its others; the port's
+        (``phy_rs_fec_histogram``) their sum, bin by bin."""
         corr &= MASK64
+        lanes = self.lanes
+
+        def share(x: int, i: int) -> int:
+            return x // lanes + (i < x % lanes)
+
         fec0 = IDX["phy_rs_fec_histogram"]
-        errored = 0
-        for k in range(1, FEC_BINS):
-            v[fec0 + k] = (corr >> (3 * k - 2)) + tail[k]
-            errored += v[fec0 + k]
-        v[fec0] = max((v[IDX["phy_received_bits"]] & MASK64) // CW_BITS - errored, 0)
+        cw = (v[IDX["phy_received_bits"]] & MASK64) // CW_BITS
+        for i, tail in enumerate(tails):
+            at = LANE_FEC0 + i * FEC_BINS
+            for k in range(1, FEC_BINS):
+                v[at + k] = share(corr >> (3 * k - 2), i) + tail[k]
+            # C sums a lane's bins in 64 bits
+            v[at] = max(share(cw, i) - (sum(v[at + 1:at + FEC_BINS]) & MASK64), 0)
+            for k in range(FEC_BINS):
+                v[fec0 + k] += v[at + k]
 
     def _raw_host(self, t: int) -> list[int]:
         scn = 0
@@ -868,12 +909,14 @@ class Port:
             if ts <= t:
                 base = self.clear_vals[i]
         out = []
-        for i, (_, width, kind) in enumerate(self.counters):
-            for j in range(i, i + (FEC_BINS if kind == HISTOGRAM else 1)):  # a histogram: its bins
+        j = 0
+        for _, width, kind in self.counters:
+            for _bin in range(FEC_BINS if kind == HISTOGRAM else 1):  # a histogram: its bins
                 x = v[j]
                 if base is not None and kind not in (GAUGE, PEAK):
                     x -= base[j]
                 out.append(x & (MASK32 if width == 32 else MASK64))
+                j += 1
         return out
 
 
@@ -984,6 +1027,8 @@ class Model:
                         name = "swp11s1"
                 if name not in byname:
                     raise ConfigError(f"sim: scenario '{sc.spec}': no port '{name}'")
+                if sc.name == "fec-degrade" and sc.lane >= byname[name].lanes:
+                    raise ConfigError(f"sim: scenario '{sc.spec}': {name} has lanes 0..{byname[name].lanes - 1}")
                 sc.port = name
                 ports = [byname[name]]
             if sc.name in ("pfc-storm", "incast") and sc.prio is None:

@@ -42,7 +42,8 @@ CARRIER = "carrier"  # carrier transitions
 ROCE = "roce"  # RDMA retransmission-related counters; sub = counter name (hyphenated)
 ECN = "ecn-marks"  # packets ECN-marked on egress; sub = queue
 DROP_REASON = "drop-reason"  # packets dropped for one reason; sub = "group/reason"
-FEC_BIN = "fec-bin"  # RS-FEC codewords by corrected symbols (histogram bin); sub = the bin's index
+FEC_BIN = "fec-bin"  # RS-FEC codewords by corrected symbols (histogram bin); sub = the bin's index,
+# ``lane/index`` for a lane's bin
 # Levels (gauges): a feed carries a level's latest value, not a delta.
 QUEUE_PEAK = "queue-peak"  # highest occupancy since the previous read, bytes; sub = queue
 QUEUE_LEVEL = "queue-level"  # occupancy at the read, bytes; sub = queue
@@ -114,13 +115,16 @@ ROCE_LEAVES = frozenset({
 
 _PFC = re.compile(r"^pfc/priority\[id=(\d+)\]/state$")
 _DROP_REASON = re.compile(rf"^drops/group\[name=({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
-# the port's histogram (the asic source's bin_container, ethtool netlink's total), not per lane
 # a devlink device's trap (sources/devlink_trap.py): per device, so the device is the "port"
 _DEVLINK_DROP_REASON = re.compile(rf"^{re.escape(DEVLINK_DEVICE_PREFIX)}({KEY_VALUE_RE})\]/drops/group\[name="
                                   rf"({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
 # issue 22 item 3: the port's bin on Cumulus' layout (sources/asic.py histogram_bin_container); sub = its
 # upper boundary, the bin's index on Spectrum (an open last bin: its lower bound, 15)
 _FEC_BIN = re.compile(r"^phy/histograms/state/rs-num-corr-err\[upper-boundary=(\d+)\]$")
+# ... and a lane's, below its channel (the asic source's phy_rs_fec_histogram_laneN, ethnl's lanes):
+# sub = ``lane/upper-boundary``, so a port's feed carries its lanes' bins beside its own
+_LANE_FEC_BIN = re.compile(r"^phy/channels/channel\[id=(\d+)\]/histograms/state/rs-num-corr-err"
+                           r"\[upper-boundary=(\d+)\]$")
 _QUEUE = re.compile(rf"^/output/queues/queue\[name=({KEY_VALUE_RE})\]/state$")
 _RDMA = re.compile(rf"^{re.escape(RDMA_DEVICE_PREFIX)}{KEY_VALUE_RE}\]"
                    rf"(?:/ports/port\[id={KEY_VALUE_RE}\])?/hw-counters$")
@@ -153,9 +157,13 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
         m = _DROP_REASON.match(tail) if leaf == "packets" else None
         if m:
             return port, DROP_REASON, f"{unescape_key(m.group(1))}/{unescape_key(m.group(2))}"
-        m = _FEC_BIN.match(tail) if leaf == "count" else None
-        if m:
-            return port, FEC_BIN, m.group(1)
+        if leaf == "count" and tail.startswith("phy/"):
+            m = _FEC_BIN.match(tail)
+            if m:
+                return port, FEC_BIN, m.group(1)
+            m = _LANE_FEC_BIN.match(tail)
+            if m:
+                return port, FEC_BIN, f"{m.group(1)}/{m.group(2)}"
         sem = _LEAVES.get((tail, leaf))
         return (port, sem[0], sem[1]) if sem else None
     if path.startswith(QOS_INTERFACE_PREFIX):

@@ -17,7 +17,7 @@ UPDATE_NS = NS  # an open event's changed peak/message is sent at most once per 
 MATERIAL = 1.10  # ... and only when its peak grew by 10 % (or severity/interfaces changed)
 EVENTS_PATH = "/insights/events/event[id={id}]/state"
 LEAVES = ("type", "severity", "interfaces", "start-ns", "end-ns", "peak", "peak-ns", "peak-unit", "message",
-          "status")
+          "status", "lane")  # lane: only an event of one lane has it (link-degrading's)
 
 
 class EventBook:
@@ -111,6 +111,7 @@ class EventBook:
             "peak-unit": ev.unit,
             "message": ev.message,
             "status": ev.state,
+            "lane": getattr(ev, "lane", None),  # set by the detector that raised it, if any
         }
         c = _container(ev.id)
         for leaf in LEAVES:

@@ -2,33 +2,40 @@
 
 A link whose RS-FEC still corrects everything shows its decline in the codeword-error
 histogram (bins S0..S15: codewords with 0..15 corrected symbols) before its first
-uncorrectable codeword: the tail grows into the high bins. Per port, over the bins' deltas
-(and the uncorrectable codewords') within ``window`` (kept in ten buckets: the last nine
-and the current one, so between nine tenths and all of it), as SONiC's FEC FLR design
-computes it:
+uncorrectable codeword: the tail grows into the high bins. Per lane where the port reports
+lanes' histograms (the asic source's ``phy_rs_fec_histogram_laneN``, ethtool netlink's per-lane
+bins), else per port, over the bins' deltas (and the port's uncorrectable codewords') within
+``window`` (kept in ten buckets: the last nine and the current one, so between nine tenths and
+all of it), as SONiC's FEC FLR design computes it:
 
-* observed CER = uncorrectable / (uncorrectable + S0 + correctable codewords);
+* observed CER = uncorrectable / (uncorrectable + S0 + correctable codewords), the port's
+  (an uncorrectable codeword is the port's: its symbols come from every lane);
 * predicted: a least-squares line through log10(S_i / codewords) for the bins i = 1..15
   that hold any, extrapolated to bins 16..20 (RS(544,514) corrects 15 symbols: a codeword
   with 16 or more is lost); the predicted CER is the sum of those, its fit judged by R²;
 * FLR = CER x (1 + X x MFC) / MFC, MFC = 8, X the ``interleave``.
 
-The event is raised when the predicted FLR reaches ``flr`` with R² at least ``min_r2``, or
-when the highest bin with a count in the window (SONiC's maxT) reaches ``max_bin`` with at
-least ``max_bin_count`` codewords at or above it. It is critical once uncorrectable
-codewords come.
+The event (one per port and lane) is raised when the predicted FLR reaches ``flr`` with R² at
+least ``min_r2``, or when the highest bin with a count in the window (SONiC's maxT) reaches
+``max_bin`` with at least ``max_bin_count`` codewords at or above it. It is critical once
+uncorrectable codewords come.
 
-The per-port figures are also gauges (docs/insights.md, docs/paths.md): the predicted FLR,
-the observed CER, the fit's R² and maxT over the same window, under
+The figures are also gauges (docs/insights.md, docs/paths.md): the predicted FLR, the observed
+CER, the fit's R² and maxT over the same window, per lane under
+``swtel:/interfaces/interface[name=X]/phy/channels/channel[id=N]/fec/prediction/state`` and per
+port (its worst lane's, or its own histogram's) under
 ``swtel:/interfaces/interface[name=X]/phy/fec/prediction/state`` (Cumulus has no such leaves).
 They are judged once a bucket (``window`` / 10: the window's sums change only then) and
 published at most once a second per port, each leaf only when its value changed; a port whose
-window empties (its link down: no samples) reads 0.
+window empties (its link down: no samples) reads 0. Each port's buckets end at its own phase
+(a hash of its name), so the ports' fits spread over the bucket instead of landing on one tick.
+When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from operator import add, sub
@@ -50,30 +57,50 @@ from agent.insights.base import (
     fmt_duration,
     register,
 )
-from agent.pathgrammar import interface_path
+from agent.pathgrammar import escape_key, interface_path
 
 BINS = 16  # RS(544,514): 0..15 corrected symbols (a device's further bins are not read)
 PREDICTED = range(16, 21)  # the bins extrapolated: codewords the FEC cannot correct
 MFC = 8  # SONiC's FLR design: FLR = CER x (1 + X x MFC) / MFC, X the interleave
 MIN_POINTS = 3  # a line through fewer non-empty bins predicts nothing
-UNC = BINS  # the uncorrectable codewords' place in a row, after the bins
+PORT = -1  # the unit of a port without lanes' histograms: its own
 
-_BIN_KEYS = tuple((c.FEC_BIN, str(i)) for i in range(BINS))
-_ZEROS = (0,) * BINS
+_PORT_KEYS = tuple((c.FEC_BIN, str(i)) for i in range(BINS))
 #: the uncorrectable codewords' leaves (classify.py): the PHY's effective errors, ethtool's blocks
 _UNC_KEYS = ((c.UNCORRECTABLE, "effective-errors"), (c.UNCORRECTABLE, "fec-uncorrectable-blocks"))
 _UNC_BIT = c.BITS[c.UNCORRECTABLE]  # none of them in a sample whose mask lacks it
 
-#: the gauges' container below a port (swtel's origin: Cumulus 5.15+ has FEC histogram leaves,
-#: none for a prediction) and their leaves
+#: the gauges' container below a port or a lane (swtel's origin: Cumulus 5.15+ has FEC histogram
+#: leaves, none for a prediction) and their leaves
 PREDICTION = "/phy/fec/prediction/state"
+LANE_PREDICTION = "/phy/channels/channel[id={lane}]/fec/prediction/state"
 GAUGES = ("predicted-flr", "observed-cer", "fit-r2", "max-bin")
+_EMPTY = (0.0, 0.0, 0.0, 0)  # an empty window's gauges
 PUBLISH_NS = NS  # a port's gauges at most once a second
 DIGITS = 4  # significant digits of a published ratio: a fit's last digits are noise, not news
 
 
-def prediction_container(port: str) -> Container:
-    return Container(SWTEL_ORIGIN, interface_path(port) + PREDICTION)
+def prediction_container(port: str, lane: int | None = None) -> Container:
+    """The gauges of a port (its worst lane's), or of one lane."""
+    tail = PREDICTION if lane is None or lane == PORT else LANE_PREDICTION.format(lane=escape_key(str(lane)))
+    return Container(SWTEL_ORIGIN, interface_path(port) + tail)
+
+
+def lane_keys(lane: int) -> tuple[tuple[str, str], ...]:
+    """A lane's bins as the feeds key them (classify.py: sub = ``lane/upper-boundary``)."""
+    return tuple((c.FEC_BIN, f"{lane}/{i}") for i in range(BINS))
+
+
+def lanes_in(acc) -> tuple[int, ...]:
+    """The lanes whose bins a sample carries, ascending."""
+    found = {int(sub.partition("/")[0]) for sem, sub in acc if sem == c.FEC_BIN and "/" in sub}
+    return tuple(sorted(found))
+
+
+def phase_of(port: str, bucket_ns: int) -> int:
+    """Where in a bucket the port's buckets end (ns): fixed per name (not Python's salted
+    hash), so runs and restarts agree."""
+    return zlib.crc32(port.encode()) % bucket_ns
 
 
 def _rounded(x: float) -> float:
@@ -100,21 +127,35 @@ def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None
 
 
 class _Port:
-    """The window in ten buckets (a sample goes to the bucket its end falls in): the nine
-    before the current one, summed, and the current one; and the codewords at ``max_bin`` or
-    above in each part, kept so that a sample sums only its own tail."""
+    """One port's units (its lanes, or itself) and their window in ten buckets (a sample goes
+    to the bucket its end falls in): the nine before the current one, summed, and the current
+    one, the units' bins side by side in one flat list (unit u's at u * BINS), the port's
+    uncorrectable codewords beside them; and per unit the codewords at ``max_bin`` or above in
+    each part, kept so that a sample sums only its own tail."""
 
-    __slots__ = ("done", "totals", "idx", "cur", "sent", "slot", "tail_done", "tail_cur")
+    __slots__ = ("units", "keys", "zeros", "highs", "phase", "done", "totals", "unc_total", "idx", "cur",
+                 "unc_cur", "sent", "boxes", "slot", "tail_done", "tail_cur", "alarm")
 
-    def __init__(self, idx: int) -> None:
-        self.done: deque[tuple[int, list[int]]] = deque()  # (bucket, bins 0..15 + uncorrectable)
-        self.totals = [0] * (BINS + 1)  # of ``done``
+    def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
+        self.units = units
+        self.keys = _PORT_KEYS if units == (PORT,) else sum((lane_keys(u) for u in units), ())
+        self.zeros = (0,) * len(self.keys)
+        #: the bins at max_bin or above: a sample that moves none of them leaves the tails as they are
+        self.highs = frozenset(k for i, k in enumerate(self.keys) if i % BINS >= max_bin)
+        self.phase = phase
+        self.done: deque[tuple[int, list[int], int]] = deque()  # (bucket, bins, uncorrectable)
+        self.totals = [0] * len(self.keys)  # of ``done``
+        self.unc_total = 0
         self.idx = idx
-        self.cur = [0] * (BINS + 1)
-        self.sent: dict[str, float | int] = {}  # the gauges as last published
+        self.cur = [0] * len(self.keys)
+        self.unc_cur = 0
+        #: the gauges as last published, per unit and for the port (key None)
+        self.sent: dict[int | None, dict[str, float | int]] = {}
+        self.boxes: dict[int | None, Container] = {}  # their containers, built once
         self.slot = -1  # the publishing slot (a second or a bucket) they were last published in
-        self.tail_done = 0  # codewords at max_bin or above in ``totals``
-        self.tail_cur = 0  # ... in ``cur``
+        self.tail_done = [0] * len(units)  # codewords at max_bin or above in ``totals``, per unit
+        self.tail_cur = [0] * len(units)  # ... in ``cur``
+        self.alarm = False  # a unit's tail holds max_bin_count codewords or more
 
 
 @dataclass
@@ -143,8 +184,8 @@ class LinkDegradingConfig:
 class LinkDegrading(Detector):
     name = "link_degrading"
     config_class = LinkDegradingConfig
-    doc = ("a link heading for uncorrectable codewords, from its FEC codeword-error histogram: "
-           "event `link-degrading` (docs/insights.md)")
+    doc = ("a link heading for uncorrectable codewords, from its FEC codeword-error histogram (per lane "
+           "where lanes are reported): event `link-degrading` (docs/insights.md)")
     reads = ("asic", "ethnl")
     types = ("link-degrading",)
     every_sample = False  # bin 0 counts every codeword received: each sample of a live link
@@ -171,70 +212,128 @@ class LinkDegrading(Detector):
         self.ports: dict[str, _Port] = {}
         self.pending: list[StateUpdate] = []  # gauges due, taken by the runner (states)
         self.swept_ns = 0  # the last look for ports whose window emptied
+        #: ports whose window emptied: the gauges they read 0 on (deleted on retire)
+        self.zeroed: dict[str, dict[int | None, dict[str, float | int]]] = {}
+
+    def phase(self, port: str) -> int:
+        """Where in a bucket the port's buckets end (tests set it to 0 to compare)."""
+        return phase_of(port, self.bucket)
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         if c.FEC_BIN not in owned:
             return
-        # Every sample of every port with a histogram comes here: kept to C-level list work.
-        row = list(map(acc.get, _BIN_KEYS, _ZEROS))
-        unc = (acc.get(_UNC_KEYS[0], 0) + acc.get(_UNC_KEYS[1], 0)
-               if c.UNCORRECTABLE in owned and self.changed & _UNC_BIT else 0)
-        row.append(unc)
-        idx = (ts - 1) // self.bucket  # a sample ending on a boundary is the bucket's before it
         st = self.ports.get(port)
         if st is None:
-            st = self.ports[port] = _Port(idx)
+            st = self.ports[port] = self._start(port, acc, ts)
+        # Every sample of every port with a histogram comes here: kept to C-level list work.
+        unc = (acc.get(_UNC_KEYS[0], 0) + acc.get(_UNC_KEYS[1], 0)
+               if c.UNCORRECTABLE in owned and self.changed & _UNC_BIT else 0)
+        idx = (ts - 1 + st.phase) // self.bucket  # a sample ending on a boundary is the bucket's before it
+        if idx == st.idx:  # the common case: add the sample to the current bucket
+            st.cur = list(map(add, st.cur, map(acc.get, st.keys, st.zeros)))
+            st.unc_cur += unc
+            if not acc.keys().isdisjoint(st.highs):  # a tail moved (rare on a healthy link)
+                mb = self.cfg.max_bin
+                row = list(map(acc.get, st.keys, st.zeros))
+                st.tail_cur = list(map(add, st.tail_cur, (sum(row[at + mb:at + BINS])
+                                                          for at in range(0, len(row), BINS))))
+                st.alarm = max(map(add, st.tail_done, st.tail_cur)) >= self.cfg.max_bin_count
+            # maxT is cheap: judged every sample; the fit once a bucket, and whenever the tail or
+            # uncorrectable codewords hold
+            if unc or st.alarm:
+                self._judge(port, st, ts, False)
+            return
+        lanes = lanes_in(acc)  # once a bucket: a lane that came (a sample may miss a calm one)
+        if lanes and not set(lanes) <= set(st.units):  # the port starts afresh with them
+            st = self.ports[port] = self._start(port, acc, ts, st)
+            st.cur = list(map(acc.get, st.keys, st.zeros))
+            st.unc_cur = unc
+            return
+        # the bucket closes: its sums join the window's, buckets past it leave
+        row = list(map(acc.get, st.keys, st.zeros))
         mb = self.cfg.max_bin
-        rolled = idx != st.idx
-        if rolled:  # the bucket closes: its sums join the window's, buckets past it leave
-            st.done.append((st.idx, st.cur))
-            totals = list(map(add, st.totals, st.cur))
-            while st.done and st.done[0][0] <= idx - 10:
-                totals = list(map(sub, totals, st.done.popleft()[1]))
-            st.totals, st.idx, st.cur = totals, idx, row
-            st.tail_done = sum(totals[mb:BINS])
-            st.tail_cur = sum(row[mb:BINS])
-        else:
-            st.cur = list(map(add, st.cur, row))
-            st.tail_cur += sum(row[mb:BINS])
-        # maxT is cheap: judged every sample; the fit once a bucket, and whenever the tail or
-        # uncorrectable codewords hold.
-        tail = st.tail_done + st.tail_cur
-        by_bin = tail >= self.cfg.max_bin_count
-        publish = rolled and idx // self.per_slot != st.slot
-        if rolled or unc or by_bin:
-            self._judge(port, list(map(add, st.totals, st.cur)), ts, tail, by_bin, st if publish else None)
+        st.done.append((st.idx, st.cur, st.unc_cur))
+        totals = list(map(add, st.totals, st.cur))
+        unc_total = st.unc_total + st.unc_cur
+        while st.done and st.done[0][0] <= idx - 10:
+            _b, old, old_unc = st.done.popleft()
+            totals = list(map(sub, totals, old))
+            unc_total -= old_unc
+        st.totals, st.unc_total, st.idx, st.cur, st.unc_cur = totals, unc_total, idx, row, unc
+        st.tail_done = [sum(totals[at + mb:at + BINS]) for at in range(0, len(totals), BINS)]
+        st.tail_cur = [sum(row[at + mb:at + BINS]) for at in range(0, len(row), BINS)]
+        st.alarm = max(map(add, st.tail_done, st.tail_cur)) >= self.cfg.max_bin_count
+        self._judge(port, st, ts, idx // self.per_slot != st.slot)
 
-    def _judge(self, port: str, d: list[int], ts: int, tail: int, by_bin: bool, gauges: _Port | None) -> None:
+    def _start(self, port: str, acc, ts: int, old: _Port | None = None) -> _Port:
+        """A port's state from its first sample (or afresh, when lanes came: ``old``)."""
+        lanes = set(lanes_in(acc))
+        if old is not None and old.units != (PORT,):
+            lanes |= set(old.units)
+        st = _Port(tuple(sorted(lanes)) or (PORT,), 0, self.phase(port), self.cfg.max_bin)
+        st.idx = (ts - 1 + st.phase) // self.bucket
+        if old is not None:
+            st.sent, st.slot = old.sent, old.slot
+            if st.units != (PORT,):  # the port's own histogram is no longer a unit of its own
+                st.sent.pop(PORT, None)
+        self.zeroed.pop(port, None)
+        return st
+
+    def _judge(self, port: str, st: _Port, ts: int, publish: bool) -> None:
         cfg = self.cfg
-        total = sum(d)
-        if total <= 0:
+        tails = list(map(add, st.tail_done, st.tail_cur))
+        d_all = list(map(add, st.totals, st.cur))
+        unc = st.unc_total + st.unc_cur
+        codewords = sum(d_all) + unc  # the port's, every lane's
+        if codewords <= 0:
             return
-        max_t = max((i for i in range(BINS) if d[i] > 0), default=0)
-        pred = fit(d, total)
+        cer = unc / codewords
         scale = (1 + cfg.interleave * MFC) / MFC
-        flr = pred[0] * scale if pred else 0.0
-        if gauges is not None:
-            # no prediction (fewer than MIN_POINTS bins with codewords: a clean link) is 0
-            self._publish(port, gauges, ts, (flr, d[UNC] / total, pred[1] if pred else 0.0, max_t))
-        by_flr = pred is not None and pred[1] >= cfg.min_r2 and flr >= cfg.flr
-        if not (by_flr or by_bin):
-            return
+        lanes = st.units != (PORT,)
+        worst: tuple[float, int, float, float] | None = None  # the port's gauges: its worst lane's
+        for u, unit in enumerate(st.units):
+            d = d_all[u * BINS:(u + 1) * BINS]
+            # a lane's fit over its own codewords; a port's over all, uncorrectable ones included
+            total = sum(d) if lanes else codewords
+            if total <= 0:
+                continue
+            max_t = max((i for i in range(BINS) if d[i] > 0), default=0)
+            pred = fit(d, total)
+            flr = pred[0] * scale if pred else 0.0
+            r2 = pred[1] if pred else 0.0  # no prediction (fewer than MIN_POINTS bins with codewords) is 0
+            if publish:
+                if lanes:
+                    self._publish(port, st, unit, ts, (flr, cer, r2, max_t))
+                if worst is None or (flr, max_t) > (worst[0], worst[1]):
+                    worst = (flr, max_t, r2, cer)
+            by_bin = tails[u] >= cfg.max_bin_count
+            by_flr = pred is not None and pred[1] >= cfg.min_r2 and flr >= cfg.flr
+            if by_flr or by_bin:
+                self._raise(port, unit if lanes else None, ts, flr, pred, max_t, tails[u], unc, codewords, scale)
+        if publish and worst is not None:
+            st.slot = st.idx // self.per_slot
+            self._publish(port, st, None, ts, (worst[0], worst[3], worst[2], worst[1]))
+
+    def _raise(self, port: str, lane: int | None, ts: int, flr: float, pred, max_t: int, tail: int, unc: int,
+               codewords: int, scale: float) -> None:
+        cfg = self.cfg
         win = fmt_duration(self.span / NS)
-        unc = d[UNC]
+        where = port if lane is None else f"{port} lane {lane}"
         if pred:
-            text = (f"{port}: link degrading: predicted FLR {flr:.1e} (threshold {cfg.flr:.0e}; fit R² "
+            text = (f"{where}: link degrading: predicted FLR {flr:.1e} (threshold {cfg.flr:.0e}; fit R² "
                     f"{pred[1]:.2f} over {pred[3]} bins)")
         else:
-            text = f"{port}: link degrading: too few FEC bins with codewords for a prediction"
+            text = f"{where}: link degrading: too few FEC bins with codewords for a prediction"
         text += (f", highest FEC bin S{max_t} ({fmt_count(tail)} codewords at S{cfg.max_bin} or above "
                  f"in {win})")
         if unc:
-            text += f", {fmt_count(unc)} uncorrectable (FLR {unc / total * scale:.1e})"
-        text += (f"; the link is heading for frame loss: clean or reseat the optic or cable on {port}, "
-                 "replace it if the tail keeps growing")
-        self.ctx.hit(self, "link-degrading", port, ts, CRITICAL if unc else WARNING, flr, "flr", text,
-                     [port])
+            text += f", {fmt_count(unc)} uncorrectable on the port (FLR {unc / codewords * scale:.1e})"
+        text += (f"; the link is heading for frame loss: clean or reseat the optic or cable on {port}"
+                 f"{'' if lane is None else f' (lane {lane})'}, replace it if the tail keeps growing")
+        ev = self.ctx.hit(self, "link-degrading", port if lane is None else (port, lane), ts,
+                          CRITICAL if unc else WARNING, flr, "flr", text, [port])
+        if lane is not None and ev is not None:
+            ev.lane = lane  # events.py sends it as the event's ``lane`` leaf
 
     @classmethod
     def doc_paths(cls) -> list[str]:
@@ -242,15 +341,18 @@ class LinkDegrading(Detector):
                 "Cumulus Linux 5.15 streams the histogram per port (none per channel) as "
                 f"`{interface_path('X')}/phy/histograms/state/rs-num-corr-err[upper-boundary=U]/count` "
                 "(and `…/upper-boundary`), keyed by the bin's upper bound. swtel streams it on that "
-                "layout (the asic source's and ethnl's; ethnl's lanes under "
-                "`…/phy/channels/channel[id=N]/histograms/state/…`); an open last bin is keyed by its "
-                "lower bound (15: RS(544,514) corrects 15 symbols). "
-                "docs/gnmi.md has the mapping leaf by leaf.", "",
-                "Per port with an RS-FEC codeword-error histogram, over the detector's `window` (10 s), "
-                "published once a bucket (`window` / 10) and at most once a second, each leaf when it "
-                "changed: states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), and "
-                "gauges in OTLP and remote write. Cumulus Linux has no such leaves: swtel's origin "
-                "(docs/insights.md).", "",
+                "layout (the asic source's and ethnl's; their lanes under "
+                "`…/phy/channels/channel[id=N]/histograms/state/…`, where Cumulus keeps a lane's other "
+                "PHY leaves); an open last bin is keyed by its lower bound (15: RS(544,514) corrects 15 "
+                "symbols). docs/gnmi.md has the mapping leaf by leaf.", "",
+                "Per lane where a port reports lanes' histograms (else per port), over the detector's "
+                "`window` (10 s), published once a bucket (`window` / 10) and at most once a second, each "
+                "leaf when it changed: states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), "
+                "and the port's gauges in OTLP and remote write (the lanes' have no OTLP name yet). The port's "
+                "leaves are its worst lane's (the highest "
+                "predicted FLR, then maxT), so one per port still answers \"which links\"; the observed CER "
+                "is the port's on every lane (an uncorrectable codeword is not one lane's). Cumulus Linux "
+                "has no such leaves: swtel's origin (docs/insights.md).", "",
                 "| detector | value | path | kind |", "|---|---|---|---|"]
         for leaf, meaning in (
                 ("predicted-flr", "predicted frame loss ratio (bins 16-20 extrapolated; 0: fewer than 3 bins to "
@@ -258,20 +360,27 @@ class LinkDegrading(Detector):
                 ("observed-cer", "observed codeword error ratio: uncorrectable / all codewords"),
                 ("fit-r2", "R² of the log-linear fit of bins 1-15 (0: no fit)"),
                 ("max-bin", "maxT: the highest bin with codewords")):
-            rows.append(f"| link_degrading | {meaning} | `{prediction_container('X').full(leaf)}` | "
-                        f"gauge ({'integer' if leaf == 'max-bin' else 'double'}) |")
+            kind = f"gauge ({'integer' if leaf == 'max-bin' else 'double'})"
+            rows.append(f"| link_degrading | {meaning}, the port's (its worst lane's) | "
+                        f"`{prediction_container('X').full(leaf)}` | {kind} |")
+            rows.append(f"| link_degrading | {meaning}, lane N's | `{prediction_container('X', 'N').full(leaf)}` | "
+                        f"{kind} |")
         return rows
 
-    def _publish(self, port: str, st: _Port, ts: int, values: tuple[float, float, float, int]) -> None:
-        """The port's gauges that changed since they were last published."""
-        st.slot = st.idx // self.per_slot
-        box = None
+    def _publish(self, port: str, st: _Port, unit: int | None, ts: int,
+                 values: tuple[float, float, float, int]) -> None:
+        """The gauges of a lane (or of the port: ``unit`` None) that changed since they were
+        last published."""
+        sent = st.sent.setdefault(unit, {})
+        box = st.boxes.get(unit)
+        if box is None:
+            box = st.boxes[unit] = prediction_container(port, unit)
+        pending = self.pending
         for leaf, value in zip(GAUGES, values, strict=True):
             value = value if isinstance(value, int) else _rounded(value)
-            if st.sent.get(leaf) != value:
-                st.sent[leaf] = value
-                box = box or prediction_container(port)
-                self.pending.append(StateUpdate(ts, box, leaf, value, "insights"))
+            if sent.get(leaf) != value:
+                sent[leaf] = value
+                pending.append(StateUpdate(ts, box, leaf, value, "insights"))
 
     def end_pass(self, ts: int) -> None:
         # A port whose bins stopped moving (its link down) gets no samples, so it would keep its
@@ -279,15 +388,30 @@ class LinkDegrading(Detector):
         if ts - self.swept_ns < PUBLISH_NS:
             return
         self.swept_ns = ts
-        idx = (ts - 1) // self.bucket
         for port, st in list(self.ports.items()):
-            if st.idx <= idx - 10:
-                self._publish(port, st, ts, (0.0, 0.0, 0.0, 0))
+            if st.idx <= (ts - 1 + st.phase) // self.bucket - 10:
+                for unit in st.sent:
+                    self._publish(port, st, unit, ts, _EMPTY)
+                self.zeroed[port] = st.sent
                 del self.ports[port]
 
     def states(self) -> list[StateUpdate]:
         out, self.pending = self.pending, []
         return out
 
+    def retire(self, ts: int) -> list[StateUpdate]:
+        """Disabled by a reload: every gauge it published leaves the store (a delete), not stays
+        at its last value."""
+        out = self.states()
+        published = [(port, st.sent) for port, st in self.ports.items()] + list(self.zeroed.items())
+        for port, by_unit in published:
+            for unit, sent in by_unit.items():
+                box = prediction_container(port, unit)
+                out += [StateUpdate(ts, box, leaf, None, "insights") for leaf in sent]
+        self.ports.clear()
+        self.zeroed.clear()
+        return out
+
     def forget(self, port: str) -> None:
         self.ports.pop(port, None)  # its gauges go with the port's subtree (the engine's delete)
+        self.zeroed.pop(port, None)

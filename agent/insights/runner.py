@@ -44,6 +44,7 @@ class InsightsRunner:
         self._election = Election()
         self._events = EventBook(self.log, cfg.history)
         self._last_ts = 0
+        self._retired: list[StateUpdate] = []  # a disabled detector's last states (its gauges' deletes)
         self._build_detectors()
 
     # ------------------------------------------------------------ configuration
@@ -55,6 +56,8 @@ class InsightsRunner:
             if not on:
                 if cur is not None:
                     del self._detectors[name]
+                    if hasattr(cur, "retire"):  # derived gauges leave the store, not stay at their last value
+                        self._retired += cur.retire(self._last_ts)
                     for ev in [e for e in self._events.open.values() if e.detector == name]:
                         self._events.clear(ev, self._last_ts, "detector disabled")
                 continue
@@ -157,6 +160,8 @@ class InsightsRunner:
         if self._feeds.elect:
             self._election.run(self._feeds, self._detectors.values(), self._last_ts)
         out = self._events.end_pass(ts, self._clear_after_ns)
+        out += self._retired
+        self._retired = []
         for det in self._detectors.values():
             out += det.states()  # derived gauges (link_degrading's FLR), with the events
         return out

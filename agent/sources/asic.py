@@ -180,6 +180,7 @@ PHY = rules(
     (r"ingress_pool_occupancy_(?P<n>\d+)", _POOL_IN, "occupancy", GAUGE),
     (r"ingress_pool_peak_occupancy_(?P<n>\d+)", _POOL_IN, "peak-occupancy", GAUGE),
     (r"phy_rs_fec_histogram", _PHY_FEC, FEC_HISTOGRAM),
+    (r"phy_rs_fec_histogram_lane(?P<n>\d+)", _PHY_LANE, FEC_HISTOGRAM),  # below the lane's channel, as ethnl's
 )
 
 #: every switch-port name goes through these, first match wins (SWITCHD ends in a HwIf* catch-all)
@@ -294,6 +295,8 @@ class AsicSource(Source):
                 *(doc_rule_row("asic", rule) for rule in PHY if rule.leaf != FEC_HISTOGRAM),
                 # a HISTOGRAM: one counter per bin, the RS-FEC one on Cumulus' layout
                 doc_row("asic", "phy_rs_fec_histogram (bin up to U)", f"{fec_histogram_bin_path('X', 'U')}/count"),
+                doc_row("asic", "phy_rs_fec_histogram_laneN (bin up to U)",
+                        f"{fec_histogram_bin_path('X', 'U', 'N')}/count"),
                 doc_row("asic", DROP_REASON_DOC[0], f"swtel:{DROP_REASON_DOC[1]}"), ""]
     _refused: tuple | None = None  # the plugin file's signature when it was refused for what it is
 

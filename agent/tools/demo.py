@@ -91,14 +91,14 @@ class Timeline:
         return lines
 
 
-def failing_at(spec: str) -> tuple[str, float] | None:
-    """(port, seconds from the start) of a ``fec-degrade@START-END:PORT`` scenario's first
-    uncorrectable codeword: END - (END - START) / 10, in the sim's 10 ms slots."""
-    m = re.match(r"^fec-degrade@([^-]+)-([^:]+):(.+)$", spec)
+def failing_at(spec: str) -> tuple[str, int, float] | None:
+    """(port, lane, seconds from the start) of a ``fec-degrade@START-END:PORT[:LANE]`` scenario's
+    first uncorrectable codeword: END - (END - START) / 10, in the sim's 10 ms slots."""
+    m = re.match(r"^fec-degrade@([^-]+)-([^:]+):([^:]+)(?::(\d+))?$", spec)
     if not m:
         return None
     a, b = (round(Duration.parse(x) * 100) for x in m.group(1, 2))
-    return m.group(3), (b - (b - a) // 10) / 100
+    return m.group(3), int(m.group(4) or 0), (b - (b - a) // 10) / 100
 
 
 def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
@@ -110,17 +110,19 @@ def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
             hit = failing_at(spec)
             if hit is None:
                 continue
-            port, fail_s = hit
+            port, lane, fail_s = hit
+            # the event of the port's lane (its ``lane`` leaf; a port without lanes' histograms has none)
             starts = sorted((int(ev["start-ns"]) - timeline.origin_ns) / 1e9
                             for (target, _id), ev in timeline.rows.items()
                             if target == sw.name and ev.get("type") == "link-degrading"
-                            and port in str(ev.get("interfaces", "")).split(",") and "start-ns" in ev)
+                            and port in str(ev.get("interfaces", "")).split(",") and "start-ns" in ev
+                            and str(ev.get("lane", lane)) == str(lane))
             if starts and starts[0] < fail_s:
-                out.append(f"\n{sw.name} {port}: link-degrading raised at {starts[0]:+.1f}s, the first uncorrectable "
-                           f"codeword at {fail_s:+.1f}s: lead {fail_s - starts[0]:.1f}s")
+                out.append(f"\n{sw.name} {port} lane {lane}: link-degrading raised at {starts[0]:+.1f}s, the first "
+                           f"uncorrectable codeword at {fail_s:+.1f}s: lead {fail_s - starts[0]:.1f}s")
             else:
-                out.append(f"\n{sw.name} {port}: link-degrading not raised before the first uncorrectable "
-                           f"codeword ({fail_s:+.1f}s)")
+                out.append(f"\n{sw.name} {port} lane {lane}: link-degrading not raised before the first "
+                           f"uncorrectable codeword ({fail_s:+.1f}s)")
     return out
 
 

@@ -16,7 +16,7 @@ from agent.config import Duration, HostPort, Insights
 from agent.counters import COUNTER, GAUGE, OPENCONFIG, Container, CounterSpec
 from agent.exporters import otlp_names
 from agent.insights import InsightsRunner, classify
-from agent.insights.link_degrading import GAUGES, fit, prediction_container
+from agent.insights.link_degrading import GAUGES, fit, phase_of, prediction_container
 from agent.pathgrammar import interface_path
 from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
 from agent.store import Store
@@ -45,6 +45,16 @@ def first_uncorrectable(config: str, name: str) -> float:
 def window_deltas(port: sim_model.Port, t0_ns: int, t1_ns: int) -> tuple[list[int], int]:
     a, b = port.values(t0_ns), port.values(t1_ns)
     return [b[FEC0 + i] - a[FEC0 + i] for i in range(16)], b[UNC] - a[UNC]
+
+
+def held_from(port: str, t1: int, step: int = NS // 10) -> int:
+    """Where the window the detector held at t1 (from start) starts: its 1 s buckets, the nine
+    before the current one, each ending at the port's phase, each holding the samples (every
+    ``step`` from T0) whose end falls in it, so from the start of the first of those."""
+    ph = phase_of(port, NS)
+    first_bucket = ((T0 + t1 - 1 + ph) // NS - 9) * NS - ph  # absolute: the phase is of the clock
+    first_end = -(-(first_bucket + 1 - T0) // step) * step  # the first sample ending in it
+    return first_end - step
 
 
 def reference(bins: list[int], unc: int, interleave: int = 1) -> tuple[float, float, int]:
@@ -121,7 +131,7 @@ def test_flr_fit_and_maxt_match_the_reference(degrade):
     t_raise, ev = next((t, e) for t, e in raised if e["type"] == "link-degrading")
     port = port_of(DEGRADE, "swp11s1")
     t1 = round(t_raise * 10) * NS // 10
-    bins, unc = window_deltas(port, ((t1 - 1) // NS - 9) * NS, t1)
+    bins, unc = window_deltas(port, held_from("swp11s1", t1), t1)
     flr, r2, max_t = reference(bins, unc)
     assert ev["peak"] == pytest.approx(flr, rel=0.01)
     assert f"fit R² {r2:.2f}" in ev["message"] and f"highest FEC bin S{max_t} " in ev["message"]
@@ -162,7 +172,7 @@ def test_a_clean_ten_minutes_raises_nothing():
 
 def test_the_histogram_bins_classify_by_upper_boundary():
     """The port's bins on Cumulus' layout, as the asic source builds them: sub = the bin's upper
-    boundary, Spectrum's bin index (the open last bin: 15); a lane's bins are not the port's."""
+    boundary, Spectrum's bin index (the open last bin: 15); a lane's: ``lane/upper boundary``."""
     phy = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state")
     fec = histogram_bin_container(phy, FEC_HISTOGRAM, 3, 3, 3)
     assert fec.path == interface_path("swp1") + "/phy/histograms/state/rs-num-corr-err[upper-boundary=3]"
@@ -173,7 +183,12 @@ def test_the_histogram_bins_classify_by_upper_boundary():
     assert classify.classify(CounterSpec(fec, "upper-boundary", 64, GAUGE, "swp1")) is None
     lane = Container(OPENCONFIG, interface_path("swp1") + "/phy/channels/channel[id=2]/fec/state")
     assert classify.classify(CounterSpec(histogram_bin_container(lane, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
-                                         COUNTER, "swp1")) is None
+                                         COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "2/3")
+    assert classify.classify(CounterSpec(histogram_bin_container(lane, FEC_HISTOGRAM, 15, 15, 2**64 - 1),
+                                         "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "2/15")
+    other = Container(OPENCONFIG, interface_path("swp10") + "/phy/channels/channel[id=2]/fec/state")
+    assert classify.classify(CounterSpec(histogram_bin_container(other, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
+                                         COUNTER, "swp1")) is None  # another port's
     old = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")
     assert classify.classify(CounterSpec(old, "count", 64, COUNTER, "swp1")) is None  # no longer streamed
 
@@ -257,7 +272,7 @@ def test_flr_gauge_matches_the_reference(recorded):
         t1 = ts - T0
         if t1 < 12 * NS:  # a full window
             continue
-        bins, unc = window_deltas(port, ((t1 - 1) // NS - 9) * NS, t1)
+        bins, unc = window_deltas(port, held_from("swp11s1", t1), t1)
         flr, r2, max_t = reference(bins, unc)
         assert value == pytest.approx(flr, rel=0.01), t1 / NS
         assert dict(series[("swp11s1", "fit-r2")]).get(ts, None) in (None, pytest.approx(r2, rel=0.01))

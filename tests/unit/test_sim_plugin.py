@@ -162,10 +162,12 @@ def test_spine_layout(ops):
         assert info["swp11s2"][1:] == ("swp11", 100_000, 1)
         assert info["swp12s1"][1:] == ("swp12", 200_000, 1)
         assert info["swp13"][1:] == ("", 400_000, 1)
-        for cs in sim.counters:
-            assert cs == sim_model.SWITCH_COUNTERS
-        # 100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and pool values, 16 FEC bins
-        assert len(sim.counters[0]) == 172 and sim_model.slots(sim.counters[0]) == 187
+        for (_name, _parent, speed, _flags), cs in zip(sim.ports, sim.counters, strict=True):
+            assert cs == sim_model.switch_counters(speed // 100_000)
+        # 100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and pool values, 16 FEC bins,
+        # then 16 FEC bins per lane (400G: 4 lanes, 100G: 1)
+        assert len(sim.counters[0]) == 176 and sim_model.slots(sim.counters[0]) == 187 + 4 * 16
+        assert sim_model.slots(sim.counters[names.index("swp11s0")]) == 187 + 16
         assert [c[0] for c in sim.counters[0][:3]] == ["HwIfInOctets", "HwIfInUcastPkts",
                                                         "HwIfInMcastPkts"]
         kinds = {c[0]: c[2] for c in sim.counters[0]}
@@ -176,7 +178,8 @@ def test_spine_layout(ops):
         assert kinds["pg_headroom_watermark_7"] == kinds["ingress_pool_occupancy_0"] == sim_model.GAUGE
         assert sim.ops.port_info(sim.h, len(sim.ports), ctypes.byref(AsicPort())) == -1
         assert kinds["wjh_l2_ingress_vlan_filter"] == kinds["wjh_acl_egress_flow_action_drop"] == sim_model.COUNTER
-        assert sim.ops.counter_info(sim.h, 0, 172, ctypes.byref(AsicCounter())) == -1
+        assert sim.ops.counter_info(sim.h, 0, 176, ctypes.byref(AsicCounter())) == -1
+        assert sim.ops.counter_info(sim.h, names.index("swp11s0"), 173, ctypes.byref(AsicCounter())) == -1
         assert sim.ops.counter_count(sim.h, -1) == -1
         assert sim.gen == 1
         model = Model("role=spine")
@@ -288,6 +291,7 @@ def test_run_is_monotone_and_below_line_rate(ops):
     sim, _ = opened(ops, config, 0.5)
     try:
         kinds = sim_model.value_kinds(sim.counters)
+        offsets = sim_model.offsets(sim.counters)
         prev_ts, prev = sim.read()
         for _ in range(200):
             ts, cur = sim.read()
@@ -295,7 +299,7 @@ def test_run_is_monotone_and_below_line_rate(ops):
                 if k == 0:
                     assert cur[i] >= prev[i], i
             for j, (name, _, speed, _) in enumerate(sim.ports):
-                base = j * SWITCH_VALUES
+                base = offsets[j]
                 for i in (0, 4):
                     delta_bits = (cur[base + i] - prev[base + i]) * 8
                     assert delta_bits * 1000 <= speed * (ts - prev_ts), name
@@ -337,6 +341,7 @@ def test_monotone_and_line_rate_dense(config):
     model = Model(config)
     _, ports, counters = model.layout(0)
     kinds = sim_model.value_kinds(counters)
+    offsets = sim_model.offsets(counters)
     prev_t, prev = 0, model.values(0)
     for t, cur in grid(model, 0.0037, 4, 0.0131):
         for i, k in enumerate(kinds):
@@ -344,7 +349,7 @@ def test_monotone_and_line_rate_dense(config):
                 assert cur[i] >= prev[i]
         for j, p in enumerate(ports):
             for i in (0, 4):
-                assert (cur[j * SWITCH_VALUES + i] - prev[j * SWITCH_VALUES + i]) * 8 * 1000 <= p[2] * (t - prev_t)
+                assert (cur[offsets[j] + i] - prev[offsets[j] + i]) * 8 * 1000 <= p[2] * (t - prev_t)
         prev_t, prev = t, cur
 
 
@@ -353,8 +358,9 @@ def test_clean_fabric_raises_no_alarm():
         model = Model(config)
         _, ports, counters = model.layout(0)
         a, b = model.values(1 * S), model.values(3 * S)
+        offsets = sim_model.offsets(counters)
         for j, p in enumerate(ports):
-            d = {c[0]: b[j * SWITCH_VALUES + i] - a[j * SWITCH_VALUES + i] for i, c in enumerate(counters[j])}
+            d = {c[0]: b[offsets[j] + i] - a[offsets[j] + i] for i, c in enumerate(counters[j])}
             bits = d["phy_received_bits"]
             assert bits == p[2] * 1_000_000 * 2
             assert d["phy_symbol_errors"] / bits <= 1e-12
@@ -383,13 +389,14 @@ def test_symbol_errors_scenario():
     model = Model("role=spine scenario=symbol-errors@5s-25s:swp11s1")
     _, ports, counters = model.layout(0)
     names = [p[0] for p in ports]
+    offsets = sim_model.offsets(counters)
     for t0 in (1, 26):  # outside: nothing anywhere
         a, b = model.values(t0 * S), model.values((t0 + 2) * S)
         for j in range(len(names)):
-            assert b[j * SWITCH_VALUES + IDX["phy_symbol_errors"]] == a[j * SWITCH_VALUES + IDX["phy_symbol_errors"]]
+            assert b[offsets[j] + IDX["phy_symbol_errors"]] == a[offsets[j] + IDX["phy_symbol_errors"]]
     a, b = model.values(10 * S), model.values(12 * S)
     for j, name in enumerate(names):
-        d = {c[0]: b[j * SWITCH_VALUES + i] - a[j * SWITCH_VALUES + i] for i, c in enumerate(counters[j])}
+        d = {c[0]: b[offsets[j] + i] - a[offsets[j] + i] for i, c in enumerate(counters[j])}
         if name != "swp11s1":
             assert d["phy_symbol_errors"] == 0 and d["phy_effective_errors"] == 0
             continue
@@ -555,8 +562,8 @@ def test_start_in_future_reads_zero(ops):
     sim, _ = opened(ops, "role=spine", -100)
     try:
         _, values = sim.read()
-        gauges = {i for i, c in enumerate(sim_model.SWITCH_COUNTERS) if c[2] in (sim_model.GAUGE, sim_model.PEAK)}
-        assert all(v == 0 for i, v in enumerate(values) if i % SWITCH_VALUES not in gauges)
+        kinds = sim_model.value_kinds(sim.counters)
+        assert all(v == 0 for v, k in zip(values, kinds, strict=True) if k == sim_model.COUNTER)
     finally:
         sim.close()
 
@@ -628,6 +635,11 @@ BAD = [
                                 "start (fec-degrade@START-END)"),
     ("scenario=fec-degrade@5s-6.99s:swp1", "sim: scenario 'fec-degrade@5s-6.99s:swp1': needs an end at "
                                           "least 2s after its start (fec-degrade@START-END)"),
+    ("scenario=fec-degrade@1s-9s:swp2:4", "sim: scenario 'fec-degrade@1s-9s:swp2:4': swp2 has lanes 0..3"),
+    ("scenario=fec-degrade@1s-9s:swp11s1:1",
+     "sim: scenario 'fec-degrade@1s-9s:swp11s1:1': swp11s1 has lanes 0..0"),
+    ("scenario=fec-degrade@1s-9s:swp2:x", "sim: scenario 'fec-degrade@1s-9s:swp2:x': lane must be 0..7"),
+    ("scenario=fec-degrade@1s-9s:swp2:8", "sim: scenario 'fec-degrade@1s-9s:swp2:8': lane must be 0..7"),
     ("role=host scenario=fec-degrade@1s-9s",
      "sim: scenario 'fec-degrade@1s-9s': not available with role=host"),
     ("scenario=fec-degrade@1s-9s:swp2,link-flap@8s:swp2",
@@ -703,8 +715,9 @@ def test_rs_fec_histogram_is_the_phy_counters_shape():
     fec0 = IDX["phy_rs_fec_histogram"]
     v = model.values(20 * S)
     tails = {}
+    offsets = sim_model.offsets(counters)
     for j, (name, *_rest) in enumerate(ports):
-        at = j * SWITCH_VALUES
+        at = offsets[j]
         bins = v[at + fec0:at + fec0 + sim_model.FEC_BINS]
         corrected, bits = v[at + IDX["phy_corrected_bits"]], v[at + IDX["phy_received_bits"]]
         assert sum(bins) == bits // sim_model.CW_BITS  # every codeword received is in one bin

@@ -37,8 +37,8 @@ static void port_init(struct sim *s, struct port *p, const char *name, const cha
     p->cell = s->cell;
     p->hbase = s->seed * 0x9E3779B97F4A7C15ULL + fnv1a(name) * 0xD6E8FEB86659FD93ULL;
     p->host = !!(flags & SWTEL_ASIC_PORT_HOST);
-    p->lanes = speed / 100000 > 1 ? (int)(speed / 100000) : 1;
-    p->ncounters = p->host ? N_HOST : N_SWITCH;
+    p->lanes = speed / 100000 > 1 ? (int)min64(speed / 100000, MAX_LANES) : 1;
+    p->ncounters = p->host ? N_HOST : SWITCH_VALUES(p->lanes);
     if (p->host) {
         uint64_t cap = 400000ULL * 1250 * 4096 * 1024 / 4116;
         uint64_t r = cap * s->load / 1000000, j = min64(r / 5, cap - r);
@@ -279,6 +279,11 @@ int build(struct sim *s, char *err, size_t errlen)
                 errf(err, errlen, "sim: scenario '%s': no port '%s'", sc->spec, sc->port);
                 return -1;
             }
+            if (sc->type == SC_FEC && sc->lane >= s->ports[pi].lanes) {
+                errf(err, errlen, "sim: scenario '%s': %s has lanes 0..%d", sc->spec, sc->port,
+                     s->ports[pi].lanes - 1);
+                return -1;
+            }
             list[n++] = pi;
         }
         if ((sc->type == SC_PFC || sc->type == SC_INCAST) && sc->prio < 0)
@@ -483,4 +488,7 @@ void names_init(struct sim *s)
     snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "ingress_pool_occupancy_0");
     snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "ingress_pool_peak_occupancy_0");
     snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "phy_rs_fec_histogram"); /* FEC_BINS values */
+    /* each lane's (a port lists its own lanes' only: SWITCH_DESCS) */
+    for (int i = 0; i < MAX_LANES; i++)
+        snprintf(s->cnames[n++], SWTEL_ASIC_NAME_MAX, "phy_rs_fec_histogram_lane%d", i);
 }

@@ -288,20 +288,44 @@ static void fec_tail(const struct port *p, const struct scen *sc, uint64_t t, ui
     }
 }
 
-/* The RS-FEC histogram from the PHY's counters: bin k >= 1 holds corr >> (3k - 2)
- * codewords (corr: the corrected bits before fec-degrade's tail; each a shift of a monotonic
- * count, so monotonic itself; about 65 % of the corrected symbols) plus the tail's, bin 0 the
- * rest of the codewords received. A healthy link: mass in bins 0-2. */
-static void fec_bins(uint64_t *v, uint64_t corr, const uint64_t *tail)
+/* Lane i's share of n spread over `lanes`: the remainder to the first lanes, so the shares sum
+ * to n exactly and each is monotonic in n. The sim's lanes are 1, 2 or 4: a shift and a mask
+ * (the same quotient and remainder), a division otherwise. */
+static inline uint64_t lane_share(uint64_t n, int lanes, int i)
 {
-    uint64_t errored = 0;
-    for (int k = 1; k < FEC_BINS; k++) {
-        uint64_t n = (corr >> (3 * k - 2)) + tail[k];
-        v[C_FEC0 + k] = n;
-        errored += n;
+    if (!(lanes & (lanes - 1))) {
+        int sh = __builtin_ctz((unsigned)lanes);
+        return (n >> sh) + ((uint64_t)i < (n & (uint64_t)(lanes - 1)));
     }
-    uint64_t cw = v[C_PHY_BITS] / CW_BITS;
-    v[C_FEC0] = cw > errored ? cw - errored : 0;
+    return n / (unsigned)lanes + ((uint64_t)i < n % (unsigned)lanes);
+}
+
+/* The RS-FEC histograms from the PHY's counters, per lane: bin k >= 1 holds lane i's share of
+ * corr >> (3k - 2) codewords (corr: the corrected bits before fec-degrade's tail; each a shift
+ * of a monotonic count, so monotonic itself; about 65 % of the corrected symbols) plus the tails
+ * of the lane (`ltail` rows of the lanes in `touched`), bin 0 the rest of the lane's share of
+ * the codewords received. The port's histogram is the sum of its lanes'. A healthy link: mass
+ * in bins 0-2. */
+static void fec_bins(const struct port *p, uint64_t *v, uint64_t corr,
+                     uint64_t (*ltail)[FEC_BINS], unsigned touched)
+{
+    int lanes = p->lanes;
+    uint64_t cw = v[C_PHY_BITS] / CW_BITS, bin0 = 0;
+    for (int i = 0; i < lanes; i++) {
+        uint64_t *lv = v + C_LANE_FEC0 + FEC_BINS * i, errored = 0;
+        for (int k = 1; k < FEC_BINS; k++) {
+            uint64_t n = lane_share(corr >> (3 * k - 2), lanes, i);
+            if (touched >> i & 1)
+                n += ltail[i][k];
+            lv[k] = n;
+            errored += n;
+            v[C_FEC0 + k] += n;
+        }
+        uint64_t c = lane_share(cw, lanes, i);
+        lv[0] = c > errored ? c - errored : 0;
+        bin0 += lv[0];
+    }
+    v[C_FEC0] = bin0;
 }
 
 /* The port's drop counters as sums of its drop reasons (docs/insights.md): every ingress
@@ -331,11 +355,13 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
         raw_host(p, t, v);
         return;
     }
-    memset(v, 0, N_SWITCH * sizeof *v);
+    memset(v, 0, (size_t)p->ncounters * sizeof *v);
     const u128 den = (u128)SLOT << 20;
     u128 rx, tx, corr;
     uint64_t down = 0, changes = 0, sym = 0, eff = 0, qd = 0, wd = 0;
-    uint64_t tail[FEC_BINS] = {0}; /* fec-degrade's extra codewords per bin */
+    /* fec-degrade's extra codewords per lane and bin (rows of the lanes in `touched` only) */
+    uint64_t ltail[MAX_LANES][FEC_BINS];
+    unsigned touched = 0;
     uint32_t tcs = 1u << 3;
     if (!p->nwin) {
         rx = proc_x(p, &p->rx, t, 0) / (SLOT << 10);
@@ -390,7 +416,10 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
                 uint64_t failing = e > f ? e - f : 0;
                 sym += table_count(wn->t[0], failing);
                 eff += table_count(wn->t[1], failing);
-                fec_tail(p, sc, t, tail);
+                if (!(touched >> sc->lane & 1))
+                    memset(ltail[sc->lane], 0, sizeof ltail[sc->lane]);
+                touched |= 1u << sc->lane;
+                fec_tail(p, sc, t, ltail[sc->lane]);
             } else if (sc->type == SC_DROPS) {
                 /* a process of its own, from the window's start */
                 struct proc dr;
@@ -419,14 +448,19 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
     v[C_ECN0 + 3] += (uint64_t)(tx >> 23);
     v[C_PHY_BITS] = (uint64_t)((u128)p->speed * (t - down) / 1000);
     v[C_PHY_SYM] = sym;
-    u128 tail_bits = 0;
-    for (int k = 1; k < FEC_BINS; k++)
-        tail_bits += (u128)k * tail[k];
+    /* the tails' corrected bits: the port's, and each lane's (in its raw errors only) */
+    u128 tail_bits = 0, lane_bits[MAX_LANES] = {0};
+    for (int i = 0; i < p->lanes; i++) {
+        if (!(touched >> i & 1))
+            continue;
+        for (int k = 1; k < FEC_BINS; k++)
+            lane_bits[i] += (u128)k * ltail[i][k];
+        tail_bits += lane_bits[i];
+    }
     v[C_PHY_CORR] = (uint64_t)(corr + tail_bits);
     v[C_PHY_EFF] = eff;
-    u128 lane = (corr + tail_bits) / (unsigned)p->lanes;
-    for (int i = 0; i < p->lanes && i < 8; i++)
-        v[C_LANE0 + i] = (uint64_t)lane;
+    for (int i = 0; i < p->lanes; i++)
+        v[C_LANE0 + i] = (uint64_t)(corr / (unsigned)p->lanes + lane_bits[i]);
     v[C_CARRIER] = changes;
     uint64_t c = t / CELL;
     /* the peak: every cell from the previous read's (its level lasted past that read) */
@@ -478,7 +512,7 @@ void raw(const struct port *p, uint64_t t, uint64_t since, uint64_t *v)
         v[C_POOL] = max64(v[C_POOL], (pg_shared(p, lv) + pg_headroom(p, lv)) * p->cell);
         v[C_POOL_PEAK] = max64(v[C_POOL_PEAK], (pg_shared(p, pk) + pg_headroom(p, pk)) * p->cell);
     }
-    fec_bins(v, (uint64_t)corr, tail);
+    fec_bins(p, v, (uint64_t)corr, ltail, touched);
 }
 
 void port_values(const struct port *p, uint64_t t, uint64_t since, uint64_t *out)
@@ -498,7 +532,7 @@ void port_values(const struct port *p, uint64_t t, uint64_t since, uint64_t *out
     } else if (base) {
         for (int i = 0; i < C_OCC0; i++)
             out[i] -= base[i];
-        for (int i = C_FEC0; i < N_SWITCH; i++)
+        for (int i = C_FEC0; i < p->ncounters; i++)
             out[i] -= base[i];
     }
 }

@@ -4,8 +4,8 @@
  * ports=N uplinks=4|8 load=0.0..1.0 asic=spectrum1..4 (the buffer cell: 96, 144, 144, 192 B)
  * scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable, or comma-separated). Scenarios:
  * symbol-errors imbalance pfc-storm microburst link-flap counter-clear breakout fec-degrade
- * (START-END required: the FEC histogram's tail grows bin by bin, the first uncorrectable
- * codeword at END - (END - START) / 10) incast (PORT/TC[/LEN[/PERIOD]]: sub-poll bursts on a
+ * (START-END required, PORT[:LANE]: the FEC histogram's tail grows bin by bin in that lane, lane
+ * 0 by default, the first uncorrectable codeword at END - (END - START) / 10) incast (PORT/TC[/LEN[/PERIOD]]: sub-poll bursts on a
  * queue, its PG, headroom and ingress pool, with drops, ECN marks and PFC pause) drops
  * (PORT:REASON: one What Just Happened reason's drops, wjh_<group>_<reason>, at 1,000/s, the
  * port's drop counters rising with them).
@@ -131,16 +131,16 @@ static int sim_port_info(void *h, int port, struct swtel_asic_port *out)
 static int sim_counter_count(void *h, int port)
 {
     const struct port *p = listed_port(h, port);
-    return p ? (p->host ? N_HOST : N_SWITCH_DESC) : -1;
+    return p ? (p->host ? N_HOST : SWITCH_DESCS(p->lanes)) : -1;
 }
 
 /* A switch counter's kind: counters, then gauges with the peaks (the highest level since the
- * previous read) among them, the histogram last. */
+ * previous read) among them, the histograms last (the port's, then each lane's). */
 static int switch_kind(int counter)
 {
     if (counter < C_OCC0)
         return SWTEL_ASIC_COUNTER;
-    if (counter == C_FEC0)
+    if (counter >= C_FEC0)
         return SWTEL_ASIC_HISTOGRAM;
     if ((counter >= C_PEAK0 && counter < C_PEAK0 + 8) ||
         (counter >= C_PG_PEAK0 && counter < C_PG_PEAK0 + 8) ||
@@ -153,7 +153,7 @@ static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_co
 {
     const struct sim *s = h;
     const struct port *p = listed_port(s, port);
-    if (!p || !out || counter < 0 || counter >= (p->host ? N_HOST : N_SWITCH_DESC))
+    if (!p || !out || counter < 0 || counter >= (p->host ? N_HOST : SWITCH_DESCS(p->lanes)))
         return -1;
     memset(out, 0, sizeof *out);
     if (p->host) {
@@ -164,17 +164,19 @@ static int sim_counter_info(void *h, int port, int counter, struct swtel_asic_co
         memcpy(out->name, s->cnames[counter], sizeof out->name);
         out->width = 64;
         out->kind = switch_kind(counter);
-        if (counter == C_FEC0)
+        if (counter >= C_FEC0)
             out->nbins = FEC_BINS;
     }
     return 0;
 }
 
-/* Bin b of the RS-FEC histogram: the codewords with exactly b corrected symbols. */
+/* Bin b of an RS-FEC histogram (the port's or a lane's): the codewords with exactly b
+ * corrected symbols. */
 static int sim_bin_info(void *h, int port, int counter, int bin, struct swtel_asic_bin *out)
 {
     const struct port *p = listed_port(h, port);
-    if (!p || p->host || !out || counter != C_FEC0 || bin < 0 || bin >= FEC_BINS)
+    if (!p || p->host || !out || counter < C_FEC0 || counter >= SWITCH_DESCS(p->lanes) || bin < 0 ||
+        bin >= FEC_BINS)
         return -1;
     out->low = out->high = (uint64_t)bin;
     return 0;

@@ -2,7 +2,8 @@
  * ports, uplinks, load, asic) and scenario=NAME[@START[-[END]]][:PORT[/PRIO]] (repeatable,
  * or comma-separated), checked and parsed into struct sim; layout.c places the scenarios.
  * fec-degrade needs its END, at least 2 s after START: its uncorrectable codewords begin
- * at END - (END - START) / 10. incast takes PORT/TC[/LEN[/PERIOD]]: bursts of 1 ms..LEN
+ * at END - (END - START) / 10; PORT[:LANE] (lane 0..7, default 0; layout.c checks the port has
+ * it): the lane whose histogram takes the tail. incast takes PORT/TC[/LEN[/PERIOD]]: bursts of 1 ms..LEN
  * (50ms), one per PERIOD (2s). drops takes PORT:REASON (DROP_REASONS): a reason's drops at
  * 1,000 packets/s. */
 #define _GNU_SOURCE
@@ -146,6 +147,19 @@ static int parse_scenario(struct sim *s, const char *spec, char *err, size_t err
             errf(err, errlen, "sim: scenario '%s': unknown drop reason '%s' (known: %s)", spec,
                  reason, known);
             goto out;
+        }
+    }
+    if (sc->type == SC_FEC && port) {
+        /* PORT[:LANE] */
+        char *lane = strchr(port, ':');
+        if (lane) {
+            *lane++ = '\0';
+            uint64_t ln;
+            if (parse_uint(lane, MAX_LANES - 1, &ln)) {
+                errf(err, errlen, "sim: scenario '%s': lane must be 0..%d", spec, MAX_LANES - 1);
+                goto out;
+            }
+            sc->lane = (int)ln;
         }
     }
     if (port) {

@@ -35,11 +35,16 @@ typedef __int128 i128;
 #define MAX_SCENARIOS 64
 #define MAX_PORT_WINDOWS 16
 /* descriptors of a switch port: 100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and
- * pool gauges and peaks, 1 histogram */
+ * pool gauges and peaks, the port's histogram (172), then one histogram per lane (lanes =
+ * speed / 100G: 1, 2 or 4), so 173..176 descriptors and 203..251 values a port */
 #define N_DROP 13         /* per-reason drop counters (What Just Happened's groups), DROP_REASONS */
-#define N_SWITCH_DESC (159 + N_DROP)
+#define N_SWITCH_DESC (159 + N_DROP) /* descriptors before the lanes' histograms */
 #define FEC_BINS 16       /* RS(544,514) codewords by corrected symbols: 0..15 */
-#define N_SWITCH (N_SWITCH_DESC - 1 + FEC_BINS) /* values of a switch port in one read */
+#define N_SWITCH (N_SWITCH_DESC - 1 + FEC_BINS) /* values before the lanes' histograms (187) */
+#define MAX_LANES 8       /* phy_raw_errors_lane0..7; a sim port has at most 4 (400G) */
+/* a switch port's values (the lanes' histograms after the port's) and descriptors */
+#define SWITCH_VALUES(lanes) (N_SWITCH + (lanes) * FEC_BINS)
+#define SWITCH_DESCS(lanes) (N_SWITCH_DESC + (lanes))
 #define CW_BITS 5440      /* bits of one RS(544,514) codeword (544 10-bit symbols) */
 #define PEAK_CELLS 600    /* a peak covers at most the last 60 s of cells (reads further apart) */
 #define N_HOST 11
@@ -99,12 +104,14 @@ enum { C_IN_OCT = 0, C_OUT_OCT = 4, C_IN_DISC = 8, C_IN_L3 = 9, C_IN_ACL = 11, C
        C_WM0 = C_OCC0 + 8, C_PEAK0 = C_OCC0 + 16, C_PG0 = C_OCC0 + 24, C_PG_WM0 = C_OCC0 + 32,
        C_PG_PEAK0 = C_OCC0 + 40, C_HR0 = C_OCC0 + 48, C_HR_WM0 = C_OCC0 + 56,
        C_HR_PEAK0 = C_OCC0 + 64, C_POOL = C_OCC0 + 72, C_POOL_PEAK = C_OCC0 + 73,
-       C_FEC0 = C_OCC0 + 74 };
+       C_FEC0 = C_OCC0 + 74, C_LANE_FEC0 = N_SWITCH };
+/* C_LANE_FEC0 + FEC_BINS * L: lane L's histogram (values); descriptor N_SWITCH_DESC + L */
 
 struct scen {
     int type, ord;
     uint64_t a, b; /* slots */
     uint64_t fail; /* fec-degrade: the first uncorrectable codeword's slot */
+    int lane;      /* fec-degrade: the lane its tail goes into (default 0) */
     uint64_t blen, period; /* incast: the longest burst and the period (ns) */
     int prio;      /* pfc-storm's priority, incast's traffic class; -1: none given */
     int reason;    /* drops: the reason (R_*) */
@@ -171,7 +178,7 @@ struct sim {
     int listed; /* generation index (0-based) the layout calls describe */
     int read_once;  /* a read succeeded: last_t holds its time (the PEAK kind clears on read) */
     uint64_t last_t;
-    char cnames[N_SWITCH_DESC][SWTEL_ASIC_NAME_MAX];
+    char cnames[N_SWITCH_DESC + MAX_LANES][SWTEL_ASIC_NAME_MAX];
 };
 
 /* --- hashing ---------------------------------------------------------------------------- */
