@@ -154,9 +154,7 @@ def test_events_reach_dialout_pygnmi_and_status(tmp_path):
     sim = f"role=spine seed=1 start={start} scenario=symbol-errors@1s:swp11s1"
     extra = (f"  dialout: [{{name: c, address: '127.0.0.1:{collector.port}', insecure: true, notifications: per-tick}}]\n"
              f"  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n")
-    # polled every 500 ms: the in-process collector parses every update in Python, and a
-    # 64-port spine's (with its lanes' FEC bins) every 100 ms could keep it ~20 s behind
-    text = _config(tmp_path, sim, exporters=extra, interval="500ms")
+    text = _config(tmp_path, sim, exporters=extra)
     agent = AgentProcess(None, text, tmp_path)
     try:
         agent.wait_ready()
