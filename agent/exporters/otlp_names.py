@@ -184,6 +184,12 @@ PHY_PREDICTION = {
     "fit-r2": PREFIX + "phy_stats_fec_fit_r2",
     "max-bin": PREFIX + "phy_stats_fec_max_bin",
 }
+#: ... of one lane (a port reporting its lanes' histograms): the same names with ``_lane`` and the
+#: attribute lane, as phy_stats_phy_raw_errors_lane, so that a query over the port's figures
+#: (its worst lane's) does not also see each lane's
+PHY_LANE_PREDICTION = {leaf: name + "_lane" for leaf, name in PHY_PREDICTION.items()}
+#: every name of link_degrading's gauges (the port's and the lanes')
+PREDICTION_NAMES = frozenset(PHY_PREDICTION.values()) | frozenset(PHY_LANE_PREDICTION.values())
 
 #: the insights runner's open events by severity (agent/sources/events.py): the agent's own, not the device's
 OPEN_EVENTS = "swtel_insights_open_events"
@@ -245,6 +251,9 @@ SHAPES: list[Shape] = [
            rank=2),
     _shape("PHY FEC prediction (insights.link_degrading)", f"{_IF}/phy/fec/prediction/state", ("interface",),
            PHY_PREDICTION, PREFIX + "phy_stats_fec_prediction_{leaf}"),
+    _shape("PHY FEC prediction of a lane (insights.link_degrading)",
+           f"{_IF}/phy/channels/channel[id={{X}}]/fec/prediction/state", ("interface", "lane"),
+           PHY_LANE_PREDICTION, PREFIX + "phy_stats_fec_prediction_{leaf}_lane"),
     _shape("drop reason of a port (Cumulus' discard name where it has one: DISCARDS)", _DROPS,
            ("interface", "group", "reason"), DROPS, PREFIX + "drops_reason_{leaf}"),
     _shape("drop reason (packet trap) of a devlink device", _DEVLINK_DROPS, ("device", "group", "reason"),
@@ -302,6 +311,7 @@ CUMULUS_519 = frozenset(PREFIX + n for n in (
     "discards_egress_policy_engine", "discards_egress_stp_filter", "discards_ingress_tx_link_down",
 )) | {EGRESS_HISTOGRAM}
 
+SWTEL_OWN_LANE = "link_degrading's per-lane"
 _PEAK = "swtel's PEAK (the highest level since the previous read): Cumulus has no such value"
 #: the names of the tables above that 5.19's page does not list, and why swtel has them
 SWTEL_OWN = {
@@ -326,6 +336,8 @@ SWTEL_OWN = {
     PHY_PREDICTION["fit-r2"]: "R² of link_degrading's fit (how far the predicted FLR can be trusted)",
     PHY_PREDICTION["max-bin"]: "maxT, the highest FEC histogram bin with codewords in link_degrading's "
         "window (sonic-swss' link-health figure)",
+    **{name: f"{SWTEL_OWN_LANE} {leaf} (attribute lane): the port's own is its worst lane's"
+       for leaf, name in PHY_LANE_PREDICTION.items()},
     PREFIX + "phy_stats_phy_raw_errors_lane":
         "5.19 lists phy_stats_phy_raw_errors as 'lane 0 through lane 7' without saying how a lane "
         "is told apart: swtel's per-lane count keeps its own name (attribute lane)",

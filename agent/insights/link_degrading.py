@@ -348,7 +348,7 @@ class LinkDegrading(Detector):
                 "Per lane where a port reports lanes' histograms (else per port), over the detector's "
                 "`window` (10 s), published once a bucket (`window` / 10) and at most once a second, each "
                 "leaf when it changed: states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), "
-                "and the port's gauges in OTLP and remote write (the lanes' have no OTLP name yet). The port's "
+                "and in OTLP and remote write (the lanes' under the port's names with `_lane`). The port's "
                 "leaves are its worst lane's (the highest "
                 "predicted FLR, then maxT), so one per port still answers \"which links\"; the observed CER "
                 "is the port's on every lane (an uncorrectable codeword is not one lane's). Cumulus Linux "

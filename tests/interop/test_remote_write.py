@@ -637,7 +637,7 @@ def test_victoria_metrics_has_every_series_of_the_simulated_switch(tmp_path, eng
         status = _exporter_status(tmp_path)
     finally:
         assert agent.stop() == 0
-    derived = set(otlp_names.PHY_PREDICTION.values())  # the detectors' gauges: tests/unit/test_link_degrading.py
+    derived = set(otlp_names.PREDICTION_NAMES)  # the detectors' gauges: tests/unit/test_link_degrading.py
     derived.add(otlp_names.OPEN_EVENTS)  # the agent's open events: test_open_events_are_written_...
     series = [r for r in vm.query('{target="sim-1"}') if r["metric"]["__name__"] not in derived]
     got = {(r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()

@@ -450,6 +450,12 @@ def test_an_agent_sends_the_same_gauges_by_otlp_and_gnmi(tmp_path):
         assert float(value) in after[:2], (leaf, ts, value, points)
     healthy = max(rx.latest(flr_name, interface=f"swp{i}").value for i in (1, 3, 4))
     assert rx.latest(flr_name, interface="swp2").value > max(healthy, 1e-16) * 1e3
+    # each lane's under the _lane names (the sim's 400G ports: 4 lanes; the degrade is on lane 0)
+    lane_flr = otlp_names.PHY_LANE_PREDICTION["predicted-flr"]
+    lanes = {p.attr["lane"] for p in rx.series(lane_flr, interface="swp2")}
+    assert lanes == {"0", "1", "2", "3"}
+    calm = max(rx.latest(lane_flr, interface="swp2", lane=lane).value for lane in ("1", "2", "3"))
+    assert rx.latest(lane_flr, interface="swp2", lane="0").value > max(calm, 1e-16) * 1e3
 
 
 def test_a_port_whose_bins_stop_reads_an_empty_window_then_starts_afresh():

@@ -453,7 +453,7 @@ def _check_against_model(rx: Receiver, model: Model, start: int) -> int:
     keys = _model_keys(model, 0)
     kinds = sim_model.value_kinds(model.layout(0)[2])
     checked = 0
-    derived = set(otlp_names.PHY_PREDICTION.values())  # the detectors' gauges: tests/unit/test_link_degrading.py
+    derived = set(otlp_names.PREDICTION_NAMES)  # the detectors' gauges: tests/unit/test_link_degrading.py
     derived.add(otlp_names.OPEN_EVENTS)  # the agent's open events: tests/unit/test_events_source.py
     for p in rx.points:
         if p.name in derived:
@@ -535,7 +535,7 @@ def test_otel_counter_clear_gives_a_new_start_time_and_no_negative_rate(tmp_path
     sums = [p for p in rx.points if p.kind == "sum"]
     assert len(sums) > 10_000
     # the sim's levels (the detectors' derived gauges apart: tests/unit/test_link_degrading.py)
-    gauges = {p.name for p in rx.points if p.kind == "gauge"} - set(otlp_names.PHY_PREDICTION.values())
+    gauges = {p.name for p in rx.points if p.kind == "gauge"} - otlp_names.PREDICTION_NAMES
     gauges.discard(otlp_names.OPEN_EVENTS)  # the agent's, not the sim's: tests/unit/test_events_source.py
     buffer = "nvswitch_interface_shared_buffer_port_"
     assert gauges == {f"{buffer}{q}_{leaf}" for q in ("tc", "pg")
