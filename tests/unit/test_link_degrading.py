@@ -105,6 +105,7 @@ def gauge_series(passes) -> dict[tuple[str, str], list[tuple[int, float]]]:
     return out
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_raised_well_before_the_first_uncorrectable_codeword_on_the_right_port(degrade):
     runner, raised, fail_s = degrade
     assert 64.0 < fail_s <= 64.1  # END - (END - START) / 10, within its first 100 ms cell
@@ -124,6 +125,7 @@ def test_raised_well_before_the_first_uncorrectable_codeword_on_the_right_port(d
     assert "clean or reseat the optic or cable on swp11s1" in ev["message"]
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_flr_fit_and_maxt_match_the_reference(degrade):
     """The event's first FLR (its peak when raised) and its words against the reference over
     the window the detector held: its 1 s buckets, the nine before the current one."""
@@ -137,6 +139,7 @@ def test_flr_fit_and_maxt_match_the_reference(degrade):
     assert f"fit R² {r2:.2f}" in ev["message"] and f"highest FEC bin S{max_t} " in ev["message"]
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_fit_matches_the_reference_through_the_scenario():
     for config_, name in ((DEGRADE, "swp11s1"), ("ports=4 scenario=fec-degrade@5s-95s:swp2", "swp2")):
         port = port_of(config_, name)
@@ -150,6 +153,7 @@ def test_fit_matches_the_reference_through_the_scenario():
             assert got[1] > 0.9  # log-linear: the model's tail is (2x a bin)
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 @pytest.mark.parametrize(("flr", "max_bin", "why"), [
     (0.5, 9, "maxT alone"),  # no FLR reaches 0.5
     (1e-9, 15, "the FLR alone"),  # S15 comes only once failing: past the lead
@@ -164,6 +168,7 @@ def test_each_rule_alone_raises_it_before_the_first_uncorrectable(flr, max_bin, 
     assert got[0][0] <= first_uncorrectable(cfg, "swp2") - 10, why
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_a_clean_ten_minutes_raises_nothing():
     """Every port of the spine, healthy: low-bin noise only (the tail falls 8x a bin)."""
     _runner, raised = run("role=spine seed=1", 600, step=0.5)
@@ -216,6 +221,7 @@ def test_config_refuses_settings_that_cannot_work(yaml, message):
 # ---------------------------------------------------------------- the gauges (issue 22 item 3)
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_flr_gauge_rises_before_the_first_uncorrectable_codeword(recorded):
     """The degrading port's predicted FLR crosses the threshold with a good fit at least 10 s
     before its first uncorrectable codeword, rising by orders of magnitude from its floor; the
@@ -249,6 +255,7 @@ def test_flr_gauge_rises_before_the_first_uncorrectable_codeword(recorded):
                for _ts, v in vals)
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_gauges_are_published_once_a_bucket_at_most_once_a_second_on_change(recorded):
     _runner, _raised, _fail_s, passes = recorded
     times: dict[str, set[int]] = {}
@@ -260,6 +267,7 @@ def test_gauges_are_published_once_a_bucket_at_most_once_a_second_on_change(reco
         assert all(b - a >= NS for a, b in zip(ts_sorted, ts_sorted[1:], strict=False)), port
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_flr_gauge_matches_the_reference(recorded):
     """Each published FLR, R² and maxT of the degrading port against the reference over the
     window the detector held when it published (its buckets: the nine before the current
@@ -280,6 +288,7 @@ def test_flr_gauge_matches_the_reference(recorded):
     assert checked > 50
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_a_clean_run_publishes_floor_gauges_and_no_cer():
     passes: list[tuple[int, list]] = []
     end_pass = InsightsRunner.end_pass
@@ -458,6 +467,7 @@ def test_an_agent_sends_the_same_gauges_by_otlp_and_gnmi(tmp_path):
     assert rx.latest(lane_flr, interface="swp2", lane="0").value > max(calm, 1e-16) * 1e3
 
 
+@pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_a_port_whose_bins_stop_reads_an_empty_window_then_starts_afresh():
     """A link gone down sends no samples: once its window (10 s) holds none, its gauges read 0
     instead of its last prediction; when its bins move again they are published anew."""
