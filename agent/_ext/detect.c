@@ -30,6 +30,37 @@ PyDoc_STRVAR(dip_run_doc,
 /* level + alpha * (x - level), as Python computes it: the product rounded on its own (a
  * compiler may otherwise fuse the multiply and the add where the CPU has FMA, arm64's
  * default, which rounds once and gives other bits). */
+/* The port's row in the state arrays (``rows``: port -> row), a new port taking the next
+ * one; -1 with an exception set when the arrays are full or the dict holds a bad row. */
+static Py_ssize_t row_of(PyObject *rows, PyObject *port, Py_ssize_t cap)
+{
+    PyObject *row_obj = PyDict_GetItemWithError(rows, port);
+    if (row_obj == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        Py_ssize_t row = PyDict_GET_SIZE(rows);
+        if (row >= cap) {
+            PyErr_Format(PyExc_ValueError, "the state arrays hold %zd rows, row %zd is needed", cap, row);
+            return -1;
+        }
+        PyObject *r = PyLong_FromSsize_t(row);
+        if (r == NULL || PyDict_SetItem(rows, port, r) < 0) {
+            Py_XDECREF(r);
+            return -1;
+        }
+        Py_DECREF(r);
+        return row;
+    }
+    Py_ssize_t row = PyLong_AsSsize_t(row_obj);
+    if (row == -1 && PyErr_Occurred())
+        return -1;
+    if (row < 0 || row >= cap) {
+        PyErr_Format(PyExc_IndexError, "row %zd out of the state arrays (%zd rows)", row, cap);
+        return -1;
+    }
+    return row;
+}
+
 static double ewma(double level, double alpha, double x)
 {
     volatile double step = alpha * (x - level);
@@ -106,31 +137,9 @@ static PyObject *dip_run(PyObject *self, PyObject *args)
         long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(e, 1)), dt = PyLong_AsLongLong(dt_obj);
         if ((ts == -1 || dt == -1) && PyErr_Occurred())
             goto out;
-        Py_ssize_t row;
-        PyObject *row_obj = PyDict_GetItemWithError(rows, port);
-        if (row_obj == NULL) {
-            if (PyErr_Occurred())
-                goto out;
-            row = PyDict_GET_SIZE(rows);
-            if (row >= cap) {
-                PyErr_Format(PyExc_ValueError, "the state arrays hold %zd rows, row %zd is needed", cap, row);
-                goto out;
-            }
-            PyObject *r = PyLong_FromSsize_t(row);
-            if (r == NULL || PyDict_SetItem(rows, port, r) < 0) {
-                Py_XDECREF(r);
-                goto out;
-            }
-            Py_DECREF(r);
-        } else {
-            row = PyLong_AsSsize_t(row_obj);
-            if (row == -1 && PyErr_Occurred())
-                goto out;
-            if (row < 0 || row >= cap) {
-                PyErr_Format(PyExc_IndexError, "row %zd out of the state arrays (%zd rows)", row, cap);
-                goto out;
-            }
-        }
+        Py_ssize_t row = row_of(rows, port, cap);
+        if (row < 0)
+            goto out;
         if (!alpha_known || dt != alpha_dt) { /* Python: 1.0 - math.exp(-dt / tau) */
             alpha = 1.0 - exp(-(double)dt / tau);
             alpha_dt = dt;
@@ -384,31 +393,9 @@ static PyObject *burst_run(PyObject *self, PyObject *args)
             Py_DECREF(r);
             continue;
         }
-        Py_ssize_t row;
-        PyObject *row_obj = PyDict_GetItemWithError(rows, port);
-        if (row_obj == NULL) {
-            if (PyErr_Occurred())
-                goto out;
-            row = PyDict_GET_SIZE(rows);
-            if (row >= cap) {
-                PyErr_Format(PyExc_ValueError, "the state arrays hold %zd rows, row %zd is needed", cap, row);
-                goto out;
-            }
-            PyObject *r = PyLong_FromSsize_t(row);
-            if (r == NULL || PyDict_SetItem(rows, port, r) < 0) {
-                Py_XDECREF(r);
-                goto out;
-            }
-            Py_DECREF(r);
-        } else {
-            row = PyLong_AsSsize_t(row_obj);
-            if (row == -1 && PyErr_Occurred())
-                goto out;
-            if (row < 0 || row >= cap) {
-                PyErr_Format(PyExc_IndexError, "row %zd out of the state arrays (%zd rows)", row, cap);
-                goto out;
-            }
-        }
+        Py_ssize_t row = row_of(rows, port, cap);
+        if (row < 0)
+            goto out;
         double *rate = reals + 2 * row;
         int64_t *seen = ints + row;
         if (!bits_none) { /* Python: alpha = min(1.0, dt / span) if seen else 1.0 */

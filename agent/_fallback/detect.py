@@ -12,6 +12,19 @@ _INTS = 4  # per direction: seen, start (0: no dip), long (0/1), quiet_until
 _EIGHT_NS = 8 * 1_000_000_000
 
 
+def _row_of(rows: dict, port, cap: int) -> int:
+    """The port's row in the state arrays, a new port taking the next one (C: row_of)."""
+    row = rows.get(port)
+    if row is None:
+        row = len(rows)
+        if row >= cap:
+            raise ValueError(f"the state arrays hold {cap} rows, row {row} is needed")
+        rows[port] = row
+    elif not 0 <= row < cap:
+        raise IndexError(f"row {row} out of the state arrays ({cap} rows)")
+    return row
+
+
 def dip_run(entries: list, speeds: dict, rows: dict, reals, ints, tau: float, dip_ratio: float,
             min_utilization: float, max_ns: int, quiet_ns: int, warmup_ns: int, keys: tuple,
             sems: tuple) -> list[tuple[int, int, float, float, int]]:
@@ -35,14 +48,7 @@ def dip_run(entries: list, speeds: dict, rows: dict, reals, ints, tau: float, di
         speed = speeds.get(port)
         if not speed:
             continue
-        row = rows.get(port)
-        if row is None:
-            row = len(rows)
-            if row >= cap:
-                raise ValueError(f"the state arrays hold {cap} rows, row {row} is needed")
-            rows[port] = row
-        elif not 0 <= row < cap:
-            raise IndexError(f"row {row} out of the state arrays ({cap} rows)")
+        row = _row_of(rows, port, cap)
         if alpha_of[0] != dt:
             alpha_of = (dt, 1.0 - math.exp(-dt / tau))
         alpha = alpha_of[1]
@@ -96,14 +102,7 @@ def _burst_entry(k: int, entry: tuple, speeds: dict, rows: dict, reals, ints, ca
     moved, or the sample's own corrected bits are over the warning level) with the state
     after the sample, else None."""
     port, dt, acc, owned, changed = entry[0], entry[2], entry[3], entry[4], entry[5]
-    row = rows.get(port)
-    if row is None:
-        row = len(rows)
-        if row >= cap:
-            raise ValueError(f"the state arrays hold {cap} rows, row {row} is needed")
-        rows[port] = row
-    elif not 0 <= row < cap:
-        raise IndexError(f"row {row} out of the state arrays ({cap} rows)")
+    row = _row_of(rows, port, cap)
     if sems[0] in owned:
         bits = acc.get(keys[0], 0)
     else:
