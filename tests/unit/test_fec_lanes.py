@@ -16,27 +16,11 @@ from agent.insights.link_degrading import GAUGES, LinkDegrading, prediction_cont
 from agent.sources import ethnl
 from agent.store import Store
 from tests.unit.test_insights_fabric import NS, T0, events, run
-from tests.unit.test_link_degrading import first_uncorrectable
+from tests.unit.test_link_degrading import first_uncorrectable, recorded_run
 
 pytestmark = pytest.mark.nolibs  # detectors on batches: no versioned library decides it
 
 LANE_DEGRADE = "ports=6 seed=1 scenario=fec-degrade@10s-70s:swp3:2"
-
-
-def recorded_run(config: str, seconds: float, ins: Insights | None = None):
-    """``run`` with every state update the runner's passes returned: (runner, raised, passes)."""
-    passes: list[tuple[int, list]] = []
-    end_pass = InsightsRunner.end_pass
-
-    def spy(self, ts):
-        out = end_pass(self, ts)
-        passes.append((ts, out))
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(InsightsRunner, "end_pass", spy)
-        runner, raised = run(config, seconds, ins=ins)
-    return runner, raised, passes
 
 
 def gauges(passes) -> dict[tuple[str, int | None, str], list[tuple[int, float]]]:
