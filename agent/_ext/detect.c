@@ -758,65 +758,78 @@ static PyObject *fec_fits(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(fec_changes_doc,
-"fec_changes(sent, values, leaves) -> changed, or None\n\n"
-"link_degrading's gauges of one unit (agent/insights/link_degrading.py _publish): each of\n"
-"values (a float rounded to 4 significant digits as float(f\"{x:.3e}\") does, by the same\n"
-"CPython conversions; an int as it is) that differs from sent[leaf] (absent: differs) is\n"
-"written into sent and listed as (leaf, value), in order. None (Python's to do, nothing\n"
-"written) when a value is neither a float nor an int.");
+"fec_changes(sents, values, leaves) -> changed, or None\n\n"
+"link_degrading's gauges of a port's units (agent/insights/link_degrading.py _publish): for\n"
+"each unit i, each of values[i] (a float rounded to 4 significant digits as\n"
+"float(f\"{x:.3e}\") does, by the same CPython conversions; an int as it is) that differs\n"
+"(Python's !=) from sents[i][leaf] (absent: differs) is written into sents[i] and listed as\n"
+"(i, leaf, value), in order. None (Python's to do, nothing written) when a value is neither a\n"
+"float nor an int.");
 
 static PyObject *fec_changes(PyObject *self, PyObject *args)
 {
-    PyObject *sent, *values, *leaves;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &sent, &PyTuple_Type, &values, &PyTuple_Type, &leaves))
+    PyObject *sents, *values, *leaves;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &sents, &PyList_Type, &values, &PyTuple_Type, &leaves))
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(values);
-    if (PyTuple_GET_SIZE(leaves) != n) {
-        PyErr_SetString(PyExc_ValueError, "values and leaves must be as long");
+    Py_ssize_t units = PyList_GET_SIZE(sents), n = PyTuple_GET_SIZE(leaves);
+    if (PyList_GET_SIZE(values) != units) {
+        PyErr_SetString(PyExc_ValueError, "sents and values must be as long");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyTuple_GET_ITEM(values, i);
-        if (!PyFloat_CheckExact(v) && !PyLong_Check(v))
-            Py_RETURN_NONE;
+    for (Py_ssize_t u = 0; u < units; u++) {
+        PyObject *row = PyList_GET_ITEM(values, u);
+        if (!PyDict_Check(PyList_GET_ITEM(sents, u)) || !PyTuple_Check(row) || PyTuple_GET_SIZE(row) != n) {
+            PyErr_SetString(PyExc_ValueError, "sents must be dicts, values tuples as long as leaves");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyTuple_GET_ITEM(row, i);
+            if (!PyFloat_CheckExact(v) && !PyLong_Check(v))
+                Py_RETURN_NONE;
+        }
     }
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyTuple_GET_ITEM(values, i), *leaf = PyTuple_GET_ITEM(leaves, i);
-        if (PyFloat_CheckExact(v)) { /* float(f"{x:.3e}"): format's conversion, then float()'s */
-            char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'e', 3, 0, NULL);
-            if (text == NULL)
+    for (Py_ssize_t u = 0; u < units; u++) {
+        PyObject *sent = PyList_GET_ITEM(sents, u), *row = PyList_GET_ITEM(values, u);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyTuple_GET_ITEM(row, i), *leaf = PyTuple_GET_ITEM(leaves, i);
+            if (PyFloat_CheckExact(v) && PyFloat_AS_DOUBLE(v) == 0.0) { /* "0.000e+00" (or "-0...") reads */
+                Py_INCREF(v);                                             /* back as itself */
+            } else if (PyFloat_CheckExact(v)) { /* float(f"{x:.3e}"): format's conversion, then float()'s */
+                char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'e', 3, 0, NULL);
+                if (text == NULL)
+                    goto fail;
+                double x = PyOS_string_to_double(text, NULL, NULL);
+                PyMem_Free(text);
+                if (x == -1.0 && PyErr_Occurred())
+                    goto fail;
+                v = PyFloat_FromDouble(x);
+            } else {
+                Py_INCREF(v);
+            }
+            if (v == NULL)
                 goto fail;
-            double x = PyOS_string_to_double(text, NULL, NULL);
-            PyMem_Free(text);
-            if (x == -1.0 && PyErr_Occurred())
+            PyObject *was = PyDict_GetItemWithError(sent, leaf);
+            int differs = 1;
+            if (was == NULL) {
+                differs = PyErr_Occurred() ? -1 : 1;
+            } else { /* Python's != (not RichCompareBool: no shortcut for the same object) */
+                PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
+                differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
+                Py_XDECREF(ne);
+            }
+            if (differs > 0) {
+                PyObject *change = Py_BuildValue("(nOO)", u, leaf, v);
+                if (change == NULL || PyDict_SetItem(sent, leaf, v) < 0 || PyList_Append(out, change) < 0)
+                    differs = -1;
+                Py_XDECREF(change);
+            }
+            Py_DECREF(v);
+            if (differs < 0)
                 goto fail;
-            v = PyFloat_FromDouble(x);
-        } else {
-            Py_INCREF(v);
         }
-        if (v == NULL)
-            goto fail;
-        PyObject *was = PyDict_GetItemWithError(sent, leaf);
-        int differs = 1;
-        if (was == NULL) {
-            differs = PyErr_Occurred() ? -1 : 1;
-        } else { /* Python's != (not RichCompareBool: no shortcut for the same object) */
-            PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
-            differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
-            Py_XDECREF(ne);
-        }
-        if (differs > 0) {
-            PyObject *pair = PyTuple_Pack(2, leaf, v);
-            if (pair == NULL || PyDict_SetItem(sent, leaf, v) < 0 || PyList_Append(out, pair) < 0)
-                differs = -1;
-            Py_XDECREF(pair);
-        }
-        Py_DECREF(v);
-        if (differs < 0)
-            goto fail;
     }
     return out;
 fail:

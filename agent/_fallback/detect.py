@@ -261,21 +261,25 @@ def fec_fits(counts: list, units: int, lanes: bool, codewords) -> list | None:
     return out
 
 
-def fec_changes(sent: dict, values: tuple, leaves: tuple) -> list | None:
+def fec_changes(sents: list, values: list, leaves: tuple) -> list | None:
     """See agent/_ext/detect.c; as link_degrading's _publish compares and rounds."""
-    if not isinstance(sent, dict) or not isinstance(values, tuple) or not isinstance(leaves, tuple):
-        raise TypeError("sent must be a dict, values and leaves tuples")
-    if len(values) != len(leaves):
-        raise ValueError("values and leaves must be as long")
-    if not all(type(v) is float or isinstance(v, int) for v in values):
-        return None
+    if not isinstance(sents, list) or not isinstance(values, list) or not isinstance(leaves, tuple):
+        raise TypeError("sents and values must be lists, leaves a tuple")
+    if len(sents) != len(values):
+        raise ValueError("sents and values must be as long")
+    for sent, row in zip(sents, values, strict=True):
+        if not isinstance(sent, dict) or not isinstance(row, tuple) or len(row) != len(leaves):
+            raise ValueError("sents must be dicts, values tuples as long as leaves")
+        if not all(type(v) is float or isinstance(v, int) for v in row):
+            return None
     out = []
-    for leaf, value in zip(leaves, values, strict=True):
-        if type(value) is float:
-            value = float(f"{value:.3e}")
-        if sent.get(leaf) != value:
-            sent[leaf] = value
-            out.append((leaf, value))
+    for u, (sent, row) in enumerate(zip(sents, values, strict=True)):
+        for leaf, value in zip(leaves, row, strict=True):
+            if type(value) is float:
+                value = float(f"{value:.3e}")
+            if sent.get(leaf) != value:
+                sent[leaf] = value
+                out.append((u, leaf, value))
     return out
 
 

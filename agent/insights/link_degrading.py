@@ -349,6 +349,10 @@ class LinkDegrading(Detector):
         if old is not None and old.units != (PORT,):
             lanes |= set(old.units)
         st = _Port(tuple(sorted(lanes)) or (PORT,), 0, self.phase(port), self.cfg.max_bin)
+        # the feed's own key objects where it has them: a lookup then meets the same object
+        # (no tuple comparison), as every sample's do
+        held = {k: k for k in acc}
+        st.keys = tuple([held.get(k, k) for k in st.keys])
         st.idx = (ts - 1 + st.phase) // self.bucket
         if old is not None:
             st.sent, st.slot = old.sent, old.slot
@@ -369,6 +373,7 @@ class LinkDegrading(Detector):
         scale = (1 + cfg.interleave * MFC) / MFC
         lanes = st.units != (PORT,)
         worst: tuple[float, int, float, float] | None = None  # the port's gauges: its worst lane's
+        gauges: list[tuple[int | None, tuple[float, float, float, int]]] = []  # to publish: lanes', the port's
         found = self.fits(d_all, len(st.units), lanes, codewords)
         if found is None:  # counts past doubles' exact ints: Python's
             found = _fits(d_all, len(st.units), lanes, codewords)
@@ -381,7 +386,7 @@ class LinkDegrading(Detector):
             r2 = pred[1] if pred else 0.0  # no prediction (fewer than MIN_POINTS bins with codewords) is 0
             if publish:
                 if lanes:
-                    self._publish(port, st, unit, ts, (flr, cer, r2, max_t))
+                    gauges.append((unit, (flr, cer, r2, max_t)))
                 if worst is None or (flr, max_t) > (worst[0], worst[1]):
                     worst = (flr, max_t, r2, cer)
             by_bin = tails[u] >= cfg.max_bin_count
@@ -390,7 +395,9 @@ class LinkDegrading(Detector):
                 self._raise(port, unit if lanes else None, ts, flr, pred, max_t, tails[u], unc, codewords, scale)
         if publish and worst is not None:
             st.slot = st.idx // self.per_slot
-            self._publish(port, st, None, ts, (worst[0], worst[3], worst[2], worst[1]))
+            gauges.append((None, (worst[0], worst[3], worst[2], worst[1])))
+        if gauges:  # (events raised meanwhile take no gauges: the order of each is kept)
+            self._publish(port, st, ts, gauges)
 
     def _raise(self, port: str, lane: int | None, ts: int, flr: float, pred, max_t: int, tail: int, unc: int,
                codewords: int, scale: float) -> None:
@@ -445,24 +452,26 @@ class LinkDegrading(Detector):
                         f"{kind} |")
         return rows
 
-    def _publish(self, port: str, st: _Port, unit: int | None, ts: int,
-                 values: tuple[float, float, float, int]) -> None:
-        """The gauges of a lane (or of the port: ``unit`` None) that changed since they were
-        last published."""
-        sent = st.sent.setdefault(unit, {})
-        box = st.boxes.get(unit)
-        if box is None:
-            box = st.boxes[unit] = prediction_container(port, unit)
-        pending = self.pending
-        found = self.changes(sent, values, GAUGES)
+    def _publish(self, port: str, st: _Port, ts: int,
+                 gauges: list[tuple[int | None, tuple[float, float, float, int]]]) -> None:
+        """The gauges of lanes (or of the port: unit None) that changed since they were last
+        published, in order: ``gauges`` holds (unit, values)."""
+        sents = [st.sent.setdefault(unit, {}) for unit, _ in gauges]
+        boxes = st.boxes
+        for unit, _ in gauges:
+            if unit not in boxes:
+                boxes[unit] = prediction_container(port, unit)
+        found = self.changes(sents, [values for _, values in gauges], GAUGES)
         if found is not None:
-            pending += [StateUpdate(ts, box, leaf, value, "insights") for leaf, value in found]
+            self.pending += [StateUpdate(ts, boxes[gauges[u][0]], leaf, value, "insights") for u, leaf, value in found]
             return
-        for leaf, value in zip(GAUGES, values, strict=True):
-            value = value if isinstance(value, int) else _rounded(value)
-            if sent.get(leaf) != value:
-                sent[leaf] = value
-                pending.append(StateUpdate(ts, box, leaf, value, "insights"))
+        pending = self.pending  # (a value neither float nor int: Python's rounding)
+        for (unit, values), sent in zip(gauges, sents, strict=True):
+            for leaf, value in zip(GAUGES, values, strict=True):
+                value = value if isinstance(value, int) else _rounded(value)
+                if sent.get(leaf) != value:
+                    sent[leaf] = value
+                    pending.append(StateUpdate(ts, boxes[unit], leaf, value, "insights"))
 
     def end_pass(self, ts: int) -> None:
         # A port whose bins stopped moving (its link down) gets no samples, so it would keep its
@@ -472,8 +481,7 @@ class LinkDegrading(Detector):
         self.swept_ns = ts
         for port, st in list(self.ports.items()):
             if st.idx <= (ts - 1 + st.phase) // self.bucket - 10:
-                for unit in st.sent:
-                    self._publish(port, st, unit, ts, _EMPTY)
+                self._publish(port, st, ts, [(unit, _EMPTY) for unit in st.sent])
                 self.zeroed[port] = st.sent
                 del self.ports[port]
                 self.fast.pop(port, None)

@@ -541,8 +541,10 @@ def test_bad_input_is_refused(name):
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):
-        changes({}, (1.0,), ())
-    assert changes({}, ("x",), ("a",)) is None  # Python's
+        changes([{}], [(1.0,)], ())
+    with pytest.raises(ValueError):
+        changes([{}], [], ())
+    assert changes([{}], [("x",)], ("a",)) is None  # Python's
     assert lanes({(c.FEC_BIN, "1/2"): 1, (c.FEC_BIN, "x/2"): 1}, c.FEC_BIN) is None
     assert lanes({(c.FEC_BIN, "3/2"): 1, (c.FEC_BIN, "03/5"): 1, (c.FEC_BIN, "0/1"): 1, (c.FEC_BIN, "7"): 1,
                   _UNC_KEYS[0]: 4}, c.FEC_BIN) == (0, 3)
@@ -559,18 +561,22 @@ def test_gauge_rounding_and_lanes_are_pythons(seed):
         return [(k, struct.pack("<d", v) if type(v) is float else v) for k, v in pairs]
 
     for name, kernels in KERNELS.items():
-        sent_py: dict = {}
-        sent: dict = {}
+        sents_py: list[dict] = [{}, {}, {}]
+        sents: list[dict] = [{}, {}, {}]
         for v in values:
-            row = (v, rng.randrange(3), True)
+            rows = [(rng.choice(values), rng.randrange(3), True) for _ in sents]
+            rows[rng.randrange(len(rows))] = (v, 1, False)
             want = []
-            for leaf, value in zip(leaves, row, strict=True):  # _publish's rule
-                value = value if isinstance(value, int) else float(f"{value:.3e}")
-                if sent_py.get(leaf) != value:
-                    sent_py[leaf] = value
-                    want.append((leaf, value))
-            assert bits(kernels[2](sent, row, leaves)) == bits(want), (name, v)
-            assert bits(sent.items()) == bits(sent_py.items()), (name, v)
+            for u, (sent, row) in enumerate(zip(sents_py, rows, strict=True)):  # _publish's rule
+                for leaf, value in zip(leaves, row, strict=True):
+                    value = value if isinstance(value, int) else float(f"{value:.3e}")
+                    if sent.get(leaf) != value:
+                        sent[leaf] = value
+                        want.append((u, leaf, value))
+            got = kernels[2](sents, rows, leaves)
+            assert [(u, k, struct.pack("<d", x) if type(x) is float else x) for u, k, x in got] == [
+                (u, k, struct.pack("<d", x) if type(x) is float else x) for u, k, x in want], (name, v)
+            assert [bits(s.items()) for s in sents] == [bits(s.items()) for s in sents_py], (name, v)
         for _ in range(50):
             acc = {(c.FEC_BIN, f"{rng.randrange(12)}/{rng.randrange(20)}"): 1 for _ in range(rng.randrange(40))}
             acc.update({(c.FEC_BIN, str(i)): 1 for i in range(rng.randrange(16))})
