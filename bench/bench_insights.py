@@ -202,8 +202,9 @@ class _Tick:
                     from agent import _fallback
 
                     for det in self.runner.detectors.values():
-                        if hasattr(det, "kernel"):
-                            det.kernel = getattr(_fallback, det.kernel.__name__)
+                        for attr in ("kernel", "fits", "changes", "lanes_of"):  # (link_degrading has four)
+                            if hasattr(det, attr):
+                                setattr(det, attr, getattr(_fallback, getattr(det, attr).__name__))
         self.costs: list[float] = []
         self.changed: list[int] = []
         #: per detector, ms of its own calls a tick (timed: every method the feeds and the

@@ -8,6 +8,7 @@
 #include "swtel.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Per row (port), per direction (rx, tx): the reals and the ints of its state. */
 #define DIP_REALS 3 /* level (-1: not known yet), ref (the level when the dip started), low */
@@ -429,8 +430,474 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ link_degrading */
+
+#define FEC_BINS 16   /* RS(544,514): bins 0..15 */
+#define FEC_MAX_UNITS 64 /* lanes a port (a port with more is Python's) */
+
+PyDoc_STRVAR(fec_run_doc,
+"fec_run(entries, fast, bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin) -> deferred\n\n"
+"One engine pass of link_degrading's per-sample accumulation (agent/insights/link_degrading.py):\n"
+"per sample (port, ts, dt, acc, owned, changed) of a port that owns fec_sem, the common case\n"
+"(the port in fast as (idx, phase, cur, keys, hashes), the sample in bucket idx =\n"
+"(ts - 1 + phase) // bucket, no uncorrectable codeword, no bin at max_bin or above in acc,\n"
+"every count an int whose sum stays in int64) adds acc's bins (keys[j], hashes[j]: its hash,\n"
+"0: none) into cur (i64). Every other sample of such a port, and any later one of a port\n"
+"deferred in the pass, is left untouched and listed: Python runs it in its turn.\n"
+"Returns the indexes of the deferred entries, ascending.");
+
+/* floor(a / b) for b > 0, as Python's //. */
+static long long floor_div(long long a, long long b)
+{
+    long long q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* 1 when v (absent: NULL) is an int equal to 0 (the common uncorrectable count). */
+static int is_zero(PyObject *v)
+{
+    if (v == NULL)
+        return 1;
+    if (!PyLong_CheckExact(v))
+        return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return !overflow && x == 0;
+}
+
+/* The common case of one sample: 1 done (cur updated), 0 deferred, -1 error. */
+static int fec_add_one(PyObject *e, PyObject *state, long long bucket, PyObject *unc_sem, PyObject *unc_keys,
+                       long long unc_bit, int max_bin)
+{
+    static const swtel_bufspec specs[2] = {{8, 1, "cur"}, {8, 0, "hashes"}};
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 5)
+        return 0;
+    PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 3);
+    if (!PyTuple_Check(keys))
+        return 0;
+    int overflow = 0;
+    long long changed = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 5), &overflow);
+    if (changed == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return 0;
+    if (changed & unc_bit) { /* Python: unc read only then; any but 0 is Python's */
+        int has = PySequence_Contains(owned, unc_sem);
+        if (has < 0)
+            return -1;
+        for (Py_ssize_t i = 0; has && i < PyTuple_GET_SIZE(unc_keys); i++) {
+            PyObject *v = PyDict_GetItemWithError(acc, PyTuple_GET_ITEM(unc_keys, i));
+            if (v == NULL && PyErr_Occurred())
+                return -1;
+            if (!is_zero(v))
+                return 0;
+        }
+    }
+    long long ts, phase, idx, a;
+    ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 1), &overflow);
+    if (overflow || (ts == -1 && PyErr_Occurred()))
+        return ts == -1 && PyErr_Occurred() ? -1 : 0;
+    phase = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(state, 1), &overflow);
+    if (overflow || (phase == -1 && PyErr_Occurred()))
+        return phase == -1 && PyErr_Occurred() ? -1 : 0;
+    idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(state, 0), &overflow);
+    if (overflow || (idx == -1 && PyErr_Occurred()))
+        return idx == -1 && PyErr_Occurred() ? -1 : 0;
+    if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
+        return 0;
+    if (floor_div(a, bucket) != idx) /* a bucket closes: Python's */
+        return 0;
+    PyObject *o[2] = {PyTuple_GET_ITEM(state, 2), PyTuple_GET_ITEM(state, 4)};
+    Py_buffer b[2];
+    if (swtel_get_buffers(o, b, specs, 2) < 0)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), ret = 0;
+    if (b[0].len / 8 != n || b[1].len / 8 != n || n % FEC_BINS || n > FEC_MAX_UNITS * FEC_BINS) {
+        swtel_release_buffers(b, 2);
+        return 0;
+    }
+    int64_t *cur = b[0].buf, sums[FEC_MAX_UNITS * FEC_BINS];
+    const int64_t *hashes = b[1].buf;
+    /* first every lookup, then the adds: a deferred sample leaves cur as it was */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, j);
+        Py_hash_t h = (Py_hash_t)hashes[j];
+        PyObject *v = h ? _PyDict_GetItem_KnownHash(acc, key, h) : PyDict_GetItemWithError(acc, key);
+        if (v == NULL) {
+            if (PyErr_Occurred()) {
+                ret = -1;
+                goto done;
+            }
+            sums[j] = cur[j];
+            continue;
+        }
+        if (j % FEC_BINS >= max_bin || !PyLong_CheckExact(v)) /* a tail moved, or not an int */
+            goto done;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || __builtin_add_overflow(cur[j], (int64_t)x, &sums[j]))
+            goto done;
+    }
+    memcpy(cur, sums, (size_t)n * 8);
+    ret = 1;
+done:
+    swtel_release_buffers(b, 2);
+    return (int)ret;
+}
+
+static PyObject *fec_run(PyObject *self, PyObject *args)
+{
+    PyObject *entries, *fast, *fec_sem, *unc_sem, *unc_keys;
+    long long bucket, unc_bit;
+    int max_bin;
+    if (!PyArg_ParseTuple(args, "O!O!LOOO!Li", &PyList_Type, &entries, &PyDict_Type, &fast, &bucket, &fec_sem,
+                          &unc_sem, &PyTuple_Type, &unc_keys, &unc_bit, &max_bin))
+        return NULL;
+    if (bucket <= 0) {
+        PyErr_SetString(PyExc_ValueError, "bucket must be positive");
+        return NULL;
+    }
+    PyObject *deferred = PyList_New(0), *held = PySet_New(NULL), *result = NULL;
+    if (deferred == NULL || held == NULL)
+        goto out;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *e = PyList_GET_ITEM(entries, k);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+            PyErr_Format(PyExc_TypeError, "entries[%zd] must be (port, ts, dt, acc, owned, changed)", k);
+            goto out;
+        }
+        PyObject *port = PyTuple_GET_ITEM(e, 0);
+        if (!PyDict_Check(PyTuple_GET_ITEM(e, 3))) {
+            PyErr_Format(PyExc_TypeError, "entries[%zd]: acc must be a dict", k);
+            goto out;
+        }
+        int has = PySequence_Contains(PyTuple_GET_ITEM(e, 4), fec_sem);
+        if (has < 0)
+            goto out;
+        if (!has) /* Python: nothing to do */
+            continue;
+        int r = 0;
+        int later = PySet_GET_SIZE(held) ? PySet_Contains(held, port) : 0; /* its turn after one of Python's */
+        if (later < 0)
+            goto out;
+        if (!later) {
+            PyObject *state = PyDict_GetItemWithError(fast, port);
+            if (state == NULL && PyErr_Occurred())
+                goto out;
+            r = state == NULL ? 0 : fec_add_one(e, state, bucket, unc_sem, unc_keys, unc_bit, max_bin);
+            if (r < 0)
+                goto out;
+        }
+        if (!r) {
+            PyObject *ko = PyLong_FromSsize_t(k);
+            if (ko == NULL || PyList_Append(deferred, ko) < 0 || PySet_Add(held, port) < 0) {
+                Py_XDECREF(ko);
+                goto out;
+            }
+            Py_DECREF(ko);
+        }
+    }
+    result = deferred;
+    deferred = NULL;
+out:
+    Py_XDECREF(deferred);
+    Py_XDECREF(held);
+    return result;
+}
+
+PyDoc_STRVAR(fec_fits_doc,
+"fec_fits(counts, units, lanes, codewords) -> per unit, or None\n\n"
+"link_degrading's fit (agent/insights/link_degrading.py fit()) for each unit's 16 bins of\n"
+"counts (a list of ints, unit u's at u * 16): None for a unit whose total (its bins' sum when\n"
+"lanes, else codewords) is not positive, else (max_t, pred), max_t the highest bin with a\n"
+"count (0: none), pred None with fewer than 3 of bins 1..15 holding any, else (predicted CER\n"
+"capped at 1, R^2, slope, points). The same double operations in the same order as Python's,\n"
+"with the same libm log10 and pow. Returns None (Python's to do) when a count or a total is\n"
+"not an int within 2^53, where Python's int / int would round other than doubles do.");
+
+/* Python's float ** float for a finite base and exponent 2.0 or a finite one (float_pow):
+ * a negative base with an integral exponent goes through its absolute value. */
+static double py_pow(double iv, double iw)
+{
+    if (iw == 0.0)
+        return 1.0;
+    if (iv == 0.0)
+        return iw < 0.0 ? HUGE_VAL : 0.0; /* (Python raises on 0 ** negative: never asked here) */
+    int negate = 0;
+    if (iv < 0.0) { /* (an integral exponent here) */
+        iv = -iv;
+        negate = fmod(fabs(iw), 2.0) == 1.0;
+    }
+    if (iv == 1.0)
+        return negate ? -1.0 : 1.0;
+    double x = pow(iv, iw);
+    return negate ? -x : x;
+}
+
+/* a - b * c with the product rounded on its own (no FMA contraction), as Python does */
+static double sub_mul(double a, double b, double c)
+{
+    volatile double p = b * c;
+    return a - p;
+}
+
+static double add_mul(double a, double b, double c)
+{
+    volatile double p = b * c;
+    return a + p;
+}
+
+static PyObject *fec_fits(PyObject *self, PyObject *args)
+{
+    PyObject *counts, *codewords_obj;
+    Py_ssize_t units;
+    int lanes;
+    if (!PyArg_ParseTuple(args, "O!npO", &PyList_Type, &counts, &units, &lanes, &codewords_obj))
+        return NULL;
+    if (units < 0 || PyList_GET_SIZE(counts) != units * FEC_BINS) {
+        PyErr_SetString(PyExc_ValueError, "counts must hold 16 bins per unit");
+        return NULL;
+    }
+    long long codewords;
+    if (!small_int(codewords_obj, &codewords))
+        Py_RETURN_NONE;
+    Py_ssize_t n = units * FEC_BINS;
+    for (Py_ssize_t j = 0; j < n; j++) { /* every count within doubles' exact ints, else Python's */
+        long long x;
+        if (!small_int(PyList_GET_ITEM(counts, j), &x))
+            Py_RETURN_NONE;
+    }
+    PyObject *out = PyList_New(units);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t u = 0; u < units; u++) {
+        long long d[FEC_BINS], total = 0;
+        for (int i = 0; i < FEC_BINS; i++) {
+            small_int(PyList_GET_ITEM(counts, u * FEC_BINS + i), &d[i]);
+            total += d[i]; /* 16 counts of at most 2^53: no overflow */
+        }
+        if (!lanes)
+            total = codewords;
+        if (total > EXACT) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (total <= 0) {
+            Py_INCREF(Py_None);
+            PyList_SET_ITEM(out, u, Py_None);
+            continue;
+        }
+        int max_t = 0;
+        for (int i = 0; i < FEC_BINS; i++)
+            if (d[i] > 0)
+                max_t = i;
+        /* fit(): the points (i, log10(d[i] / total)) for bins 1..15 holding any */
+        double xs[FEC_BINS], ys[FEC_BINS];
+        int pts = 0;
+        long long sum_x = 0;
+        for (int i = 1; i < FEC_BINS; i++)
+            if (d[i] > 0) {
+                xs[pts] = (double)i;
+                ys[pts++] = log10((double)d[i] / (double)total);
+                sum_x += i;
+            }
+        PyObject *pred;
+        if (pts < 3) {
+            pred = Py_None;
+            Py_INCREF(pred);
+        } else {
+            double mx = (double)sum_x / (double)pts, sy = 0.0, sxx = 0.0, sxy = 0.0, ss_tot = 0.0, ss_res = 0.0;
+            for (int p = 0; p < pts; p++)
+                sy += ys[p];
+            double my = sy / (double)pts;
+            for (int p = 0; p < pts; p++)
+                sxx += py_pow(xs[p] - mx, 2.0);
+            for (int p = 0; p < pts; p++) {
+                volatile double t = (xs[p] - mx) * (ys[p] - my);
+                sxy += t;
+            }
+            double slope = sxy / sxx;
+            double icpt = sub_mul(my, slope, mx);
+            for (int p = 0; p < pts; p++)
+                ss_tot += py_pow(ys[p] - my, 2.0);
+            for (int p = 0; p < pts; p++)
+                ss_res += py_pow(sub_mul(ys[p] - icpt, slope, xs[p]), 2.0);
+            double r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 0.0;
+            double cer = 0.0;
+            for (int i = 16; i <= 20; i++) {
+                double e = add_mul(icpt, slope, (double)i);
+                cer += py_pow(10.0, e < 0.0 ? e : 0.0); /* Python: min(0.0, e) */
+            }
+            pred = Py_BuildValue("(dddi)", 1.0 < cer ? 1.0 : cer, r2, slope, pts); /* min(cer, 1.0) */
+            if (pred == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyObject *unit = Py_BuildValue("(iN)", max_t, pred);
+        if (unit == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, u, unit);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(fec_changes_doc,
+"fec_changes(sents, values, leaves) -> changed, or None\n\n"
+"link_degrading's gauges of a port's units (agent/insights/link_degrading.py _publish): for\n"
+"each unit i, each of values[i] (a float rounded to 4 significant digits as\n"
+"float(f\"{x:.3e}\") does, by the same CPython conversions; an int as it is) that differs\n"
+"(Python's !=) from sents[i][leaf] (absent: differs) is written into sents[i] and listed as\n"
+"(i, leaf, value), in order. None (Python's to do, nothing written) when a value is neither a\n"
+"float nor an int.");
+
+static PyObject *fec_changes(PyObject *self, PyObject *args)
+{
+    PyObject *sents, *values, *leaves;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &sents, &PyList_Type, &values, &PyTuple_Type, &leaves))
+        return NULL;
+    Py_ssize_t units = PyList_GET_SIZE(sents), n = PyTuple_GET_SIZE(leaves);
+    if (PyList_GET_SIZE(values) != units) {
+        PyErr_SetString(PyExc_ValueError, "sents and values must be as long");
+        return NULL;
+    }
+    for (Py_ssize_t u = 0; u < units; u++) {
+        PyObject *row = PyList_GET_ITEM(values, u);
+        if (!PyDict_Check(PyList_GET_ITEM(sents, u)) || !PyTuple_Check(row) || PyTuple_GET_SIZE(row) != n) {
+            PyErr_SetString(PyExc_ValueError, "sents must be dicts, values tuples as long as leaves");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyTuple_GET_ITEM(row, i);
+            if (!PyFloat_CheckExact(v) && !PyLong_Check(v))
+                Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t u = 0; u < units; u++) {
+        PyObject *sent = PyList_GET_ITEM(sents, u), *row = PyList_GET_ITEM(values, u);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyTuple_GET_ITEM(row, i), *leaf = PyTuple_GET_ITEM(leaves, i);
+            if (PyFloat_CheckExact(v) && PyFloat_AS_DOUBLE(v) == 0.0) { /* "0.000e+00" (or "-0...") reads */
+                Py_INCREF(v);                                             /* back as itself */
+            } else if (PyFloat_CheckExact(v)) { /* float(f"{x:.3e}"): format's conversion, then float()'s */
+                char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'e', 3, 0, NULL);
+                if (text == NULL)
+                    goto fail;
+                double x = PyOS_string_to_double(text, NULL, NULL);
+                PyMem_Free(text);
+                if (x == -1.0 && PyErr_Occurred())
+                    goto fail;
+                v = PyFloat_FromDouble(x);
+            } else {
+                Py_INCREF(v);
+            }
+            if (v == NULL)
+                goto fail;
+            PyObject *was = PyDict_GetItemWithError(sent, leaf);
+            int differs = 1;
+            if (was == NULL) {
+                differs = PyErr_Occurred() ? -1 : 1;
+            } else { /* Python's != (not RichCompareBool: no shortcut for the same object) */
+                PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
+                differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
+                Py_XDECREF(ne);
+            }
+            if (differs > 0) {
+                PyObject *change = Py_BuildValue("(nOO)", u, leaf, v);
+                if (change == NULL || PyDict_SetItem(sent, leaf, v) < 0 || PyList_Append(out, change) < 0)
+                    differs = -1;
+                Py_XDECREF(change);
+            }
+            Py_DECREF(v);
+            if (differs < 0)
+                goto fail;
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+PyDoc_STRVAR(fec_lanes_doc,
+"fec_lanes(acc, fec_sem) -> lanes, or None\n\n"
+"The lanes whose bins acc carries (keys (fec_sem, 'LANE/BIN')), ascending and distinct, as\n"
+"agent/insights/link_degrading.py lanes_in() gives them; None (Python's to do) when a lane is\n"
+"not plain ASCII digits (int() reads more) or has more than 9 of them.");
+
+static PyObject *fec_lanes(PyObject *self, PyObject *args)
+{
+    PyObject *acc, *fec_sem, *key, *value;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &acc, &fec_sem))
+        return NULL;
+    long lanes[64];
+    int nl = 0;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(acc, &pos, &key, &value)) {
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2)
+            Py_RETURN_NONE;
+        PyObject *sem = PyTuple_GET_ITEM(key, 0), *sub = PyTuple_GET_ITEM(key, 1);
+        if (sem != fec_sem) {
+            int eq = PyObject_RichCompareBool(sem, fec_sem, Py_EQ);
+            if (eq < 0)
+                return NULL;
+            if (!eq)
+                continue;
+        }
+        if (!PyUnicode_CheckExact(sub) || !PyUnicode_IS_ASCII(sub))
+            Py_RETURN_NONE;
+        const char *t = (const char *)PyUnicode_DATA(sub);
+        const char *slash = memchr(t, '/', (size_t)PyUnicode_GET_LENGTH(sub));
+        if (slash == NULL) /* the port's own bin */
+            continue;
+        long lane = 0;
+        if (slash == t || slash - t > 9)
+            Py_RETURN_NONE;
+        for (const char *c = t; c < slash; c++) {
+            if (*c < '0' || *c > '9')
+                Py_RETURN_NONE;
+            lane = lane * 10 + (*c - '0');
+        }
+        int j = 0;
+        while (j < nl && lanes[j] != lane)
+            j++;
+        if (j == nl) {
+            if (nl == 64)
+                Py_RETURN_NONE;
+            lanes[nl++] = lane;
+        }
+    }
+    for (int i = 1; i < nl; i++) /* a few lanes: insertion sort */
+        for (int j = i; j > 0 && lanes[j - 1] > lanes[j]; j--) {
+            long t = lanes[j];
+            lanes[j] = lanes[j - 1];
+            lanes[j - 1] = t;
+        }
+    PyObject *out = PyTuple_New(nl);
+    if (out == NULL)
+        return NULL;
+    for (int i = 0; i < nl; i++) {
+        PyObject *x = PyLong_FromLong(lanes[i]);
+        if (x == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, x);
+    }
+    return out;
+}
+
 PyMethodDef swtel_detect_methods[] = {
     {"dip_run", dip_run, METH_VARARGS, dip_run_doc},
     {"burst_run", burst_run, METH_VARARGS, burst_run_doc},
+    {"fec_run", fec_run, METH_VARARGS, fec_run_doc},
+    {"fec_fits", fec_fits, METH_VARARGS, fec_fits_doc},
+    {"fec_changes", fec_changes, METH_VARARGS, fec_changes_doc},
+    {"fec_lanes", fec_lanes, METH_VARARGS, fec_lanes_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -26,7 +26,7 @@ from agent._fallback.asic import (
     asic_read,
 )
 from agent._fallback.change import diff
-from agent._fallback.detect import burst_run, dip_run
+from agent._fallback.detect import burst_run, dip_run, fec_changes, fec_fits, fec_lanes, fec_run
 from agent._fallback.devlink import (
     DEVLINK_PORT_GET,
     DEVLINK_SB_GET,
@@ -77,7 +77,8 @@ __all__ = [
     "DEVLINK_PORT_GET", "DEVLINK_SB_GET", "DEVLINK_SB_OCC_MAX_CLEAR", "DEVLINK_SB_OCC_SNAPSHOT",
     "DEVLINK_SB_PORT_POOL_GET", "DEVLINK_SB_TC_POOL_BIND_GET", "devlink_dump", "devlink_exec",
     "devlink_family", "devlink_parse", "devlink_request", "devlink_trap_parse", "DEVLINK_TRAP_GET",
-    "DEVLINK_TRAP_GROUP_GET", "burst_run", "dip_run", "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
+    "DEVLINK_TRAP_GROUP_GET", "burst_run", "dip_run", "fec_changes", "fec_fits", "fec_lanes", "fec_run",
+    "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
     "ethtool_strings_parse", "feed_add", "gather", "link_parse", "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

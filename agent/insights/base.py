@@ -191,7 +191,8 @@ class Detector:
     #: (agent/_ext/detect.c) sets a list here: the feeds append its samples ``(port, ts, dt,
     #: acc, owned, changed)`` to it, call :meth:`run_batch` once, then :meth:`emit_next` once per
     #: sample in the same order, so that its hits are raised where ``sample`` would have
-    #: raised them (event ids and order unchanged). None: ``sample`` per port.
+    #: raised them (event ids and order unchanged); a lazy one (``every_sample`` False) gets the
+    #: samples it would have been called for. None: ``sample`` per port.
     batch: list | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -28,7 +28,7 @@ class Feed:
 
     __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
                  "interval", "owned", "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits",
-                 "lazy_of")
+                 "lazy_of", "lazy_kernels")
 
     def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
         self.source = source
@@ -53,6 +53,7 @@ class Feed:
         self.split_of: list[Detector] | None = None
         self.lazy_bits = 0  # the semantics of the lazy detectors (classify.BITS)
         self.lazy_of: list[Detector] | None = None
+        self.lazy_kernels: list[Detector] = []  # the lazy detectors with a kernel
 
 
 class Port:
@@ -180,8 +181,8 @@ class FeedBook:
     def flush(self) -> None:
         """Every feed that changed since the last pass becomes one sample for its detectors.
 
-        Detectors with a kernel (``Detector.batch``) get every sample of the pass first, in
-        one call; the others are then called per sample as before, and a kernel detector
+        Detectors with a kernel (``Detector.batch``) get every sample of the pass first (a lazy
+        one those in which one of its semantics changed), in one call; the others are then called per sample as before, and a kernel detector
         reports what a sample found at that sample's place, so events keep their order."""
         dirty, self.dirty = self.dirty, []
         live: list[tuple[Feed, int, int, int]] = []
@@ -207,13 +208,19 @@ class FeedBook:
             live.append((feed, dt, top, changed))
             if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
                 _split(feed)
-            if feed.kernels:
+            if feed.kernels or feed.lazy_kernels:
                 sample = (feed.port, ts, dt, feed.acc, feed.owned, changed)
                 for det in feed.kernels:
                     entries = det.batch
                     if not entries:
                         kernels.append(det)
                     entries.append(sample)  # type: ignore[union-attr]
+                for det in feed.lazy_kernels:
+                    if det.sem_bits & changed:  # as the lazy loop below would call it
+                        entries = det.batch
+                        if not entries:
+                            kernels.append(det)
+                        entries.append(sample)  # type: ignore[union-attr]
         found = False
         for det in kernels:
             if det.run_batch():
@@ -235,6 +242,10 @@ class FeedBook:
             if changed & feed.lazy_bits:  # one of a lazy detector's semantics changed
                 for det in feed.lazy:
                     if det.sem_bits & changed:  # one of its semantics changed (is in acc)
+                        if det.batch is not None:
+                            if found:
+                                det.emit_next()
+                            continue
                         det.changed = changed
                         det.sample(feed.port, feed.ts, dt, acc, feed.owned)
             acc.clear()
@@ -246,6 +257,7 @@ def _split(feed: Feed) -> None:
     feed.kernels = [d for d in feed.dispatch if d.batch is not None]
     feed.plain = [d for d in feed.dispatch if d.batch is None]
     feed.split_of = feed.dispatch
+    feed.lazy_kernels = [d for d in feed.lazy if d.batch is not None]
     feed.lazy_bits = 0
     for det in feed.lazy:
         feed.lazy_bits |= det.sem_bits

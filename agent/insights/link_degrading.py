@@ -30,16 +30,24 @@ published at most once a second per port, each leaf only when its value changed;
 window empties (its link down: no samples) reads 0. Each port's buckets end at its own phase
 (a hash of its name), so the ports' fits spread over the bucket instead of landing on one tick.
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
+
+Every sample of the pass goes through a kernel first (agent/_ext/detect.c ``fec_run``, twin
+agent/_fallback/detect.py): the common one (in the current bucket, no uncorrectable codeword,
+no bin at ``max_bin`` or above, no tail alarm) is added into the port's current bucket there;
+any other runs here in its turn. A bucket's fits are the backend's ``fec_fits``, the same
+doubles as :func:`fit`; the gauges' rounding and comparison its ``fec_changes``.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from array import array
 from collections import deque
 from dataclasses import dataclass
 from operator import add, sub
 
+from agent import _backend
 from agent.config import Duration, setting
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.insights import classify as c
@@ -126,6 +134,20 @@ def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None
     return min(cer, 1.0), r2, slope, n
 
 
+def _fits(d_all: list[int], units: int, lanes: bool, codewords: int) -> list:
+    """Per unit, None (no codewords) or (maxT, fit): a lane's fit over its own codewords, a
+    port's over all, uncorrectable ones included (the kernels' ``fec_fits`` in Python's ints)."""
+    out: list = []
+    for u in range(units):
+        d = d_all[u * BINS:(u + 1) * BINS]
+        total = sum(d) if lanes else codewords
+        if total <= 0:
+            out.append(None)
+            continue
+        out.append((max((i for i in range(BINS) if d[i] > 0), default=0), fit(d, total)))
+    return out
+
+
 class _Port:
     """One port's units (its lanes, or itself) and their window in ten buckets (a sample goes
     to the bucket its end falls in): the nine before the current one, summed, and the current
@@ -133,12 +155,13 @@ class _Port:
     uncorrectable codewords beside them; and per unit the codewords at ``max_bin`` or above in
     each part, kept so that a sample sums only its own tail."""
 
-    __slots__ = ("units", "keys", "zeros", "highs", "phase", "done", "totals", "unc_total", "idx", "cur",
+    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "done", "totals", "unc_total", "idx", "cur",
                  "unc_cur", "sent", "boxes", "slot", "tail_done", "tail_cur", "alarm")
 
     def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
         self.units = units
         self.keys = _PORT_KEYS if units == (PORT,) else sum((lane_keys(u) for u in units), ())
+        self.hashes = array("q", map(hash, self.keys))  # for the kernel: a tuple does not keep its hash
         self.zeros = (0,) * len(self.keys)
         #: the bins at max_bin or above: a sample that moves none of them leaves the tails as they are
         self.highs = frozenset(k for i, k in enumerate(self.keys) if i % BINS >= max_bin)
@@ -147,7 +170,8 @@ class _Port:
         self.totals = [0] * len(self.keys)  # of ``done``
         self.unc_total = 0
         self.idx = idx
-        self.cur = [0] * len(self.keys)
+        #: a list, or (when the kernel may add into it) an array('q'): see LinkDegrading._arm
+        self.cur: list[int] | array = [0] * len(self.keys)
         self.unc_cur = 0
         #: the gauges as last published, per unit and for the port (key None)
         self.sent: dict[int | None, dict[str, float | int]] = {}
@@ -214,12 +238,61 @@ class LinkDegrading(Detector):
         self.swept_ns = 0  # the last look for ports whose window emptied
         #: ports whose window emptied: the gauges they read 0 on (deleted on retire)
         self.zeroed: dict[str, dict[int | None, dict[str, float | int]]] = {}
+        self.batch: list = []
+        #: the kernels (the backend's; tests and bench/ set the twins beside them)
+        self.kernel = _backend.reader.fec_run
+        self.fits = _backend.reader.fec_fits
+        self.changes = _backend.reader.fec_changes  # a unit's gauges that changed, rounded
+        self.lanes_of = _backend.reader.fec_lanes  # lanes_in()
+        #: the ports whose samples the kernel may add on its own: (idx, phase, cur, keys, hashes)
+        self.fast: dict[str, tuple] = {}
+        self._entries: list = []  # the pass's samples, while the deferred ones run
+        self._deferred: set[int] = set()  # ... the indexes of those the kernel left to Python
+        self._cursor = -1
 
     def phase(self, port: str) -> int:
         """Where in a bucket the port's buckets end (tests set it to 0 to compare)."""
         return phase_of(port, self.bucket)
 
+    def run_batch(self) -> bool:
+        entries, self.batch = self.batch, []
+        self._entries, self._cursor = entries, -1
+        deferred = self.kernel(entries, self.fast, self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT,
+                               self.cfg.max_bin) if entries else []
+        self._deferred = set(deferred)
+        return bool(deferred)
+
+    def emit_next(self) -> None:
+        self._cursor += 1
+        if self._cursor in self._deferred:
+            port, ts, dt, acc, owned, changed = self._entries[self._cursor][:6]
+            self.changed = changed
+            self._sample(port, ts, dt, acc, owned)
+
     def sample(self, port, ts, dt, acc, owned) -> None:
+        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
+        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
+        if self.run_batch():
+            self.emit_next()
+        self.batch = pending
+
+    def _arm(self, port: str, st: _Port) -> None:
+        """After Python's turn at a port: the kernel may add its next samples unless its tail
+        alarm holds (every sample is then judged here) or a count left int64."""
+        if st.alarm:
+            self.fast.pop(port, None)
+            return
+        cur = st.cur
+        if type(cur) is not array:
+            try:
+                cur = st.cur = array("q", cur)
+            except (OverflowError, TypeError):  # past int64, or not ints: Python's alone
+                self.fast.pop(port, None)
+                return
+        self.fast[port] = (st.idx, st.phase, cur, st.keys, st.hashes)
+
+    def _sample(self, port: str, ts: int, dt: int, acc, owned) -> None:
+        """A sample the kernel left to Python (the old per-sample rule, unchanged)."""
         if c.FEC_BIN not in owned:
             return
         st = self.ports.get(port)
@@ -242,12 +315,16 @@ class LinkDegrading(Detector):
             # uncorrectable codewords hold
             if unc or st.alarm:
                 self._judge(port, st, ts, False)
+            self._arm(port, st)
             return
-        lanes = lanes_in(acc)  # once a bucket: a lane that came (a sample may miss a calm one)
+        lanes = self.lanes_of(acc, c.FEC_BIN)  # once a bucket: a lane that came (a sample may miss a calm one)
+        if lanes is None:  # (odd keys: Python's)
+            lanes = lanes_in(acc)
         if lanes and not set(lanes) <= set(st.units):  # the port starts afresh with them
             st = self.ports[port] = self._start(port, acc, ts, st)
             st.cur = list(map(acc.get, st.keys, st.zeros))
             st.unc_cur = unc
+            self._arm(port, st)
             return
         # the bucket closes: its sums join the window's, buckets past it leave
         row = list(map(acc.get, st.keys, st.zeros))
@@ -264,6 +341,7 @@ class LinkDegrading(Detector):
         st.tail_cur = [sum(row[at + mb:at + BINS]) for at in range(0, len(row), BINS)]
         st.alarm = max(map(add, st.tail_done, st.tail_cur)) >= self.cfg.max_bin_count
         self._judge(port, st, ts, idx // self.per_slot != st.slot)
+        self._arm(port, st)
 
     def _start(self, port: str, acc, ts: int, old: _Port | None = None) -> _Port:
         """A port's state from its first sample (or afresh, when lanes came: ``old``)."""
@@ -271,6 +349,10 @@ class LinkDegrading(Detector):
         if old is not None and old.units != (PORT,):
             lanes |= set(old.units)
         st = _Port(tuple(sorted(lanes)) or (PORT,), 0, self.phase(port), self.cfg.max_bin)
+        # the feed's own key objects where it has them: a lookup then meets the same object
+        # (no tuple comparison), as every sample's do
+        held = {k: k for k in acc}
+        st.keys = tuple([held.get(k, k) for k in st.keys])
         st.idx = (ts - 1 + st.phase) // self.bucket
         if old is not None:
             st.sent, st.slot = old.sent, old.slot
@@ -291,19 +373,20 @@ class LinkDegrading(Detector):
         scale = (1 + cfg.interleave * MFC) / MFC
         lanes = st.units != (PORT,)
         worst: tuple[float, int, float, float] | None = None  # the port's gauges: its worst lane's
+        gauges: list[tuple[int | None, tuple[float, float, float, int]]] = []  # to publish: lanes', the port's
+        found = self.fits(d_all, len(st.units), lanes, codewords)
+        if found is None:  # counts past doubles' exact ints: Python's
+            found = _fits(d_all, len(st.units), lanes, codewords)
         for u, unit in enumerate(st.units):
-            d = d_all[u * BINS:(u + 1) * BINS]
-            # a lane's fit over its own codewords; a port's over all, uncorrectable ones included
-            total = sum(d) if lanes else codewords
-            if total <= 0:
+            got = found[u]
+            if got is None:  # no codewords
                 continue
-            max_t = max((i for i in range(BINS) if d[i] > 0), default=0)
-            pred = fit(d, total)
+            max_t, pred = got
             flr = pred[0] * scale if pred else 0.0
             r2 = pred[1] if pred else 0.0  # no prediction (fewer than MIN_POINTS bins with codewords) is 0
             if publish:
                 if lanes:
-                    self._publish(port, st, unit, ts, (flr, cer, r2, max_t))
+                    gauges.append((unit, (flr, cer, r2, max_t)))
                 if worst is None or (flr, max_t) > (worst[0], worst[1]):
                     worst = (flr, max_t, r2, cer)
             by_bin = tails[u] >= cfg.max_bin_count
@@ -312,7 +395,9 @@ class LinkDegrading(Detector):
                 self._raise(port, unit if lanes else None, ts, flr, pred, max_t, tails[u], unc, codewords, scale)
         if publish and worst is not None:
             st.slot = st.idx // self.per_slot
-            self._publish(port, st, None, ts, (worst[0], worst[3], worst[2], worst[1]))
+            gauges.append((None, (worst[0], worst[3], worst[2], worst[1])))
+        if gauges:  # (events raised meanwhile take no gauges: the order of each is kept)
+            self._publish(port, st, ts, gauges)
 
     def _raise(self, port: str, lane: int | None, ts: int, flr: float, pred, max_t: int, tail: int, unc: int,
                codewords: int, scale: float) -> None:
@@ -367,20 +452,26 @@ class LinkDegrading(Detector):
                         f"{kind} |")
         return rows
 
-    def _publish(self, port: str, st: _Port, unit: int | None, ts: int,
-                 values: tuple[float, float, float, int]) -> None:
-        """The gauges of a lane (or of the port: ``unit`` None) that changed since they were
-        last published."""
-        sent = st.sent.setdefault(unit, {})
-        box = st.boxes.get(unit)
-        if box is None:
-            box = st.boxes[unit] = prediction_container(port, unit)
-        pending = self.pending
-        for leaf, value in zip(GAUGES, values, strict=True):
-            value = value if isinstance(value, int) else _rounded(value)
-            if sent.get(leaf) != value:
-                sent[leaf] = value
-                pending.append(StateUpdate(ts, box, leaf, value, "insights"))
+    def _publish(self, port: str, st: _Port, ts: int,
+                 gauges: list[tuple[int | None, tuple[float, float, float, int]]]) -> None:
+        """The gauges of lanes (or of the port: unit None) that changed since they were last
+        published, in order: ``gauges`` holds (unit, values)."""
+        sents = [st.sent.setdefault(unit, {}) for unit, _ in gauges]
+        boxes = st.boxes
+        for unit, _ in gauges:
+            if unit not in boxes:
+                boxes[unit] = prediction_container(port, unit)
+        found = self.changes(sents, [values for _, values in gauges], GAUGES)
+        if found is not None:
+            self.pending += [StateUpdate(ts, boxes[gauges[u][0]], leaf, value, "insights") for u, leaf, value in found]
+            return
+        pending = self.pending  # (a value neither float nor int: Python's rounding)
+        for (unit, values), sent in zip(gauges, sents, strict=True):
+            for leaf, value in zip(GAUGES, values, strict=True):
+                value = value if isinstance(value, int) else _rounded(value)
+                if sent.get(leaf) != value:
+                    sent[leaf] = value
+                    pending.append(StateUpdate(ts, boxes[unit], leaf, value, "insights"))
 
     def end_pass(self, ts: int) -> None:
         # A port whose bins stopped moving (its link down) gets no samples, so it would keep its
@@ -390,10 +481,10 @@ class LinkDegrading(Detector):
         self.swept_ns = ts
         for port, st in list(self.ports.items()):
             if st.idx <= (ts - 1 + st.phase) // self.bucket - 10:
-                for unit in st.sent:
-                    self._publish(port, st, unit, ts, _EMPTY)
+                self._publish(port, st, ts, [(unit, _EMPTY) for unit in st.sent])
                 self.zeroed[port] = st.sent
                 del self.ports[port]
+                self.fast.pop(port, None)
 
     def states(self) -> list[StateUpdate]:
         out, self.pending = self.pending, []
@@ -410,8 +501,10 @@ class LinkDegrading(Detector):
                 out += [StateUpdate(ts, box, leaf, None, "insights") for leaf in sent]
         self.ports.clear()
         self.zeroed.clear()
+        self.fast.clear()
         return out
 
     def forget(self, port: str) -> None:
         self.ports.pop(port, None)  # its gauges go with the port's subtree (the engine's delete)
         self.zeroed.pop(port, None)
+        self.fast.pop(port, None)

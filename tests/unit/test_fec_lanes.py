@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent import _backend
 from agent.config import Insights
 from agent.counters import SWTEL_ORIGIN
 from agent.insights import InsightsRunner, classify
@@ -137,9 +138,16 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
     calls = [0]
     real_fit, real_end = ld.fit, InsightsRunner.end_pass
 
+    real_fits = _backend.reader.fec_fits
+
     def counting_fit(*a):
         calls[0] += 1
         return real_fit(*a)
+
+    def counting_fits(*a):  # the kernel's: one fit per unit with codewords
+        found = real_fits(*a)
+        calls[0] += sum(u is not None for u in found or ())
+        return found
 
     def end_pass(self, ts):
         out = real_end(self, ts)
@@ -149,6 +157,7 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ld, "fit", counting_fit)
+        mp.setattr(_backend.reader, "fec_fits", counting_fits)
         mp.setattr(InsightsRunner, "end_pass", end_pass)
         if not spread:
             mp.setattr(LinkDegrading, "phase", lambda self, port: 0)
