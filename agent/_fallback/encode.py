@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pygnmi.spec.v080 import gnmi_pb2
-
 
 def encode_updates(
     ts_ns: int,
@@ -22,6 +20,11 @@ def encode_updates(
 ) -> list[bytes]:
     """One serialized SubscribeResponse per container with changed counters
     (split every ``max_updates`` updates), containers in order of first appearance."""
+    # imported here, not with the module: the fallback loads whole with agent._backend, which a
+    # config parse reaches through the detectors' kernels, and a parse must not load the gRPC
+    # stack (tests/unit/test_layers.py); after the first call this is a sys.modules lookup
+    from pygnmi.spec.v080 import gnmi_pb2
+
     if max_updates < 1:
         raise ValueError("max_updates must be at least 1")
     groups: dict[int, list[int]] = {}
