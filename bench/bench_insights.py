@@ -214,7 +214,7 @@ class _Tick:
         if timed and self.runner is not None:
             for name, det in self.runner.detectors.items():
                 self.spent[name], self._clock[name] = [], 0.0
-                for meth in ("sample", "run_batch", "emit_next", "end_pass", "states"):
+                for meth in ("sample", "run_batch", "emit", "end_pass", "states"):
                     setattr(det, meth, self._timer(name, getattr(det, meth)))
 
     def _timer(self, name: str, fn):
@@ -353,7 +353,7 @@ def print_sim(ports: int, ticks: int, without: tuple[str, ...] = (), timed: bool
         print(f"  {name} costs {c_feed - less:.2f} ms a tick ({(c_feed - less) / c_feed:.0%} of the default detectors' "
               "tick)")
     if spent:
-        print("  per detector, its own calls in the timed rows (sample, run_batch, emit_next, end_pass, states), "
+        print("  per detector, its own calls in the timed rows (sample, run_batch, emit, end_pass, states), "
               "ms a tick, median (p90): now | before (per-port Python detectors)")
         for (was, name), (med, p90) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
             if not was:

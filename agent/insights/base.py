@@ -10,6 +10,7 @@ events (raise, update, clear after ``clear_after`` without a hit, history).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -189,10 +190,11 @@ class Detector:
     sem_bits: ClassVar[int] = 0
     #: a detector whose per-port state lives in arrays updated by a kernel once per pass
     #: (agent/_ext/detect.c) sets a list here: the feeds append its samples ``(port, ts, dt,
-    #: acc, owned, changed)`` to it, call :meth:`run_batch` once, then :meth:`emit_next` once per
-    #: sample in the same order, so that its hits are raised where ``sample`` would have
-    #: raised them (event ids and order unchanged); a lazy one (``every_sample`` False) gets the
-    #: samples it would have been called for. None: ``sample`` per port.
+    #: acc, owned, changed, ...)`` to it (a sample may carry more items), call :meth:`run_batch`
+    #: once, then :meth:`emit` for each sample it named, at that sample's place among the pass's
+    #: samples, so that its hits are raised where ``sample`` would have raised them (event ids
+    #: and order unchanged); a lazy one (``every_sample`` False) gets the samples it would have
+    #: been called for. None: ``sample`` per port.
     batch: list | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -229,13 +231,20 @@ class Detector:
         """One sample of ``port``: ``acc`` holds the deltas over ``(ts - dt, ts]``; read only
         the semantics in ``owned`` (another source may be the better one for the rest)."""
 
-    def run_batch(self) -> bool:
-        """(``batch`` detectors) The pass's samples in ``batch`` through the kernel; True when
-        some sample has something to report (then :meth:`emit_next` is called per sample)."""
-        return False
+    def run_batch(self) -> Sequence[int]:
+        """(``batch`` detectors) The pass's samples in ``batch`` through the kernel: the
+        indexes (ascending) of those with something to report (:meth:`emit`); empty: none."""
+        return ()
 
-    def emit_next(self) -> None:
-        """(``batch`` detectors) Report what the next sample of the pass found, if anything."""
+    def emit(self, k: int) -> None:
+        """(``batch`` detectors) Report what sample ``k`` of the last :meth:`run_batch` found."""
+
+    def batch_of_one(self, port: str, ts: int, dt: int, acc: Acc, owned: frozenset[str]) -> None:
+        """(``batch`` detectors) ``sample`` for one sample outside the feeds: a batch of one."""
+        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
+        for k in self.run_batch():
+            self.emit(k)
+        self.batch = pending
 
     def end_pass(self, ts: int) -> None:
         """Once per engine pass, after every sample (group windows are closed here)."""

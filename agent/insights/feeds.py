@@ -182,8 +182,10 @@ class FeedBook:
         """Every feed that changed since the last pass becomes one sample for its detectors.
 
         Detectors with a kernel (``Detector.batch``) get every sample of the pass first (a lazy
-        one those in which one of its semantics changed), in one call; the others are then called per sample as before, and a kernel detector
-        reports what a sample found at that sample's place, so events keep their order."""
+        one those in which one of its semantics changed), in one call; the others are then called
+        per sample as before, and a kernel detector reports what a sample found at that sample's
+        place, so events keep their order. A sample carries its place in the pass as its 7th
+        item: only the samples a kernel named are visited for it."""
         dirty, self.dirty = self.dirty, []
         live: list[tuple[Feed, int, int, int]] = []
         kernels: list[Detector] = []  # those with samples this pass
@@ -209,7 +211,7 @@ class FeedBook:
             if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
                 _split(feed)
             if feed.kernels or feed.lazy_kernels:
-                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed)
+                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1)
                 for det in feed.kernels:
                     entries = det.batch
                     if not entries:
@@ -221,18 +223,24 @@ class FeedBook:
                         if not entries:
                             kernels.append(det)
                         entries.append(sample)  # type: ignore[union-attr]
-        found = False
+        # per place in ``live``: the kernel detectors with something to report there -> the index
+        # of the sample in their batch
+        due: dict[int, dict[Detector, int]] = {}
         for det in kernels:
-            if det.run_batch():
-                found = True
-        for feed, dt, top, changed in live:
+            entries = det.batch
+            for k in det.run_batch():
+                due.setdefault(entries[k][6], {})[det] = k  # type: ignore[index]
+        for place, (feed, dt, top, changed) in enumerate(live):
             acc = feed.acc
+            found = due.get(place) if due else None
             dispatch = feed.dispatch if found else feed.plain
             if dispatch:
                 owned, port, ts = feed.owned, feed.port, feed.ts
                 for det in dispatch:
-                    if det.batch is not None:
-                        det.emit_next()  # (only on a pass in which a kernel found something)
+                    if det.batch is not None:  # (a sample a kernel named: ``found``)
+                        k = found.get(det)  # type: ignore[union-attr]
+                        if k is not None:
+                            det.emit(k)
                         continue
                     gate = det.level_gate
                     if gate is not None and top < gate and port not in det.ports:
@@ -243,8 +251,9 @@ class FeedBook:
                 for det in feed.lazy:
                     if det.sem_bits & changed:  # one of its semantics changed (is in acc)
                         if det.batch is not None:
-                            if found:
-                                det.emit_next()
+                            k = found.get(det) if found else None
+                            if k is not None:
+                                det.emit(k)
                             continue
                         det.changed = changed
                         det.sample(feed.port, feed.ts, dt, acc, feed.owned)

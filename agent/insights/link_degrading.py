@@ -248,33 +248,28 @@ class LinkDegrading(Detector):
         self.fast: dict[str, tuple] = {}
         self._entries: list = []  # the pass's samples, while the deferred ones run
         self._deferred: set[int] = set()  # ... the indexes of those the kernel left to Python
-        self._cursor = -1
 
     def phase(self, port: str) -> int:
         """Where in a bucket the port's buckets end (tests set it to 0 to compare)."""
         return phase_of(port, self.bucket)
 
-    def run_batch(self) -> bool:
+    def run_batch(self) -> list[int]:
         entries, self.batch = self.batch, []
-        self._entries, self._cursor = entries, -1
+        self._entries = entries
         deferred = self.kernel(entries, self.fast, self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT,
                                self.cfg.max_bin) if entries else []
         self._deferred = set(deferred)
-        return bool(deferred)
+        return deferred  # (ascending: the kernel takes the samples in order)
 
-    def emit_next(self) -> None:
-        self._cursor += 1
-        if self._cursor in self._deferred:
-            port, ts, dt, acc, owned, changed = self._entries[self._cursor][:6]
+    def emit(self, k: int) -> None:
+        if k in self._deferred:
+            port, ts, dt, acc, owned, changed = self._entries[k][:6]
             self.changed = changed
             self._sample(port, ts, dt, acc, owned)
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
-        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
-        if self.run_batch():
-            self.emit_next()
-        self.batch = pending
+        """One sample alone (the feeds pass samples through ``batch``)."""
+        self.batch_of_one(port, ts, dt, acc, owned)
 
     def _arm(self, port: str, st: _Port) -> None:
         """After Python's turn at a port: the kernel may add its next samples unless its tail

@@ -147,7 +147,6 @@ class LinkErrors(Detector):
         self.kernel = _backend.reader.burst_run
         self._entries: list = []
         self._found: dict[int, tuple] = {}  # entry index -> (hot, bitrate, corr_rate, seen)
-        self._cursor = -1
 
     def _room(self, rows: int) -> None:
         have = len(self.ints)
@@ -156,11 +155,11 @@ class LinkErrors(Detector):
             self.reals.extend(_NEW_ROW * more)
             self.ints.extend(array("q", bytes(8 * more)))
 
-    def run_batch(self) -> bool:
+    def run_batch(self) -> list[int]:
         entries, self.batch = self.batch, []
-        self._entries, self._found, self._cursor = entries, {}, -1
+        self._entries, self._found = entries, {}
         if not entries:
-            return False
+            return []
         self._room(len(self.rows) + len(entries))
         args = (entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.span, self.cfg.pre_fec_ber_warning,
                 _STEADY_KEYS, _STEADY_SEMS, _RARE_BITS)
@@ -170,21 +169,17 @@ class LinkErrors(Detector):
             found = self.kernel(*args, functools.partial(_exactly, args))
         for k, *rest in found:
             self._found[k] = rest
-        return bool(found)
+        return list(self._found)  # (the kernel finds them in the samples' order)
 
-    def emit_next(self) -> None:
-        self._cursor += 1
-        found = self._found.get(self._cursor)
+    def emit(self, k: int) -> None:
+        found = self._found.get(k)
         if found is not None:
-            port, ts, dt, acc, owned, changed = self._entries[self._cursor]
+            port, ts, dt, acc, owned, changed = self._entries[k][:6]
             self._errors(port, ts, dt, acc, owned, changed, *found)
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
-        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
-        if self.run_batch():
-            self.emit_next()
-        self.batch = pending
+        """One sample alone (the feeds pass samples through ``batch``)."""
+        self.batch_of_one(port, ts, dt, acc, owned)
 
     def _errors(self, port: str, ts: int, dt: int, acc, owned, changed: int, hot_corr: bool, bitrate: float,
                 corr_rate: float, seen: int) -> None:

@@ -94,7 +94,6 @@ class ThroughputDip(Detector):
         self.kernel = _backend.reader.dip_run
         self._entries: list = []  # the pass's samples, while their dips are reported
         self._edges: dict[int, list] = {}  # entry index -> its dips to report
-        self._cursor = -1
 
     def _room(self, rows: int) -> None:
         """State arrays for at least ``rows`` rows (new rows: level unknown, no dip)."""
@@ -104,23 +103,22 @@ class ThroughputDip(Detector):
             self.reals.extend(_NEW_REALS * more)
             self.ints.extend(_NEW_INTS * more)
 
-    def run_batch(self) -> bool:
+    def run_batch(self) -> list[int]:
         entries, self.batch = self.batch, []
-        self._entries, self._edges, self._cursor = entries, {}, -1
+        self._entries, self._edges = entries, {}
         if not entries:
-            return False
+            return []
         self._room(len(self.rows) + len(entries))
         cfg = self.cfg
         edges = self.kernel(entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.tau, cfg.dip_ratio,
                             cfg.min_utilization, self.max_ns, self.quiet_ns, WARMUP_NS, _KEYS, _SEMS)
         for edge in edges:
             self._edges.setdefault(edge[0], []).append(edge)
-        return bool(edges)
+        return list(self._edges)  # (the kernel finds them in the samples' order)
 
-    def emit_next(self) -> None:
-        self._cursor += 1
-        for _, d, low, ref, took in self._edges.get(self._cursor, ()):
-            entry = self._entries[self._cursor]
+    def emit(self, k: int) -> None:
+        for _, d, low, ref, took in self._edges.get(k, ()):
+            entry = self._entries[k]
             port, ts, dt = entry[0], entry[1], entry[2]
             self._report(port, ts, dt, _DIRS[d][1], low, ref, took)
 
@@ -137,11 +135,8 @@ class ThroughputDip(Detector):
                      "share-of-level-lost", text, [port])
 
     def sample(self, port, ts, dt, acc, owned) -> None:
-        """One sample alone (the feeds pass samples through ``batch``): a batch of one."""
-        pending, self.batch = self.batch, [(port, ts, dt, acc, owned, self.changed)]
-        if self.run_batch():
-            self.emit_next()
-        self.batch = pending
+        """One sample alone (the feeds pass samples through ``batch``)."""
+        self.batch_of_one(port, ts, dt, acc, owned)
 
     def forget(self, port: str) -> None:
         row = self.rows.get(port)

@@ -205,9 +205,8 @@ def test_both_kernels_hit_and_keep_state_as_the_old_detector_did(seed):
             old.sample(*e)
         for det in news.values():
             det.batch.extend(entries)
-            if det.run_batch():
-                for _ in entries:
-                    det.emit_next()
+            for k in det.run_batch():
+                det.emit(k)
         for p in gone:
             old.forget(p)
             for det in news.values():

@@ -438,10 +438,9 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
             old.sample(*e[:5])
         for name, det in news.items():
             det.batch.extend(entries)
-            if det.run_batch():
-                deferred[name] += len(det._deferred)
-                for _ in entries:
-                    det.emit_next()
+            for k in det.run_batch():
+                deferred[name] += 1
+                det.emit(k)
         old.end_pass(ts)
         want = _updates(old.states())
         for p in gone:
@@ -485,10 +484,10 @@ def test_c_and_twin_kernels_write_the_same_bytes(seed):
         got = {}
         for name, det in dets.items():
             det.batch.extend(entries)
-            det.run_batch()
-            got[name] = (sorted(det._deferred), {p: bytes(f[2]) for p, f in det.fast.items()})
-            for _ in entries:
-                det.emit_next()
+            found = det.run_batch()
+            got[name] = (found, {p: bytes(f[2]) for p, f in det.fast.items()})
+            for k in found:
+                det.emit(k)
             det.end_pass(ts)
             det.states()
         assert got["C"] == got["twin"]
