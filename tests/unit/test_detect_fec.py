@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
+from array import array
 from collections import deque
 from operator import add, sub
 from types import SimpleNamespace
@@ -439,7 +440,7 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
         for name, det in news.items():
             det.batch.extend(entries)
             if det.run_batch():
-                deferred[name] += len(det._deferred)
+                deferred[name] += sum(todo is None for todo in det._todo.values())
                 for _ in entries:
                     det.emit_next()
         old.end_pass(ts)
@@ -459,9 +460,12 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
         for p, st in old.ports.items():
             assert _state(det.ports[p]) == _state(st), (name, p)
         assert det.zeroed == old.zeroed, name
-        for p, (idx, phase, cur, keys, _h) in det.fast.items():  # what the kernel adds into is the port's
+        for p, (w, keys, index, units, sent, boxes, phase) in det.fast.items():  # what the kernel writes is the port's
             st = det.ports[p]
-            assert (idx, phase, keys) == (st.idx, st.phase, st.keys) and cur is st.cur and not st.alarm
+            assert (w, keys, index, units, sent, boxes, phase) == (st.w, st.keys, st.index, st.units, st.sent,
+                                                                  st.boxes, st.phase)
+            assert index == {k: j for j, k in enumerate(keys)}
+            assert w is st.w and sent is st.sent and type(w) is array
         assert deferred[name] < samples, name  # some samples were the kernel's own
     retired = _updates(old.retire(ts))
     for name, det in news.items():
@@ -486,7 +490,8 @@ def test_c_and_twin_kernels_write_the_same_bytes(seed):
         for name, det in dets.items():
             det.batch.extend(entries)
             det.run_batch()
-            got[name] = (sorted(det._deferred), {p: bytes(f[2]) for p, f in det.fast.items()})
+            got[name] = (sorted(det._todo), [k for k, todo in det._todo.items() if todo is None],
+                         {p: bytes(f[0]) for p, f in det.fast.items()}, _updates(det.pending))
             for _ in entries:
                 det.emit_next()
             det.end_pass(ts)
@@ -534,10 +539,30 @@ def test_bad_input_is_refused(name):
     if name not in KERNELS:
         pytest.skip("no C extension")
     run, fits, changes, lanes = KERNELS[name]
+    conf = (10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9, 3, 1e-9, 0.9, 1.125, 1, GAUGES, StateUpdate,
+            "insights", None)
     with pytest.raises(TypeError):
-        run([("swp1", 1, 1, {}, frozenset())], {}, 10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9)
+        run([("swp1", 1, 1, {}, frozenset())], {}, conf, [])
+    with pytest.raises(TypeError):
+        run([], {}, conf[:5], [])
     with pytest.raises(ValueError):
-        run([], {}, 0, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9)
+        run([], {}, (0, *conf[1:]), [])
+    with pytest.raises(ValueError):
+        run([], {}, (*conf[:10], 0, *conf[11:]), [])
+    with pytest.raises(ValueError):
+        run([], {}, (*conf[:11], GAUGES[:3], *conf[12:]), [])
+    # a port's state the kernel cannot read (short words, a list, odd units): Python's, untouched
+    acc = {_PORT_KEYS[0]: 5}
+    entry = ("swp1", 10**9, 10**8, acc, frozenset({c.FEC_BIN}), -1)
+    keys = _PORT_KEYS
+    index = {k: j for j, k in enumerate(keys)}
+    for w, units in ((array("q", bytes(8 * 10)), (PORT,)), (array("q", bytes(8 * 5000)), (PORT,)),
+                     (array("q", bytes(8 * 5000)), (PORT, 1))):
+        before = bytes(w)
+        assert run([entry], {"swp1": (w, keys, index, units, {}, {}, 0)}, conf, []) == {0: None}
+        assert bytes(w) == before
+    with pytest.raises(TypeError):
+        run([entry], {"swp1": ([0] * 5000, keys, index, (PORT,), {}, {}, 0)}, conf, [])
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):
