@@ -633,3 +633,90 @@ def test_a_simulated_run_gives_the_old_detectors_events_and_gauges(config, secon
     assert det.ports.keys() == ref.ports.keys()
     for p, st in ref.ports.items():
         assert _state(det.ports[p]) == _state(st)
+
+
+# ---------------------------------------------------------------- the ring, step by step
+def _ring_script(lanes: bool) -> list[tuple[int, dict]]:
+    """One port's samples (ts, acc), 1 s buckets (window 10 s), 4 a bucket: 25 buckets in a row
+    (the ring rolls over more than twice), a gap of 3 buckets without samples, 12 more, a tail
+    at and past max_bin for 2 buckets (the alarm, then its samples judged one by one), 14 calm
+    buckets while the tail leaves the window (the alarm ends), then a gap longer than the
+    window and 3 buckets more."""
+    units = (0, 1, 2, 3) if lanes else (PORT,)
+    out: list[tuple[int, dict]] = []
+    ts = T0 + 250_000_000
+
+    def bucket(n: int, tail: bool) -> None:
+        nonlocal ts
+        for _ in range(4):
+            acc: dict = {}
+            for u in units:
+                keys = _PORT_KEYS if u == PORT else lane_keys(u)
+                for i in range(BINS):
+                    v = (n * 7 + u * 13 + i * 5) % 97 + (10**6 >> i if i < 8 else 0)
+                    if i < 8 or (tail and i in (9, 11)):
+                        acc[keys[i]] = v
+            out.append((ts, acc))
+            ts += 250_000_000
+
+    n = 0
+    for _ in range(25):
+        bucket(n, False)
+        n += 1
+    ts += 3 * NS
+    for _ in range(12):
+        bucket(n, False)
+        n += 1
+    for _ in range(2):
+        bucket(n, True)
+        n += 1
+    for _ in range(14):
+        bucket(n, False)
+        n += 1
+    ts += 15 * NS
+    for _ in range(3):
+        bucket(n, False)
+        n += 1
+    return out
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_the_ring_rolls_gaps_and_alarm_as_the_old_detector_did(lanes):
+    """Pass by pass, the kernels' ring (more than 10 buckets, a gap of 3 buckets, a tail alarm
+    that holds and then leaves the window, a gap past the window) gives the old detector's
+    events, updates and state; the kernel closed every calm bucket itself."""
+    cfg = LinkDegradingConfig(window=Duration(10.0), max_bin=9, max_bin_count=3)
+    old = OldLinkDegrading(cfg, Ctx())
+    old.phase = lambda port: 0
+    news = {}
+    for name, kernels in KERNELS.items():
+        det = news[name] = LinkDegrading(cfg, Ctx())
+        det.phase = lambda port: 0
+        _use(det, kernels)
+    owned = frozenset({c.FEC_BIN, c.UNCORRECTABLE})
+    closed = {name: 0 for name in news}
+    alarmed = False
+    for ts, acc in _ring_script(lanes):
+        entry = ("swp1", ts, 250_000_000, acc, owned, c.mask({c.FEC_BIN}))
+        old.changed = entry[5]
+        old.sample(*entry[:5])
+        alarmed = alarmed or old.ports["swp1"].alarm
+        want = _updates(old.states())
+        for name, det in news.items():
+            st = det.ports.get("swp1")
+            was = st.idx if st is not None else None
+            det.batch.append(entry)
+            python = det.run_batch() and det._todo.get(0, False) is None
+            det.emit_next()
+            if st is not None and det.ports["swp1"].idx != was and not python:
+                closed[name] += 1
+            assert _updates(det.states()) == want, (name, ts)
+            assert _state(det.ports["swp1"]) == _state(old.ports["swp1"]), (name, ts)
+    assert alarmed and not old.ports["swp1"].alarm  # the alarm came and went
+    kinds = {h[3] for h in old.ctx.hits}
+    assert kinds == {WARNING}
+    for name, det in news.items():
+        assert _hits(det.ctx) == _hits(old.ctx), name
+        # the closes (55) were the kernel's but while the alarm held (the tail's 2 buckets and the 10
+        # of the window it stays in) and after the gaps (past the window: the port started afresh)
+        assert closed[name] >= 40, name
