@@ -457,8 +457,9 @@ PyDoc_STRVAR(fec_run_doc,
 "One engine pass of link_degrading (agent/insights/link_degrading.py) over entries, its samples\n"
 "(port, ts, dt, acc, owned, changed) in feed order; conf is (bucket, fec_sem, unc_sem, unc_keys,\n"
 "unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields).\n"
-"A sample of a port in fast as (w, keys, index, units, sent, boxes, phase) (w: its words, i64,\n"
-"laid out as _Port's; keys[j] the acc key of bin j, index {keys[j]: j}) is done here\n"
+"A sample of a port in fast as (w, keys, units, sent, boxes, phase) (w: its words, i64, laid\n"
+"out as _Port's; keys its bins' acc keys, (fec_sem, str(i)) or per lane (fec_sem, f'{L}/{i}'))\n"
+"is done here\n"
 "in two cases. In the current bucket idx = (ts - 1 + phase) // bucket, with no uncorrectable\n"
 "codeword and no bin at max_bin or above: its bins are added into cur. In a later bucket, with\n"
 "no lane outside units: the current bucket goes into the ring, the buckets <= idx - 10 leave the\n"
@@ -732,37 +733,80 @@ static int fec_gauges(const fec_conf *cf, PyObject *sent, PyObject *unit, PyObje
     return 0;
 }
 
-/* acc's values of the port's bins (index: acc key -> bin) into row[0..n) (absent: 0), *high
- * set when one is at max_bin or above: 1 done, 0 Python's (a value not an int within int64, an
- * index entry not a bin), -1 error. */
-static int fec_row(PyObject *acc, PyObject *index, Py_ssize_t n, int max_bin, long long *row, int *high)
+/* The bin of a sub-key as the port's keys write it (str(): "i", or "L/i" of a lane), in
+ * canonical decimal (L up to 9 digits, i 0..15), with *lane (-1: none); -1 when it is none. */
+static int fec_sub(PyObject *sub, long *lane)
+{
+    if (!PyUnicode_IS_ASCII(sub))
+        return -1;
+    const char *t = (const char *)PyUnicode_DATA(sub), *b = t;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(sub);
+    const char *slash = memchr(t, '/', (size_t)len);
+    *lane = -1;
+    if (slash != NULL) {
+        Py_ssize_t nd = slash - t;
+        if (nd < 1 || nd > 9 || (nd > 1 && t[0] == '0'))
+            return -1;
+        *lane = 0;
+        for (const char *c = t; c < slash; c++) {
+            if (*c < '0' || *c > '9')
+                return -1;
+            *lane = *lane * 10 + (*c - '0');
+        }
+        b = slash + 1;
+    }
+    Py_ssize_t nb = t + len - b;
+    if (nb == 1 && b[0] >= '0' && b[0] <= '9')
+        return b[0] - '0';
+    if (nb == 2 && b[0] == '1' && b[1] >= '0' && b[1] <= '5')
+        return 10 + (b[1] - '0');
+    return -1;
+}
+
+/* acc's values of the port's bins (keys (fec_sem, sub), sub as fec_sub reads it, its lane one
+ * of unit_of: -1 the port's own) into row[0..nu * 16) (absent: 0), *high set when one is at
+ * max_bin or above: 1 done, 0 Python's (a key not a tuple, a bin's sub-key not a str, a value
+ * not an int within int64), -1 error. One walk over acc (fewer items than the port's bins). */
+static int fec_row(PyObject *acc, PyObject *fec_sem, const long long *unit_of, Py_ssize_t nu, int max_bin,
+                   long long *row, int *high)
 {
     PyObject *key, *value;
     Py_ssize_t pos = 0;
-    Py_hash_t h;
-    int r = 1;
-    memset(row, 0, (size_t)n * sizeof(*row));
-    while (r > 0 && _PyDict_Next(acc, &pos, &key, &value, &h)) {
-        Py_INCREF(key); /* (a key's __eq__ may run Python) */
-        Py_INCREF(value);
-        PyObject *jo = _PyDict_GetItem_KnownHash(index, key, h);
-        if (jo == NULL) {
-            r = PyErr_Occurred() ? -1 : 1;
-        } else if (!PyLong_CheckExact(jo)) {
-            r = 0;
-        } else {
-            Py_ssize_t j = PyLong_AsSsize_t(jo);
-            if (j == -1 && PyErr_Occurred())
-                r = -1;
-            else if (j < 0 || j >= n)
-                r = 0;
-            else if ((r = as_i64(value, &row[j])) > 0 && j % FEC_BINS >= max_bin)
-                *high = 1;
+    memset(row, 0, (size_t)(nu * FEC_BINS) * sizeof(*row));
+    while (PyDict_Next(acc, &pos, &key, &value)) {
+        if (!PyTuple_CheckExact(key))
+            return 0;
+        if (PyTuple_GET_SIZE(key) != 2)
+            continue;
+        PyObject *sem = PyTuple_GET_ITEM(key, 0), *sub = PyTuple_GET_ITEM(key, 1);
+        if (sem != fec_sem) {
+            Py_INCREF(key); /* (an __eq__ may run Python) */
+            int eq = PyObject_RichCompareBool(sem, fec_sem, Py_EQ);
+            Py_DECREF(key);
+            if (eq <= 0) {
+                if (eq < 0)
+                    return -1;
+                continue;
+            }
         }
-        Py_DECREF(key);
-        Py_DECREF(value);
+        if (!PyUnicode_Check(sub))
+            return 0;
+        long lane;
+        int i = fec_sub(sub, &lane);
+        if (i < 0)
+            continue;
+        Py_ssize_t u = 0;
+        while (u < nu && unit_of[u] != lane)
+            u++;
+        if (u == nu) /* another lane's (or the port's own, beside its lanes') */
+            continue;
+        int r = as_i64(value, &row[u * FEC_BINS + i]);
+        if (r <= 0)
+            return r;
+        if (i >= max_bin)
+            *high = 1;
     }
-    return r;
+    return 1;
 }
 
 /* One sample of a port in fast: 1 done (w updated; events: a new list of them, or NULL),
@@ -771,16 +815,15 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
 {
     static const swtel_bufspec specs[1] = {{8, 1, "w"}};
     *events = NULL;
-    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 7)
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 6)
         return 0;
     PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 1);
-    PyObject *units = PyTuple_GET_ITEM(state, 3), *sent = PyTuple_GET_ITEM(state, 4);
-    PyObject *index = PyTuple_GET_ITEM(state, 2), *boxes = PyTuple_GET_ITEM(state, 5);
-    if (!PyTuple_Check(keys) || !PyDict_Check(index) || !PyTuple_Check(units) || !PyDict_Check(sent) ||
-        !PyDict_Check(boxes))
+    PyObject *units = PyTuple_GET_ITEM(state, 2), *sent = PyTuple_GET_ITEM(state, 3);
+    PyObject *boxes = PyTuple_GET_ITEM(state, 4);
+    if (!PyTuple_Check(keys) || !PyTuple_Check(units) || !PyDict_Check(sent) || !PyDict_Check(boxes))
         return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(keys), nu = PyTuple_GET_SIZE(units);
-    if (nu < 1 || nu > FEC_MAX_UNITS || n != nu * FEC_BINS || PyDict_GET_SIZE(index) != n)
+    if (nu < 1 || nu > FEC_MAX_UNITS || n != nu * FEC_BINS)
         return 0;
     long long unit_of[FEC_MAX_UNITS], changed, ts, phase, a, unc = 0;
     int r, unc_zero = 1;
@@ -810,7 +853,7 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
                 return 0;
         }
     }
-    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 6), &phase)) <= 0)
+    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 5), &phase)) <= 0)
         return r;
     if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
         return 0;
@@ -827,10 +870,10 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     long long i0 = w[FW_IDX];
     if (w[FW_ALARM]) /* every sample of the port is judged: Python's */
         goto done;
-    /* the sample's bins (absent: 0): acc's items that are the port's (fewer than its bins) */
+    /* the sample's bins (absent: 0) */
     long long row[FEC_MAX_UNITS * FEC_BINS];
     int high = 0;
-    if ((r = fec_row(acc, index, n, cf->max_bin, row, &high)) <= 0) {
+    if ((r = fec_row(acc, cf->fec_sem, unit_of, nu, cf->max_bin, row, &high)) <= 0) {
         ret = r;
         goto done;
     }
