@@ -634,8 +634,29 @@ static int fec_fit(const long long *d, long long total, int *max_t, int *pts, do
  * (format's conversion, then float()'s); a new reference. */
 static PyObject *fec_rounded(double x)
 {
+    static const double pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
     if (x == 0.0) /* "0.000e+00" (or "-0...") reads back as itself */
         return PyFloat_FromDouble(x);
+    double ax = fabs(x);
+    if (ax >= 1e-19 && ax < 1e19) {
+        /* The fast way, where it gives the same bits: the 4 digits d = round(ax / 10^k) of ax in
+         * [1000, 10000) x 10^k (10^|k| exact: |k| <= 22), read off y = ax / 10^k rounded once
+         * (within 1.2e-12 of the exact quotient), taken only when y is not within 1e-6 of a tie;
+         * then d x 10^k, one correctly rounded operation on exact operands, is what strtod gives
+         * for "d e k" (correctly rounded too). Else (a tie, a power of 10 misjudged, past
+         * 10^+-19) the way Python goes. */
+        int k = (int)floor(log10(ax)) - 3;
+        double y = k >= 0 ? ax / pow10[k] : ax * pow10[-k];
+        if (y >= 1000.0 && y < 10000.0) {
+            double fl = floor(y), fr = y - fl;
+            if (fabs(fr - 0.5) > 1e-6) {
+                double d = fr > 0.5 ? fl + 1.0 : fl;
+                double r = k >= 0 ? d * pow10[k] : d / pow10[-k];
+                return PyFloat_FromDouble(x < 0.0 ? -r : r);
+            }
+        }
+    }
     char *text = PyOS_double_to_string(x, 'e', 3, 0, NULL);
     if (text == NULL)
         return NULL;

@@ -576,6 +576,11 @@ def test_bad_input_is_refused(name):
 def test_gauge_rounding_and_lanes_are_pythons(seed):
     rng = random.Random(seed)
     values = [0.0, -0.0, 1.0, 1e-300, 5e-324, 1.7976931348623157e308, float("inf"), float("nan"), 0.99995, 1.23455e-9]
+    # ties and near-ties, powers of 10 and the fast way's edges (agent/_ext/detect.c fec_rounded)
+    values += [1234.5, 0.5, 1.2345, 1.0005, 9999.5, 99995.0, 0.125, 1e-19, 9.9995e-20, 1e19, 9.9995e18, 1e-3, 1e3,
+               123456789.0, -2.5e-7, 1.00005, 0.001234500000001, 3.0000000000000004]
+    values += [rng.randrange(1, 10**4) / 10 ** rng.randrange(0, 23) for _ in range(200)]  # d x 10^-k exactly
+    values += [(rng.randrange(1, 10**5) + 0.5) * 10 ** rng.randrange(-22, 15) for _ in range(200)]
     values += [rng.uniform(0, 1) * 10 ** rng.uniform(-30, 0) for _ in range(200)]
     leaves = ("a", "b", "c")
 
