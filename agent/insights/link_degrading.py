@@ -32,10 +32,19 @@ window empties (its link down: no samples) reads 0. Each port's buckets end at i
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
 
 Every sample of the pass goes through a kernel first (agent/_ext/detect.c ``fec_run``, twin
-agent/_fallback/detect.py): the common one (in the current bucket, no uncorrectable codeword,
-no bin at ``max_bin`` or above, no tail alarm) is added into the port's current bucket there;
-any other runs here in its turn. A bucket's fits are the backend's ``fec_fits``, the same
-doubles as :func:`fit`; the gauges' rounding and comparison its ``fec_changes``.
+agent/_fallback/detect.py), over each port's window in one array of i64 (:class:`_Port`: the
+current bucket, a ring of the last ten buckets' sums, bucket b in slot b % 10, leaving once
+the current bucket is b + 10 or later, their totals, tails and alarm). The common sample (in
+the current bucket, no uncorrectable codeword, no bin at ``max_bin`` or above, no tail alarm)
+is added into the current bucket there; so is the close of a bucket (a sample in a later
+one, no lane the port lacks, every sum within int64): the ring rolls, the window is judged as
+:meth:`LinkDegrading._judge` judges it (the fits, the same doubles as :func:`fit`; the
+events; the gauges, rounded and compared with those last published, made StateUpdates), and
+Python only raises the events it found, in the sample's turn. Any other sample (lanes that
+came, a count past int64 or not an int, the tail alarm, the fits' counts past 2^53) runs here
+in its turn, the same rule in Python on the same window (a list while a value is not an
+i64), its fits the backend's ``fec_fits``, its gauges' rounding and comparison its
+``fec_changes``.
 """
 
 from __future__ import annotations
