@@ -457,9 +457,8 @@ PyDoc_STRVAR(fec_run_doc,
 "One engine pass of link_degrading (agent/insights/link_degrading.py) over entries, its samples\n"
 "(port, ts, dt, acc, owned, changed) in feed order; conf is (bucket, fec_sem, unc_sem, unc_keys,\n"
 "unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields).\n"
-"A sample of a port in fast as (w, keys, units, sent, boxes, phase) (w: its words, i64, laid\n"
-"out as _Port's; keys its bins' acc keys, (fec_sem, str(i)) or per lane (fec_sem, f'{L}/{i}'))\n"
-"is done here\n"
+"A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase) (w: its words,\n"
+"i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64) is done here\n"
 "in two cases. In the current bucket idx = (ts - 1 + phase) // bucket, with no uncorrectable\n"
 "codeword and no bin at max_bin or above: its bins are added into cur. In a later bucket, with\n"
 "no lane outside units: the current bucket goes into the ring, the buckets <= idx - 10 leave the\n"
@@ -754,77 +753,25 @@ static int fec_gauges(const fec_conf *cf, PyObject *sent, PyObject *unit, PyObje
     return 0;
 }
 
-/* The bin of a sub-key as the port's keys write it (str(): "i", or "L/i" of a lane), in
- * canonical decimal (L up to 9 digits, i 0..15), with *lane (-1: none); -1 when it is none. */
-static int fec_sub(PyObject *sub, long *lane)
+/* acc's values of the port's bins (keys[j], hashes[j] its hash) into row[0..n) (absent: 0),
+ * *high set when one is at max_bin or above: 1 done, 0 Python's (a value not an int within
+ * int64), -1 error. (Looking up every bin of the port in acc, which the feeds have just filled,
+ * touches less memory than walking acc's keys.) */
+static int fec_row(PyObject *acc, PyObject *keys, const int64_t *hashes, Py_ssize_t n, int max_bin, long long *row,
+                   int *high)
 {
-    if (!PyUnicode_IS_ASCII(sub))
-        return -1;
-    const char *t = (const char *)PyUnicode_DATA(sub), *b = t;
-    Py_ssize_t len = PyUnicode_GET_LENGTH(sub);
-    const char *slash = memchr(t, '/', (size_t)len);
-    *lane = -1;
-    if (slash != NULL) {
-        Py_ssize_t nd = slash - t;
-        if (nd < 1 || nd > 9 || (nd > 1 && t[0] == '0'))
-            return -1;
-        *lane = 0;
-        for (const char *c = t; c < slash; c++) {
-            if (*c < '0' || *c > '9')
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *v = _PyDict_GetItem_KnownHash(acc, PyTuple_GET_ITEM(keys, j), (Py_hash_t)hashes[j]);
+        row[j] = 0;
+        if (v == NULL) {
+            if (PyErr_Occurred())
                 return -1;
-            *lane = *lane * 10 + (*c - '0');
+            continue;
         }
-        b = slash + 1;
-    }
-    Py_ssize_t nb = t + len - b;
-    if (nb == 1 && b[0] >= '0' && b[0] <= '9')
-        return b[0] - '0';
-    if (nb == 2 && b[0] == '1' && b[1] >= '0' && b[1] <= '5')
-        return 10 + (b[1] - '0');
-    return -1;
-}
-
-/* acc's values of the port's bins (keys (fec_sem, sub), sub as fec_sub reads it, its lane one
- * of unit_of: -1 the port's own) into row[0..nu * 16) (absent: 0), *high set when one is at
- * max_bin or above: 1 done, 0 Python's (a key not a tuple, a bin's sub-key not a str, a value
- * not an int within int64), -1 error. One walk over acc (fewer items than the port's bins). */
-static int fec_row(PyObject *acc, PyObject *fec_sem, const long long *unit_of, Py_ssize_t nu, int max_bin,
-                   long long *row, int *high)
-{
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    memset(row, 0, (size_t)(nu * FEC_BINS) * sizeof(*row));
-    while (PyDict_Next(acc, &pos, &key, &value)) {
-        if (!PyTuple_CheckExact(key))
-            return 0;
-        if (PyTuple_GET_SIZE(key) != 2)
-            continue;
-        PyObject *sem = PyTuple_GET_ITEM(key, 0), *sub = PyTuple_GET_ITEM(key, 1);
-        if (sem != fec_sem) {
-            Py_INCREF(key); /* (an __eq__ may run Python) */
-            int eq = PyObject_RichCompareBool(sem, fec_sem, Py_EQ);
-            Py_DECREF(key);
-            if (eq <= 0) {
-                if (eq < 0)
-                    return -1;
-                continue;
-            }
-        }
-        if (!PyUnicode_Check(sub))
-            return 0;
-        long lane;
-        int i = fec_sub(sub, &lane);
-        if (i < 0)
-            continue;
-        Py_ssize_t u = 0;
-        while (u < nu && unit_of[u] != lane)
-            u++;
-        if (u == nu) /* another lane's (or the port's own, beside its lanes') */
-            continue;
-        int r = as_i64(value, &row[u * FEC_BINS + i]);
+        int r = as_i64(v, &row[j]);
         if (r <= 0)
             return r;
-        if (i >= max_bin)
+        if (j % FEC_BINS >= max_bin)
             *high = 1;
     }
     return 1;
@@ -834,13 +781,13 @@ static int fec_row(PyObject *acc, PyObject *fec_sem, const long long *unit_of, P
  * 0 Python's (nothing written), -1 error. */
 static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **events, PyObject *updates)
 {
-    static const swtel_bufspec specs[1] = {{8, 1, "w"}};
+    static const swtel_bufspec specs[2] = {{8, 1, "w"}, {8, 0, "hashes"}};
     *events = NULL;
-    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 6)
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 7)
         return 0;
     PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 1);
-    PyObject *units = PyTuple_GET_ITEM(state, 2), *sent = PyTuple_GET_ITEM(state, 3);
-    PyObject *boxes = PyTuple_GET_ITEM(state, 4);
+    PyObject *units = PyTuple_GET_ITEM(state, 3), *sent = PyTuple_GET_ITEM(state, 4);
+    PyObject *boxes = PyTuple_GET_ITEM(state, 5);
     if (!PyTuple_Check(keys) || !PyTuple_Check(units) || !PyDict_Check(sent) || !PyDict_Check(boxes))
         return 0;
     Py_ssize_t n = PyTuple_GET_SIZE(keys), nu = PyTuple_GET_SIZE(units);
@@ -848,10 +795,6 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
         return 0;
     long long unit_of[FEC_MAX_UNITS], changed, ts, phase, a, unc = 0;
     int r, unc_zero = 1;
-    for (Py_ssize_t u = 0; u < nu; u++)
-        if ((r = as_i64(PyTuple_GET_ITEM(units, u), &unit_of[u])) <= 0)
-            return r;
-    int lanes = !(nu == 1 && unit_of[0] == -1); /* PORT: the port's own histogram */
     if ((r = as_i64(PyTuple_GET_ITEM(e, 5), &changed)) <= 0)
         return r;
     if (changed & cf->unc_bit) { /* Python reads unc only then */
@@ -874,17 +817,17 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
                 return 0;
         }
     }
-    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 5), &phase)) <= 0)
+    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 6), &phase)) <= 0)
         return r;
     if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
         return 0;
     long long i1 = floor_div(a, cf->bucket);
-    PyObject *o[1] = {PyTuple_GET_ITEM(state, 0)};
-    Py_buffer b[1];
-    if (swtel_get_buffers(o, b, specs, 1) < 0)
+    PyObject *o[2] = {PyTuple_GET_ITEM(state, 0), PyTuple_GET_ITEM(state, 2)};
+    Py_buffer b[2];
+    if (swtel_get_buffers(o, b, specs, 2) < 0)
         return -1;
     int ret = 0;
-    if (b[0].len / 8 != fec_words(n, nu))
+    if (b[0].len / 8 != fec_words(n, nu) || b[1].len / 8 != n)
         goto done;
     int64_t *w = b[0].buf, *cur = w + FW_HEAD, *totals = cur + n, *tail_done = totals + n;
     int64_t *tail_cur = tail_done + nu, *ring = tail_cur + nu;
@@ -894,7 +837,7 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     /* the sample's bins (absent: 0) */
     long long row[FEC_MAX_UNITS * FEC_BINS];
     int high = 0;
-    if ((r = fec_row(acc, cf->fec_sem, unit_of, nu, cf->max_bin, row, &high)) <= 0) {
+    if ((r = fec_row(acc, keys, b[1].buf, n, cf->max_bin, row, &high)) <= 0) {
         ret = r;
         goto done;
     }
@@ -912,6 +855,12 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     if (i1 < i0 || i0 < INT64_MIN + 2 * FEC_RING || cf->max_bin < 0 || cf->max_bin > FEC_BINS)
         goto done;
     /* the bucket closes (a lane that came: Python's, the port starts afresh) */
+    for (Py_ssize_t u = 0; u < nu; u++)
+        if ((r = as_i64(PyTuple_GET_ITEM(units, u), &unit_of[u])) <= 0) {
+            ret = r;
+            goto done;
+        }
+    int lanes = !(nu == 1 && unit_of[0] == -1); /* PORT: the port's own histogram */
     long lane_list[64];
     int nl;
     if ((r = fec_lanes_of(acc, cf->fec_sem, lane_list, &nl)) <= 0) {
@@ -1068,7 +1017,7 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
             ret = -1;
     }
 done:
-    swtel_release_buffers(b, 1);
+    swtel_release_buffers(b, 2);
     if (ret < 0)
         Py_CLEAR(*events);
     return ret;

@@ -211,40 +211,22 @@ def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int,
             updates.append(update(ts, box, leaf, v, source))
 
 
-def _fec_sub(sub: str) -> tuple[int, int]:
-    """(bin, lane) of a sub-key as the port's keys write it (C: fec_sub), (-1, -1) if none."""
-    if not sub.isascii():
-        return -1, -1
-    head, slash, b = sub.partition("/")
-    lane = -1
-    if slash:
-        if not 1 <= len(head) <= 9 or (len(head) > 1 and head[0] == "0") or not all("0" <= ch <= "9" for ch in head):
-            return -1, -1
-        lane = int(head)
-    else:
-        b = sub
-    if len(b) == 1 and "0" <= b <= "9" or len(b) == 2 and b[0] == "1" and "0" <= b[1] <= "5":
-        return int(b), lane
-    return -1, -1
-
-
 def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, list | None]:
     """One sample of a port in fast (see fec_run): (True, events or None) when done (w
     updated), (False, None) when Python's (nothing written)."""
     (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr_min, min_r2, scale, per_slot,
      _leaves, _update, _source, _fields) = conf
     no = (False, None)
-    if not isinstance(state, tuple) or len(state) != 6:
+    if not isinstance(state, tuple) or len(state) != 7:
         return no
-    w, keys, units, sent, boxes, phase = state
+    w, keys, hashes, units, sent, boxes, phase = state
     ts, acc, owned, changed = entry[1], entry[3], entry[4], entry[5]
     if not (isinstance(keys, tuple) and isinstance(units, tuple) and isinstance(sent, dict)
             and isinstance(boxes, dict)):
         return no
     n, nu = len(keys), len(units)
-    if not 1 <= nu <= _FEC_MAX_UNITS or n != nu * _FEC_BINS or not all(map(_i64, units)):
+    if not 1 <= nu <= _FEC_MAX_UNITS or n != nu * _FEC_BINS:
         return no
-    lanes = not (nu == 1 and units[0] == -1)  # PORT: the port's own histogram
     if not _i64(changed):
         return no
     unc, unc_zero = 0, True
@@ -262,9 +244,9 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     if not _i64(ts) or not _i64(phase) or not _i64(ts + phase) or not _i64(ts + phase - 1):
         return no
     i1 = (ts + phase - 1) // bucket
-    if not isinstance(w, array) or w.itemsize != 8:
-        raise TypeError("w must be an i64 array")
-    if len(w) != _fec_words(n, nu):
+    if not isinstance(w, array) or w.itemsize != 8 or not isinstance(hashes, array) or hashes.itemsize != 8:
+        raise TypeError("w and hashes must be i64 arrays")
+    if len(w) != _fec_words(n, nu) or len(hashes) != n:
         return no
     cur_at = _FW_HEAD
     tot_at = cur_at + n
@@ -274,25 +256,16 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     i0 = w[_FW_IDX]
     if w[_FW_ALARM]:  # every sample of the port is judged: Python's
         return no
-    row = [0] * n  # the sample's bins (absent: 0), in one walk over acc (C: fec_row)
+    row = [0] * n  # the sample's bins (absent: 0; C: fec_row)
     high = False
-    for key, v in acc.items():
-        if type(key) is not tuple:
-            return no
-        if len(key) != 2:
-            continue
-        sem, sub = key
-        if not (sem is fec_sem or sem == fec_sem):
-            continue
-        if not isinstance(sub, str):
-            return no
-        i, lane = _fec_sub(sub)
-        if i < 0 or lane not in units:  # (another lane's, or the port's own beside its lanes')
+    for j, key in enumerate(keys):
+        v = acc.get(key, _ABSENT)
+        if v is _ABSENT:
             continue
         if not _i64(v):
             return no
-        row[units.index(lane) * _FEC_BINS + i] = v
-        high = high or i >= max_bin
+        row[j] = v
+        high = high or j % _FEC_BINS >= max_bin
     cur = w[cur_at:cur_at + n]
     if i1 == i0:  # the common case: into the current bucket, unless a tail moved or unc came
         if high or not unc_zero:
@@ -304,6 +277,9 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
         return True, None
     if i1 < i0 or i0 < -_I64 + 2 * _FEC_RING or not 0 <= max_bin <= _FEC_BINS:
         return no
+    if not all(map(_i64, units)):
+        return no
+    lanes = not (nu == 1 and units[0] == -1)  # PORT: the port's own histogram
     found = fec_lanes(acc, fec_sem)  # a lane that came: Python's, the port starts afresh
     if found is None or any(lane not in units for lane in found):
         return no

@@ -193,11 +193,12 @@ class _Port:
     above in each of the two (``tail_done``, ``tail_cur``: a sample sums only its own tail),
     and the ring: RING slots of (bucket, uncorrectable, bins), bucket b in slot b % RING."""
 
-    __slots__ = ("units", "keys", "zeros", "highs", "phase", "w", "sent", "boxes")
+    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "w", "sent", "boxes")
 
     def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
         self.units = units
         self.keys = _PORT_KEYS if units == (PORT,) else sum((lane_keys(u) for u in units), ())
+        self.hashes = array("q", map(hash, self.keys))  # for the kernel: a tuple does not keep its hash
         self.zeros = (0,) * len(self.keys)
         #: the bins at max_bin or above: a sample that moves none of them leaves the tails as they are
         self.highs = frozenset(k for i, k in enumerate(self.keys) if i % BINS >= max_bin)
@@ -336,8 +337,8 @@ class LinkDegrading(Detector):
         self.fits = _backend.reader.fec_fits
         self.changes = _backend.reader.fec_changes  # a unit's gauges that changed, rounded
         self.lanes_of = _backend.reader.fec_lanes  # lanes_in()
-        #: the ports whose samples the kernel may take on its own: (w, keys, units, sent, boxes,
-        #: phase)
+        #: the ports whose samples the kernel may take on its own: (w, keys, hashes, units, sent,
+        #: boxes, phase)
         self.fast: dict[str, tuple] = {}
         self._entries: list = []  # the pass's samples, while the deferred ones run
         #: ... what the kernel left for their turns: entry index -> None (Python's sample) or
@@ -401,7 +402,7 @@ class LinkDegrading(Detector):
             for unit in (*st.units, None):
                 if unit not in boxes:
                     boxes[unit] = prediction_container(port, unit)
-        self.fast[port] = (w, st.keys, st.units, st.sent, boxes, st.phase)
+        self.fast[port] = (w, st.keys, st.hashes, st.units, st.sent, boxes, st.phase)
 
     @staticmethod
     def _store(st: _Port, at: int, values: list) -> list | array:

@@ -460,9 +460,11 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
         for p, st in old.ports.items():
             assert _state(det.ports[p]) == _state(st), (name, p)
         assert det.zeroed == old.zeroed, name
-        for p, (w, keys, units, sent, boxes, phase) in det.fast.items():  # what the kernel writes is the port's
+        for p, (w, keys, hashes, units, sent, boxes, phase) in det.fast.items():  # what the kernel writes is the port's
             st = det.ports[p]
-            assert (w, keys, units, sent, boxes, phase) == (st.w, st.keys, st.units, st.sent, st.boxes, st.phase)
+            assert (w, keys, hashes, units, sent, boxes, phase) == (st.w, st.keys, st.hashes, st.units, st.sent,
+                                                                   st.boxes, st.phase)
+            assert list(hashes) == list(map(hash, keys))
             assert w is st.w and sent is st.sent and type(w) is array
         assert deferred[name] < samples, name  # some samples were the kernel's own
     retired = _updates(old.retire(ts))
@@ -553,13 +555,14 @@ def test_bad_input_is_refused(name):
     acc = {_PORT_KEYS[0]: 5}
     entry = ("swp1", 10**9, 10**8, acc, frozenset({c.FEC_BIN}), -1)
     keys = _PORT_KEYS
+    hashes = array("q", map(hash, keys))
     for w, units in ((array("q", bytes(8 * 10)), (PORT,)), (array("q", bytes(8 * 5000)), (PORT,)),
                      (array("q", bytes(8 * 5000)), (PORT, 1))):
         before = bytes(w)
-        assert run([entry], {"swp1": (w, keys, units, {}, {}, 0)}, conf, []) == {0: None}
+        assert run([entry], {"swp1": (w, keys, hashes, units, {}, {}, 0)}, conf, []) == {0: None}
         assert bytes(w) == before
     with pytest.raises(TypeError):
-        run([entry], {"swp1": ([0] * 5000, keys, (PORT,), {}, {}, 0)}, conf, [])
+        run([entry], {"swp1": ([0] * 5000, keys, hashes, (PORT,), {}, {}, 0)}, conf, [])
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):
