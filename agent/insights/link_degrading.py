@@ -623,7 +623,7 @@ class LinkDegrading(Detector):
             return
         self.swept_ns = ts
         for port, st in list(self.ports.items()):
-            if st.idx <= (ts - 1 + st.phase) // self.bucket - 10:
+            if st.w[IDX] <= (ts - 1 + st.phase) // self.bucket - RING:
                 self._publish(port, st, ts, [(unit, _EMPTY) for unit in st.sent])
                 self.zeroed[port] = st.sent
                 del self.ports[port]
