@@ -432,19 +432,49 @@ out:
 
 /* ------------------------------------------------------------------ link_degrading */
 
-#define FEC_BINS 16   /* RS(544,514): bins 0..15 */
+#define FEC_BINS 16      /* RS(544,514): bins 0..15 */
 #define FEC_MAX_UNITS 64 /* lanes a port (a port with more is Python's) */
+#define FEC_RING 10      /* a window's buckets: the nine before the current one, and it */
+#define FEC_GAUGES 4     /* predicted-flr, observed-cer, fit-r2, max-bin */
+/* A port's words (i64; agent/insights/link_degrading.py _Port.w): */
+#define FW_IDX 0     /* its current bucket */
+#define FW_SLOT 1    /* the publishing slot its gauges were last published in (-1: none) */
+#define FW_ALARM 2   /* 1: a unit's tail holds max_bin_count codewords or more */
+#define FW_UNC_CUR 3 /* the port's uncorrectable codewords in the current bucket */
+#define FW_UNC_TOT 4 /* ... in the ring's buckets still in the window */
+#define FW_HEAD 5    /* then cur[n], totals[n], tail_done[units], tail_cur[units] and the ring: FEC_RING
+                      * slots of (bucket, uncorrectable, bins[n]), bucket b in slot b mod FEC_RING (its
+                      * bucket INT64_MIN: never filled) */
+
+/* The words of a port with n bins in units units. */
+static Py_ssize_t fec_words(Py_ssize_t n, Py_ssize_t units)
+{
+    return FW_HEAD + 2 * n + 2 * units + FEC_RING * (n + 2);
+}
 
 PyDoc_STRVAR(fec_run_doc,
-"fec_run(entries, fast, bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin) -> deferred\n\n"
-"One engine pass of link_degrading's per-sample accumulation (agent/insights/link_degrading.py):\n"
-"per sample (port, ts, dt, acc, owned, changed) of a port that owns fec_sem, the common case\n"
-"(the port in fast as (idx, phase, cur, keys, hashes), the sample in bucket idx =\n"
-"(ts - 1 + phase) // bucket, no uncorrectable codeword, no bin at max_bin or above in acc,\n"
-"every count an int whose sum stays in int64) adds acc's bins (keys[j], hashes[j]: its hash,\n"
-"0: none) into cur (i64). Every other sample of such a port, and any later one of a port\n"
-"deferred in the pass, is left untouched and listed: Python runs it in its turn.\n"
-"Returns the indexes of the deferred entries, ascending.");
+"fec_run(entries, fast, conf, pending) -> todo\n\n"
+"One engine pass of link_degrading (agent/insights/link_degrading.py) over entries, its samples\n"
+"(port, ts, dt, acc, owned, changed) in feed order; conf is (bucket, fec_sem, unc_sem, unc_keys,\n"
+"unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields).\n"
+"A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase) (w: its words,\n"
+"i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64) is done here\n"
+"in two cases. In the current bucket idx = (ts - 1 + phase) // bucket, with no uncorrectable\n"
+"codeword and no bin at max_bin or above: its bins are added into cur. In a later bucket, with\n"
+"no lane outside units: the current bucket goes into the ring, the buckets <= idx - 10 leave the\n"
+"totals, the sample's bins open the new one, the tails and the alarm are recomputed, and the\n"
+"window is judged as _judge does: the fits (fec_fits), the events, and the gauges (once per\n"
+"publishing slot of per_slot buckets), each leaf that changed (rounded as fec_changes does)\n"
+"written into sent[unit] (unit: the lane, None: the port) and made update(ts, boxes[unit],\n"
+"leaf, value, source) (fields: None, or the names of its five fields when update is a frozen\n"
+"dataclass whose __init__ only sets them: set as it sets them, without the call). Every other\n"
+"sample of such a port (its alarm set, a count not an int, a sum leaving int64 or, where a fit\n"
+"needs it, doubles' exact ints, an earlier bucket, a lane that came), and every later one of a\n"
+"port left to Python in the pass, is left untouched.\n"
+"The updates go to the end of pending while no sample of the pass has been left to Python,\n"
+"then into todo. Returns todo: entry index -> None (Python's sample, in its turn) or (events,\n"
+"updates), events as (unit, flr, pred, max_t, tail, unc, codewords) to raise in its turn (None:\n"
+"none of either).");
 
 /* floor(a / b) for b > 0, as Python's //. */
 static long long floor_div(long long a, long long b)
@@ -453,167 +483,68 @@ static long long floor_div(long long a, long long b)
     return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* 1 when v (absent: NULL) is an int equal to 0 (the common uncorrectable count). */
-static int is_zero(PyObject *v)
+/* v as an i64: 1 when v is an int (exactly) within int64, 0 when not, -1 on error. */
+static int as_i64(PyObject *v, long long *out)
 {
-    if (v == NULL)
-        return 1;
     if (!PyLong_CheckExact(v))
         return 0;
     int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    return !overflow && x == 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    return !overflow;
 }
 
-/* The common case of one sample: 1 done (cur updated), 0 deferred, -1 error. */
-static int fec_add_one(PyObject *e, PyObject *state, long long bucket, PyObject *unc_sem, PyObject *unc_keys,
-                       long long unc_bit, int max_bin)
+/* The lanes whose bins acc carries (keys (fec_sem, 'LANE/BIN')), ascending and distinct, in
+ * lanes (room for 64) and *nl: 1 done, 0 Python's (a lane not plain ASCII digits, or more than 9
+ * of them, or more than 64 lanes), -1 error. */
+static int fec_lanes_of(PyObject *acc, PyObject *fec_sem, long *lanes, int *nl)
 {
-    static const swtel_bufspec specs[2] = {{8, 1, "cur"}, {8, 0, "hashes"}};
-    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 5)
-        return 0;
-    PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 3);
-    if (!PyTuple_Check(keys))
-        return 0;
-    int overflow = 0;
-    long long changed = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 5), &overflow);
-    if (changed == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow)
-        return 0;
-    if (changed & unc_bit) { /* Python: unc read only then; any but 0 is Python's */
-        int has = PySequence_Contains(owned, unc_sem);
-        if (has < 0)
-            return -1;
-        for (Py_ssize_t i = 0; has && i < PyTuple_GET_SIZE(unc_keys); i++) {
-            PyObject *v = PyDict_GetItemWithError(acc, PyTuple_GET_ITEM(unc_keys, i));
-            if (v == NULL && PyErr_Occurred())
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    *nl = 0;
+    while (PyDict_Next(acc, &pos, &key, &value)) {
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2)
+            return 0;
+        PyObject *sem = PyTuple_GET_ITEM(key, 0), *sub = PyTuple_GET_ITEM(key, 1);
+        if (sem != fec_sem) {
+            int eq = PyObject_RichCompareBool(sem, fec_sem, Py_EQ);
+            if (eq < 0)
                 return -1;
-            if (!is_zero(v))
+            if (!eq)
+                continue;
+        }
+        if (!PyUnicode_CheckExact(sub) || !PyUnicode_IS_ASCII(sub))
+            return 0;
+        const char *t = (const char *)PyUnicode_DATA(sub);
+        const char *slash = memchr(t, '/', (size_t)PyUnicode_GET_LENGTH(sub));
+        if (slash == NULL) /* the port's own bin */
+            continue;
+        long lane = 0;
+        if (slash == t || slash - t > 9)
+            return 0;
+        for (const char *c = t; c < slash; c++) {
+            if (*c < '0' || *c > '9')
                 return 0;
+            lane = lane * 10 + (*c - '0');
+        }
+        int j = 0;
+        while (j < *nl && lanes[j] != lane)
+            j++;
+        if (j == *nl) {
+            if (*nl == 64)
+                return 0;
+            lanes[(*nl)++] = lane;
         }
     }
-    long long ts, phase, idx, a;
-    ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 1), &overflow);
-    if (overflow || (ts == -1 && PyErr_Occurred()))
-        return ts == -1 && PyErr_Occurred() ? -1 : 0;
-    phase = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(state, 1), &overflow);
-    if (overflow || (phase == -1 && PyErr_Occurred()))
-        return phase == -1 && PyErr_Occurred() ? -1 : 0;
-    idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(state, 0), &overflow);
-    if (overflow || (idx == -1 && PyErr_Occurred()))
-        return idx == -1 && PyErr_Occurred() ? -1 : 0;
-    if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
-        return 0;
-    if (floor_div(a, bucket) != idx) /* a bucket closes: Python's */
-        return 0;
-    PyObject *o[2] = {PyTuple_GET_ITEM(state, 2), PyTuple_GET_ITEM(state, 4)};
-    Py_buffer b[2];
-    if (swtel_get_buffers(o, b, specs, 2) < 0)
-        return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(keys), ret = 0;
-    if (b[0].len / 8 != n || b[1].len / 8 != n || n % FEC_BINS || n > FEC_MAX_UNITS * FEC_BINS) {
-        swtel_release_buffers(b, 2);
-        return 0;
-    }
-    int64_t *cur = b[0].buf, sums[FEC_MAX_UNITS * FEC_BINS];
-    const int64_t *hashes = b[1].buf;
-    /* first every lookup, then the adds: a deferred sample leaves cur as it was */
-    for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, j);
-        Py_hash_t h = (Py_hash_t)hashes[j];
-        PyObject *v = h ? _PyDict_GetItem_KnownHash(acc, key, h) : PyDict_GetItemWithError(acc, key);
-        if (v == NULL) {
-            if (PyErr_Occurred()) {
-                ret = -1;
-                goto done;
-            }
-            sums[j] = cur[j];
-            continue;
+    for (int i = 1; i < *nl; i++) /* a few lanes: insertion sort */
+        for (int j = i; j > 0 && lanes[j - 1] > lanes[j]; j--) {
+            long t = lanes[j];
+            lanes[j] = lanes[j - 1];
+            lanes[j - 1] = t;
         }
-        if (j % FEC_BINS >= max_bin || !PyLong_CheckExact(v)) /* a tail moved, or not an int */
-            goto done;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow || __builtin_add_overflow(cur[j], (int64_t)x, &sums[j]))
-            goto done;
-    }
-    memcpy(cur, sums, (size_t)n * 8);
-    ret = 1;
-done:
-    swtel_release_buffers(b, 2);
-    return (int)ret;
+    return 1;
 }
-
-static PyObject *fec_run(PyObject *self, PyObject *args)
-{
-    PyObject *entries, *fast, *fec_sem, *unc_sem, *unc_keys;
-    long long bucket, unc_bit;
-    int max_bin;
-    if (!PyArg_ParseTuple(args, "O!O!LOOO!Li", &PyList_Type, &entries, &PyDict_Type, &fast, &bucket, &fec_sem,
-                          &unc_sem, &PyTuple_Type, &unc_keys, &unc_bit, &max_bin))
-        return NULL;
-    if (bucket <= 0) {
-        PyErr_SetString(PyExc_ValueError, "bucket must be positive");
-        return NULL;
-    }
-    PyObject *deferred = PyList_New(0), *held = PySet_New(NULL), *result = NULL;
-    if (deferred == NULL || held == NULL)
-        goto out;
-    Py_ssize_t n = PyList_GET_SIZE(entries);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *e = PyList_GET_ITEM(entries, k);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
-            PyErr_Format(PyExc_TypeError, "entries[%zd] must be (port, ts, dt, acc, owned, changed)", k);
-            goto out;
-        }
-        PyObject *port = PyTuple_GET_ITEM(e, 0);
-        if (!PyDict_Check(PyTuple_GET_ITEM(e, 3))) {
-            PyErr_Format(PyExc_TypeError, "entries[%zd]: acc must be a dict", k);
-            goto out;
-        }
-        int has = PySequence_Contains(PyTuple_GET_ITEM(e, 4), fec_sem);
-        if (has < 0)
-            goto out;
-        if (!has) /* Python: nothing to do */
-            continue;
-        int r = 0;
-        int later = PySet_GET_SIZE(held) ? PySet_Contains(held, port) : 0; /* its turn after one of Python's */
-        if (later < 0)
-            goto out;
-        if (!later) {
-            PyObject *state = PyDict_GetItemWithError(fast, port);
-            if (state == NULL && PyErr_Occurred())
-                goto out;
-            r = state == NULL ? 0 : fec_add_one(e, state, bucket, unc_sem, unc_keys, unc_bit, max_bin);
-            if (r < 0)
-                goto out;
-        }
-        if (!r) {
-            PyObject *ko = PyLong_FromSsize_t(k);
-            if (ko == NULL || PyList_Append(deferred, ko) < 0 || PySet_Add(held, port) < 0) {
-                Py_XDECREF(ko);
-                goto out;
-            }
-            Py_DECREF(ko);
-        }
-    }
-    result = deferred;
-    deferred = NULL;
-out:
-    Py_XDECREF(deferred);
-    Py_XDECREF(held);
-    return result;
-}
-
-PyDoc_STRVAR(fec_fits_doc,
-"fec_fits(counts, units, lanes, codewords) -> per unit, or None\n\n"
-"link_degrading's fit (agent/insights/link_degrading.py fit()) for each unit's 16 bins of\n"
-"counts (a list of ints, unit u's at u * 16): None for a unit whose total (its bins' sum when\n"
-"lanes, else codewords) is not positive, else (max_t, pred), max_t the highest bin with a\n"
-"count (0: none), pred None with fewer than 3 of bins 1..15 holding any, else (predicted CER\n"
-"capped at 1, R^2, slope, points). The same double operations in the same order as Python's,\n"
-"with the same libm log10 and pow. Returns None (Python's to do) when a count or a total is\n"
-"not an int within 2^53, where Python's int / int would round other than doubles do.");
 
 /* Python's float ** float for a finite base and exponent 2.0 or a finite one (float_pow):
  * a negative base with an integral exponent goes through its absolute value. */
@@ -646,6 +577,563 @@ static double add_mul(double a, double b, double c)
     volatile double p = b * c;
     return a + p;
 }
+
+/* fit() of one unit's bins d (each within 2^53) over total (0 < total <= 2^53): *max_t the
+ * highest bin with a count (0: none); with 3 points or more, 1 and out = (predicted CER capped
+ * at 1, R^2, slope), *pts the points; else 0. The same double operations in the same order as
+ * Python's, with the same libm log10 and pow. */
+static int fec_fit(const long long *d, long long total, int *max_t, int *pts, double *out)
+{
+    *max_t = 0;
+    for (int i = 0; i < FEC_BINS; i++)
+        if (d[i] > 0)
+            *max_t = i;
+    /* the points (i, log10(d[i] / total)) for bins 1..15 holding any */
+    double xs[FEC_BINS], ys[FEC_BINS];
+    int np = 0;
+    long long sum_x = 0;
+    for (int i = 1; i < FEC_BINS; i++)
+        if (d[i] > 0) {
+            xs[np] = (double)i;
+            ys[np++] = log10((double)d[i] / (double)total);
+            sum_x += i;
+        }
+    *pts = np;
+    if (np < 3)
+        return 0;
+    double mx = (double)sum_x / (double)np, sy = 0.0, sxx = 0.0, sxy = 0.0, ss_tot = 0.0, ss_res = 0.0;
+    for (int p = 0; p < np; p++)
+        sy += ys[p];
+    double my = sy / (double)np;
+    for (int p = 0; p < np; p++)
+        sxx += py_pow(xs[p] - mx, 2.0);
+    for (int p = 0; p < np; p++) {
+        volatile double t = (xs[p] - mx) * (ys[p] - my);
+        sxy += t;
+    }
+    double slope = sxy / sxx;
+    double icpt = sub_mul(my, slope, mx);
+    for (int p = 0; p < np; p++)
+        ss_tot += py_pow(ys[p] - my, 2.0);
+    for (int p = 0; p < np; p++)
+        ss_res += py_pow(sub_mul(ys[p] - icpt, slope, xs[p]), 2.0);
+    double r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 0.0;
+    double cer = 0.0;
+    for (int i = 16; i <= 20; i++) {
+        double e = add_mul(icpt, slope, (double)i);
+        cer += py_pow(10.0, e < 0.0 ? e : 0.0); /* Python: min(0.0, e) */
+    }
+    out[0] = 1.0 < cer ? 1.0 : cer; /* min(cer, 1.0) */
+    out[1] = r2;
+    out[2] = slope;
+    return 1;
+}
+
+/* A gauge's value as published: x rounded to 4 significant digits as float(f"{x:.3e}") does
+ * (format's conversion, then float()'s); a new reference. */
+static PyObject *fec_rounded(double x)
+{
+    static const double pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    if (x == 0.0) /* "0.000e+00" (or "-0...") reads back as itself */
+        return PyFloat_FromDouble(x);
+    double ax = fabs(x);
+    if (ax >= 1e-19 && ax < 1e19) {
+        /* The fast way, where it gives the same bits: the 4 digits d = round(ax / 10^k) of ax in
+         * [1000, 10000) x 10^k (10^|k| exact: |k| <= 22), read off y = ax / 10^k rounded once
+         * (within 1.2e-12 of the exact quotient), taken only when y is not within 1e-6 of a tie;
+         * then d x 10^k, one correctly rounded operation on exact operands, is what strtod gives
+         * for "d e k" (correctly rounded too). Else (a tie, a power of 10 misjudged, past
+         * 10^+-19) the way Python goes. */
+        int k = (int)floor(log10(ax)) - 3;
+        double y = k >= 0 ? ax / pow10[k] : ax * pow10[-k];
+        if (y >= 1000.0 && y < 10000.0) {
+            double fl = floor(y), fr = y - fl;
+            if (fabs(fr - 0.5) > 1e-6) {
+                double d = fr > 0.5 ? fl + 1.0 : fl;
+                double r = k >= 0 ? d * pow10[k] : d / pow10[-k];
+                return PyFloat_FromDouble(x < 0.0 ? -r : r);
+            }
+        }
+    }
+    char *text = PyOS_double_to_string(x, 'e', 3, 0, NULL);
+    if (text == NULL)
+        return NULL;
+    double y = PyOS_string_to_double(text, NULL, NULL);
+    PyMem_Free(text);
+    if (y == -1.0 && PyErr_Occurred())
+        return NULL;
+    return PyFloat_FromDouble(y);
+}
+
+/* Python's ``if sent.get(leaf) != v: sent[leaf] = v`` (not RichCompareBool: no shortcut for
+ * the same object): 1 written, 0 not, -1 error. */
+static int fec_change(PyObject *sent, PyObject *leaf, PyObject *v)
+{
+    PyObject *was = PyDict_GetItemWithError(sent, leaf);
+    int differs;
+    if (was == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        differs = 1;
+    } else {
+        PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
+        differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
+        Py_XDECREF(ne);
+    }
+    if (differs > 0 && PyDict_SetItem(sent, leaf, v) < 0)
+        return -1;
+    return differs;
+}
+
+typedef struct {
+    long long bucket, unc_bit, max_bin_count, per_slot;
+    int max_bin;
+    double flr, min_r2, scale;
+    PyObject *fec_sem, *unc_sem, *unc_keys, *leaves, *update, *source, *fields;
+} fec_conf;
+
+/* update(ts, box, leaf, value, source): with fields (the names of a frozen dataclass's five
+ * fields, whose __init__ only sets them and whose __new__ is object's), as that __init__ does
+ * it, without running it: object.__new__(update), then object.__setattr__ of each field in
+ * order. A new reference. */
+static PyObject *fec_update(const fec_conf *cf, PyObject *const *args)
+{
+    if (cf->fields == Py_None)
+        return PyObject_Vectorcall(cf->update, args, 5, NULL);
+    PyObject *empty = PyTuple_New(0);
+    if (empty == NULL)
+        return NULL;
+    PyObject *up = PyBaseObject_Type.tp_new((PyTypeObject *)cf->update, empty, NULL);
+    Py_DECREF(empty);
+    for (int i = 0; up != NULL && i < 5; i++)
+        if (PyObject_GenericSetAttr(up, PyTuple_GET_ITEM(cf->fields, i), args[i]) < 0)
+            Py_CLEAR(up);
+    return up;
+}
+
+/* A unit's gauges (unit None: the port's) as _publish publishes them: sent[unit] (made when
+ * absent), each leaf that changed written there and appended to updates as
+ * update(ts, box, leaf, value, source). 0 done, -1 error. */
+static int fec_gauges(const fec_conf *cf, PyObject *sent, PyObject *unit, PyObject *box, PyObject *ts,
+                      const double *vals, int max_t, PyObject *updates)
+{
+    PyObject *mine = PyDict_GetItemWithError(sent, unit);
+    if (mine == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        mine = PyDict_New();
+        if (mine == NULL)
+            return -1;
+        int bad = PyDict_SetItem(sent, unit, mine);
+        Py_DECREF(mine); /* (held by sent) */
+        if (bad < 0)
+            return -1;
+    }
+    if (!PyDict_Check(mine)) {
+        PyErr_SetString(PyExc_TypeError, "sent must map a unit to a dict");
+        return -1;
+    }
+    for (int i = 0; i < FEC_GAUGES; i++) {
+        PyObject *leaf = PyTuple_GET_ITEM(cf->leaves, i);
+        PyObject *v = i < 3 ? fec_rounded(vals[i]) : PyLong_FromLong(max_t);
+        if (v == NULL)
+            return -1;
+        int r = fec_change(mine, leaf, v);
+        if (r > 0) {
+            PyObject *args[5] = {ts, box, leaf, v, cf->source};
+            PyObject *up = fec_update(cf, args);
+            r = up == NULL || PyList_Append(updates, up) < 0 ? -1 : 0;
+            Py_XDECREF(up);
+        }
+        Py_DECREF(v);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* acc's values of the port's bins (keys[j], hashes[j] its hash) into row[0..n) (absent: 0),
+ * *high set when one is at max_bin or above: 1 done, 0 Python's (a value not an int within
+ * int64), -1 error. (Looking up every bin of the port in acc, which the feeds have just filled,
+ * touches less memory than walking acc's keys.) */
+static int fec_row(PyObject *acc, PyObject *keys, const int64_t *hashes, Py_ssize_t n, int max_bin, long long *row,
+                   int *high)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *v = _PyDict_GetItem_KnownHash(acc, PyTuple_GET_ITEM(keys, j), (Py_hash_t)hashes[j]);
+        row[j] = 0;
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
+        }
+        int r = as_i64(v, &row[j]);
+        if (r <= 0)
+            return r;
+        if (j % FEC_BINS >= max_bin)
+            *high = 1;
+    }
+    return 1;
+}
+
+/* One sample of a port in fast: 1 done (w updated; events: a new list of them, or NULL),
+ * 0 Python's (nothing written), -1 error. */
+static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **events, PyObject *updates)
+{
+    static const swtel_bufspec specs[2] = {{8, 1, "w"}, {8, 0, "hashes"}};
+    *events = NULL;
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 7)
+        return 0;
+    PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 1);
+    PyObject *units = PyTuple_GET_ITEM(state, 3), *sent = PyTuple_GET_ITEM(state, 4);
+    PyObject *boxes = PyTuple_GET_ITEM(state, 5);
+    if (!PyTuple_Check(keys) || !PyTuple_Check(units) || !PyDict_Check(sent) || !PyDict_Check(boxes))
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(keys), nu = PyTuple_GET_SIZE(units);
+    if (nu < 1 || nu > FEC_MAX_UNITS || n != nu * FEC_BINS)
+        return 0;
+    long long unit_of[FEC_MAX_UNITS], changed, ts, phase, a, unc = 0;
+    int r, unc_zero = 1;
+    if ((r = as_i64(PyTuple_GET_ITEM(e, 5), &changed)) <= 0)
+        return r;
+    if (changed & cf->unc_bit) { /* Python reads unc only then */
+        int has = PySequence_Contains(owned, cf->unc_sem);
+        if (has < 0)
+            return -1;
+        for (Py_ssize_t i = 0; has && i < PyTuple_GET_SIZE(cf->unc_keys); i++) {
+            PyObject *v = PyDict_GetItemWithError(acc, PyTuple_GET_ITEM(cf->unc_keys, i));
+            long long x;
+            if (v == NULL) {
+                if (PyErr_Occurred())
+                    return -1;
+                continue;
+            }
+            if ((r = as_i64(v, &x)) <= 0)
+                return r;
+            if (x != 0)
+                unc_zero = 0;
+            if (__builtin_add_overflow(unc, x, &unc))
+                return 0;
+        }
+    }
+    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 6), &phase)) <= 0)
+        return r;
+    if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
+        return 0;
+    long long i1 = floor_div(a, cf->bucket);
+    PyObject *o[2] = {PyTuple_GET_ITEM(state, 0), PyTuple_GET_ITEM(state, 2)};
+    Py_buffer b[2];
+    if (swtel_get_buffers(o, b, specs, 2) < 0)
+        return -1;
+    int ret = 0;
+    if (b[0].len / 8 != fec_words(n, nu) || b[1].len / 8 != n)
+        goto done;
+    int64_t *w = b[0].buf, *cur = w + FW_HEAD, *totals = cur + n, *tail_done = totals + n;
+    int64_t *tail_cur = tail_done + nu, *ring = tail_cur + nu;
+    long long i0 = w[FW_IDX];
+    if (w[FW_ALARM]) /* every sample of the port is judged: Python's */
+        goto done;
+    /* the sample's bins (absent: 0) */
+    long long row[FEC_MAX_UNITS * FEC_BINS];
+    int high = 0;
+    if ((r = fec_row(acc, keys, b[1].buf, n, cf->max_bin, row, &high)) <= 0) {
+        ret = r;
+        goto done;
+    }
+    if (i1 == i0) { /* the common case: into the current bucket, unless a tail moved or unc came */
+        long long sums[FEC_MAX_UNITS * FEC_BINS];
+        if (high || !unc_zero)
+            goto done;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (__builtin_add_overflow(cur[j], row[j], &sums[j]))
+                goto done;
+        memcpy(cur, sums, (size_t)n * 8);
+        ret = 1;
+        goto done;
+    }
+    if (i1 < i0 || i0 < INT64_MIN + 2 * FEC_RING || cf->max_bin < 0 || cf->max_bin > FEC_BINS)
+        goto done;
+    /* the bucket closes (a lane that came: Python's, the port starts afresh) */
+    for (Py_ssize_t u = 0; u < nu; u++)
+        if ((r = as_i64(PyTuple_GET_ITEM(units, u), &unit_of[u])) <= 0) {
+            ret = r;
+            goto done;
+        }
+    int lanes = !(nu == 1 && unit_of[0] == -1); /* PORT: the port's own histogram */
+    long lane_list[64];
+    int nl;
+    if ((r = fec_lanes_of(acc, cf->fec_sem, lane_list, &nl)) <= 0) {
+        ret = r;
+        goto done;
+    }
+    for (int i = 0; i < nl; i++) {
+        Py_ssize_t u = 0;
+        while (u < nu && unit_of[u] != lane_list[i])
+            u++;
+        if (u == nu)
+            goto done;
+    }
+    PyObject *box_of[FEC_MAX_UNITS + 1]; /* the units' containers, then the port's (built by Python) */
+    for (Py_ssize_t u = 0; u <= nu; u++) {
+        PyObject *unit = u < nu ? PyTuple_GET_ITEM(units, u) : Py_None;
+        box_of[u] = PyDict_GetItemWithError(boxes, unit);
+        if (box_of[u] == NULL) {
+            ret = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+    }
+    /* the window after it, in temporaries: the current bucket joins the totals, buckets
+     * <= i1 - 10 leave (in bucket order, as they joined; the current one last) */
+    long long tot[FEC_MAX_UNITS * FEC_BINS], d[FEC_MAX_UNITS * FEC_BINS], utot, unc_all, codewords = 0;
+    long long tails[FEC_MAX_UNITS], new_done[FEC_MAX_UNITS], new_cur[FEC_MAX_UNITS];
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (__builtin_add_overflow(totals[j], cur[j], &tot[j]))
+            goto done;
+    if (__builtin_add_overflow(w[FW_UNC_TOT], w[FW_UNC_CUR], &utot))
+        goto done;
+    long long last = i1 - FEC_RING < i0 ? i1 - FEC_RING : i0;
+    for (long long bk = i0 - (FEC_RING - 1); bk <= last; bk++) {
+        const int64_t *bins = cur;
+        long long bu = w[FW_UNC_CUR];
+        if (bk != i0) {
+            long long s = bk % FEC_RING;
+            const int64_t *slot = ring + (s < 0 ? s + FEC_RING : s) * (n + 2);
+            if (slot[0] != bk) /* no sample in that bucket */
+                continue;
+            bins = slot + 2;
+            bu = slot[1];
+        }
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (__builtin_sub_overflow(tot[j], bins[j], &tot[j]))
+                goto done;
+        if (__builtin_sub_overflow(utot, bu, &utot))
+            goto done;
+    }
+    int alarm = 0;
+    for (Py_ssize_t u = 0; u < nu; u++) {
+        long long s1 = 0, s2 = 0;
+        for (int i = cf->max_bin; i < FEC_BINS; i++)
+            if (__builtin_add_overflow(s1, tot[u * FEC_BINS + i], &s1) ||
+                __builtin_add_overflow(s2, row[u * FEC_BINS + i], &s2))
+                goto done;
+        new_done[u] = s1;
+        new_cur[u] = s2;
+        if (__builtin_add_overflow(s1, s2, &tails[u]))
+            goto done;
+        if (tails[u] >= cf->max_bin_count)
+            alarm = 1;
+    }
+    /* the judgement's figures: every one within what the fits take, else Python's */
+    if (__builtin_add_overflow(utot, unc, &unc_all))
+        goto done;
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (__builtin_add_overflow(tot[j], row[j], &d[j]) || __builtin_add_overflow(codewords, d[j], &codewords))
+            goto done;
+    if (__builtin_add_overflow(codewords, unc_all, &codewords))
+        goto done;
+    int judge = codewords > 0, publish = floor_div(i1, cf->per_slot) != w[FW_SLOT];
+    int has[FEC_MAX_UNITS], max_t[FEC_MAX_UNITS], pts[FEC_MAX_UNITS], pred[FEC_MAX_UNITS];
+    double fit[FEC_MAX_UNITS][3];
+    if (judge) {
+        if (codewords > EXACT || unc_all > EXACT || unc_all < -EXACT)
+            goto done;
+        for (Py_ssize_t j = 0; j < n; j++)
+            if (d[j] > EXACT || d[j] < -EXACT)
+                goto done;
+        for (Py_ssize_t u = 0; u < nu; u++) {
+            long long total = 0;
+            for (int i = 0; i < FEC_BINS; i++)
+                total += d[u * FEC_BINS + i]; /* 16 counts within 2^53: no overflow */
+            if (!lanes)
+                total = codewords;
+            if (total > EXACT)
+                goto done;
+            has[u] = total > 0;
+            pred[u] = has[u] && fec_fit(d + u * FEC_BINS, total, &max_t[u], &pts[u], fit[u]);
+        }
+    }
+    /* no way back: the state after the sample */
+    long long s = i0 % FEC_RING;
+    int64_t *slot = ring + (s < 0 ? s + FEC_RING : s) * (n + 2);
+    slot[0] = i0;
+    slot[1] = w[FW_UNC_CUR];
+    memcpy(slot + 2, cur, (size_t)n * 8);
+    memcpy(totals, tot, (size_t)n * 8);
+    memcpy(cur, row, (size_t)n * 8);
+    for (Py_ssize_t u = 0; u < nu; u++) {
+        tail_done[u] = new_done[u];
+        tail_cur[u] = new_cur[u];
+    }
+    w[FW_IDX] = i1;
+    w[FW_UNC_TOT] = utot;
+    w[FW_UNC_CUR] = unc;
+    w[FW_ALARM] = alarm;
+    ret = 1;
+    if (!judge)
+        goto done;
+    double cer = (double)unc_all / (double)codewords, worst[3] = {0.0, 0.0, 0.0}; /* flr, r2, max_t */
+    int have_worst = 0, worst_t = 0;
+    PyObject *ts_obj = PyTuple_GET_ITEM(e, 1);
+    for (Py_ssize_t u = 0; u < nu; u++) {
+        if (!has[u]) /* no codewords */
+            continue;
+        double flr = pred[u] ? fit[u][0] * cf->scale : 0.0, r2 = pred[u] ? fit[u][1] : 0.0;
+        if (publish) {
+            double vals[3] = {flr, cer, r2};
+            if (lanes && fec_gauges(cf, sent, PyTuple_GET_ITEM(units, u), box_of[u], ts_obj, vals, max_t[u],
+                                    updates) < 0) {
+                ret = -1;
+                goto done;
+            }
+            /* Python: (flr, max_t) > (worst flr, worst max_t) */
+            if (!have_worst || (flr != worst[0] ? flr > worst[0] : max_t[u] > worst_t)) {
+                have_worst = 1;
+                worst[0] = flr;
+                worst[1] = r2;
+                worst_t = max_t[u];
+            }
+        }
+        int by_bin = tails[u] >= cf->max_bin_count;
+        int by_flr = pred[u] && fit[u][1] >= cf->min_r2 && flr >= cf->flr;
+        if (by_flr || by_bin) {
+            PyObject *p = pred[u] ? Py_BuildValue("(dddi)", fit[u][0], fit[u][1], fit[u][2], pts[u])
+                                  : (Py_INCREF(Py_None), Py_None);
+            PyObject *ev = p == NULL ? NULL : Py_BuildValue("(OdNiLLL)", lanes ? PyTuple_GET_ITEM(units, u) : Py_None,
+                                                            flr, p, max_t[u], tails[u], unc_all, codewords);
+            if (ev != NULL && *events == NULL)
+                *events = PyList_New(0);
+            if (ev == NULL || *events == NULL || PyList_Append(*events, ev) < 0)
+                ret = -1;
+            Py_XDECREF(ev);
+            if (ret < 0)
+                goto done;
+        }
+    }
+    if (publish && have_worst) {
+        double vals[3] = {worst[0], cer, worst[1]};
+        w[FW_SLOT] = floor_div(i1, cf->per_slot);
+        if (fec_gauges(cf, sent, Py_None, box_of[nu], ts_obj, vals, worst_t, updates) < 0)
+            ret = -1;
+    }
+done:
+    swtel_release_buffers(b, 2);
+    if (ret < 0)
+        Py_CLEAR(*events);
+    return ret;
+}
+
+static PyObject *fec_run(PyObject *self, PyObject *args)
+{
+    PyObject *entries, *fast, *conf, *pending;
+    fec_conf cf;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &entries, &PyDict_Type, &fast, &PyTuple_Type, &conf,
+                          &PyList_Type, &pending))
+        return NULL;
+    if (!PyArg_ParseTuple(conf, "LOOO!LiLdddLO!OOO;conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, "
+                          "max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields)",
+                          &cf.bucket, &cf.fec_sem, &cf.unc_sem, &PyTuple_Type, &cf.unc_keys, &cf.unc_bit,
+                          &cf.max_bin, &cf.max_bin_count, &cf.flr, &cf.min_r2, &cf.scale, &cf.per_slot,
+                          &PyTuple_Type, &cf.leaves, &cf.update, &cf.source, &cf.fields))
+        return NULL;
+    if (cf.fields != Py_None) { /* (the caller vouches for update's __init__; the shape is checked here) */
+        int ok = PyType_Check(cf.update) && PyTuple_Check(cf.fields) && PyTuple_GET_SIZE(cf.fields) == 5 &&
+                 ((PyTypeObject *)cf.update)->tp_new == PyBaseObject_Type.tp_new;
+        for (int i = 0; ok && i < 5; i++)
+            ok = PyUnicode_Check(PyTuple_GET_ITEM(cf.fields, i));
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "fields must be None or five names of update, a type whose "
+                            "__new__ is object's");
+            return NULL;
+        }
+    }
+    if (cf.bucket <= 0 || cf.per_slot <= 0) {
+        PyErr_SetString(PyExc_ValueError, "bucket and per_slot must be positive");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(cf.leaves) != FEC_GAUGES) {
+        PyErr_SetString(PyExc_ValueError, "leaves must name the 4 gauges");
+        return NULL;
+    }
+    PyObject *todo = PyDict_New(), *held = PySet_New(NULL), *result = NULL;
+    int direct = 1; /* no sample left to Python yet: updates straight to pending */
+    if (todo == NULL || held == NULL)
+        goto out;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(entries); k++) {
+        PyObject *e = PyList_GET_ITEM(entries, k);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) < 6) {
+            PyErr_Format(PyExc_TypeError, "entries[%zd] must be (port, ts, dt, acc, owned, changed)", k);
+            goto out;
+        }
+        PyObject *port = PyTuple_GET_ITEM(e, 0);
+        if (!PyDict_Check(PyTuple_GET_ITEM(e, 3))) {
+            PyErr_Format(PyExc_TypeError, "entries[%zd]: acc must be a dict", k);
+            goto out;
+        }
+        int has = PySequence_Contains(PyTuple_GET_ITEM(e, 4), cf.fec_sem);
+        if (has < 0)
+            goto out;
+        if (!has) /* Python: nothing to do */
+            continue;
+        int r = 0;
+        PyObject *events = NULL, *ups = NULL, *rec = NULL;
+        int later = PySet_GET_SIZE(held) ? PySet_Contains(held, port) : 0; /* its turn after one of Python's */
+        if (later < 0)
+            goto out;
+        if (!later) {
+            PyObject *state = PyDict_GetItemWithError(fast, port);
+            if (state == NULL && PyErr_Occurred())
+                goto out;
+            if (state != NULL) {
+                Py_INCREF(state); /* (a dict lookup's: the updates' calls run Python) */
+                ups = direct ? (Py_INCREF(pending), pending) : PyList_New(0);
+                r = ups == NULL ? -1 : fec_one(e, state, &cf, &events, ups);
+                Py_DECREF(state);
+            }
+        }
+        if (r > 0 && (events != NULL || (!direct && PyList_GET_SIZE(ups)))) {
+            if (direct || !PyList_GET_SIZE(ups))
+                rec = Py_BuildValue("(OO)", events ? events : Py_None, Py_None);
+            else
+                rec = Py_BuildValue("(OO)", events ? events : Py_None, ups);
+            if (rec == NULL)
+                r = -1;
+        } else if (r == 0) {
+            direct = 0;
+            rec = Py_None;
+            Py_INCREF(rec);
+            if (PySet_Add(held, port) < 0)
+                r = -1;
+        }
+        Py_XDECREF(events);
+        Py_XDECREF(ups);
+        if (r >= 0 && rec != NULL) {
+            PyObject *ko = PyLong_FromSsize_t(k);
+            if (ko == NULL || PyDict_SetItem(todo, ko, rec) < 0)
+                r = -1;
+            Py_XDECREF(ko);
+        }
+        Py_XDECREF(rec);
+        if (r < 0)
+            goto out;
+    }
+    result = todo;
+    todo = NULL;
+out:
+    Py_XDECREF(todo);
+    Py_XDECREF(held);
+    return result;
+}
+
+PyDoc_STRVAR(fec_fits_doc,
+"fec_fits(counts, units, lanes, codewords) -> per unit, or None\n\n"
+"link_degrading's fit (agent/insights/link_degrading.py fit()) for each unit's 16 bins of\n"
+"counts (a list of ints, unit u's at u * 16): None for a unit whose total (its bins' sum when\n"
+"lanes, else codewords) is not positive, else (max_t, pred), max_t the highest bin with a\n"
+"count (0: none), pred None with fewer than 3 of bins 1..15 holding any, else (predicted CER\n"
+"capped at 1, R^2, slope, points). The same double operations in the same order as Python's,\n"
+"with the same libm log10 and pow. Returns None (Python's to do) when a count or a total is\n"
+"not an int within 2^53, where Python's int / int would round other than doubles do.");
 
 static PyObject *fec_fits(PyObject *self, PyObject *args)
 {
@@ -687,52 +1175,18 @@ static PyObject *fec_fits(PyObject *self, PyObject *args)
             PyList_SET_ITEM(out, u, Py_None);
             continue;
         }
-        int max_t = 0;
-        for (int i = 0; i < FEC_BINS; i++)
-            if (d[i] > 0)
-                max_t = i;
-        /* fit(): the points (i, log10(d[i] / total)) for bins 1..15 holding any */
-        double xs[FEC_BINS], ys[FEC_BINS];
-        int pts = 0;
-        long long sum_x = 0;
-        for (int i = 1; i < FEC_BINS; i++)
-            if (d[i] > 0) {
-                xs[pts] = (double)i;
-                ys[pts++] = log10((double)d[i] / (double)total);
-                sum_x += i;
-            }
+        int max_t, pts;
+        double fit[3];
         PyObject *pred;
-        if (pts < 3) {
-            pred = Py_None;
-            Py_INCREF(pred);
-        } else {
-            double mx = (double)sum_x / (double)pts, sy = 0.0, sxx = 0.0, sxy = 0.0, ss_tot = 0.0, ss_res = 0.0;
-            for (int p = 0; p < pts; p++)
-                sy += ys[p];
-            double my = sy / (double)pts;
-            for (int p = 0; p < pts; p++)
-                sxx += py_pow(xs[p] - mx, 2.0);
-            for (int p = 0; p < pts; p++) {
-                volatile double t = (xs[p] - mx) * (ys[p] - my);
-                sxy += t;
-            }
-            double slope = sxy / sxx;
-            double icpt = sub_mul(my, slope, mx);
-            for (int p = 0; p < pts; p++)
-                ss_tot += py_pow(ys[p] - my, 2.0);
-            for (int p = 0; p < pts; p++)
-                ss_res += py_pow(sub_mul(ys[p] - icpt, slope, xs[p]), 2.0);
-            double r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 0.0;
-            double cer = 0.0;
-            for (int i = 16; i <= 20; i++) {
-                double e = add_mul(icpt, slope, (double)i);
-                cer += py_pow(10.0, e < 0.0 ? e : 0.0); /* Python: min(0.0, e) */
-            }
-            pred = Py_BuildValue("(dddi)", 1.0 < cer ? 1.0 : cer, r2, slope, pts); /* min(cer, 1.0) */
+        if (fec_fit(d, total, &max_t, &pts, fit)) {
+            pred = Py_BuildValue("(dddi)", fit[0], fit[1], fit[2], pts);
             if (pred == NULL) {
                 Py_DECREF(out);
                 return NULL;
             }
+        } else {
+            pred = Py_None;
+            Py_INCREF(pred);
         }
         PyObject *unit = Py_BuildValue("(iN)", max_t, pred);
         if (unit == NULL) {
@@ -782,34 +1236,19 @@ static PyObject *fec_changes(PyObject *self, PyObject *args)
         PyObject *sent = PyList_GET_ITEM(sents, u), *row = PyList_GET_ITEM(values, u);
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *v = PyTuple_GET_ITEM(row, i), *leaf = PyTuple_GET_ITEM(leaves, i);
-            if (PyFloat_CheckExact(v) && PyFloat_AS_DOUBLE(v) == 0.0) { /* "0.000e+00" (or "-0...") reads */
-                Py_INCREF(v);                                             /* back as itself */
-            } else if (PyFloat_CheckExact(v)) { /* float(f"{x:.3e}"): format's conversion, then float()'s */
-                char *text = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'e', 3, 0, NULL);
-                if (text == NULL)
-                    goto fail;
-                double x = PyOS_string_to_double(text, NULL, NULL);
-                PyMem_Free(text);
-                if (x == -1.0 && PyErr_Occurred())
-                    goto fail;
-                v = PyFloat_FromDouble(x);
+            if (PyFloat_CheckExact(v) && PyFloat_AS_DOUBLE(v) == 0.0) { /* reads back as itself */
+                Py_INCREF(v);
+            } else if (PyFloat_CheckExact(v)) {
+                v = fec_rounded(PyFloat_AS_DOUBLE(v));
             } else {
                 Py_INCREF(v);
             }
             if (v == NULL)
                 goto fail;
-            PyObject *was = PyDict_GetItemWithError(sent, leaf);
-            int differs = 1;
-            if (was == NULL) {
-                differs = PyErr_Occurred() ? -1 : 1;
-            } else { /* Python's != (not RichCompareBool: no shortcut for the same object) */
-                PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
-                differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
-                Py_XDECREF(ne);
-            }
+            int differs = fec_change(sent, leaf, v);
             if (differs > 0) {
                 PyObject *change = Py_BuildValue("(nOO)", u, leaf, v);
-                if (change == NULL || PyDict_SetItem(sent, leaf, v) < 0 || PyList_Append(out, change) < 0)
+                if (change == NULL || PyList_Append(out, change) < 0)
                     differs = -1;
                 Py_XDECREF(change);
             }
@@ -832,52 +1271,15 @@ PyDoc_STRVAR(fec_lanes_doc,
 
 static PyObject *fec_lanes(PyObject *self, PyObject *args)
 {
-    PyObject *acc, *fec_sem, *key, *value;
+    PyObject *acc, *fec_sem;
     if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &acc, &fec_sem))
         return NULL;
     long lanes[64];
-    int nl = 0;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(acc, &pos, &key, &value)) {
-        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2)
-            Py_RETURN_NONE;
-        PyObject *sem = PyTuple_GET_ITEM(key, 0), *sub = PyTuple_GET_ITEM(key, 1);
-        if (sem != fec_sem) {
-            int eq = PyObject_RichCompareBool(sem, fec_sem, Py_EQ);
-            if (eq < 0)
-                return NULL;
-            if (!eq)
-                continue;
-        }
-        if (!PyUnicode_CheckExact(sub) || !PyUnicode_IS_ASCII(sub))
-            Py_RETURN_NONE;
-        const char *t = (const char *)PyUnicode_DATA(sub);
-        const char *slash = memchr(t, '/', (size_t)PyUnicode_GET_LENGTH(sub));
-        if (slash == NULL) /* the port's own bin */
-            continue;
-        long lane = 0;
-        if (slash == t || slash - t > 9)
-            Py_RETURN_NONE;
-        for (const char *c = t; c < slash; c++) {
-            if (*c < '0' || *c > '9')
-                Py_RETURN_NONE;
-            lane = lane * 10 + (*c - '0');
-        }
-        int j = 0;
-        while (j < nl && lanes[j] != lane)
-            j++;
-        if (j == nl) {
-            if (nl == 64)
-                Py_RETURN_NONE;
-            lanes[nl++] = lane;
-        }
-    }
-    for (int i = 1; i < nl; i++) /* a few lanes: insertion sort */
-        for (int j = i; j > 0 && lanes[j - 1] > lanes[j]; j--) {
-            long t = lanes[j];
-            lanes[j] = lanes[j - 1];
-            lanes[j - 1] = t;
-        }
+    int nl, r = fec_lanes_of(acc, fec_sem, lanes, &nl);
+    if (r < 0)
+        return NULL;
+    if (r == 0)
+        Py_RETURN_NONE;
     PyObject *out = PyTuple_New(nl);
     if (out == NULL)
         return NULL;

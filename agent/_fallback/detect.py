@@ -155,55 +155,256 @@ def burst_one(entries: list, speeds: dict, rows: dict, reals, ints, span: int, w
 
 _FEC_BINS = 16
 _FEC_MAX_UNITS = 64
+_FEC_RING = 10  # a window's buckets: the nine before the current one, and it
+#: a port's words (i64; agent/insights/link_degrading.py _Port.w): its current bucket, the
+#: publishing slot last published in, its alarm, the uncorrectable codewords of the current
+#: bucket and of the ring's, then cur, totals, tail_done, tail_cur and the ring
+_FW_IDX, _FW_SLOT, _FW_ALARM, _FW_UNC_CUR, _FW_UNC_TOT, _FW_HEAD = range(6)
 _I64 = 1 << 63
+_EXACT_FIT = 1 << 53
+_ABSENT = object()
 
 
-def _fec_add_one(entry: tuple, state, bucket: int, unc_sem, unc_keys: tuple, unc_bit: int, max_bin: int) -> bool:
-    """The common case of one sample (see fec_run): True when done (cur updated), False when
-    Python's (cur untouched)."""
-    if not isinstance(state, tuple) or len(state) != 5:
-        return False
-    idx, phase, cur, keys, hashes = state
+def _fec_words(n: int, units: int) -> int:
+    return _FW_HEAD + 2 * n + 2 * units + _FEC_RING * (n + 2)
+
+
+def _i64(v) -> bool:
+    return type(v) is int and -_I64 <= v < _I64
+
+
+def _fec_fit(d: list, total: int) -> tuple:
+    """(max_t, pred) of one unit's bins over total (C: fec_fit), written as link_degrading's
+    fit() is, operation for operation."""
+    max_t = max((i for i in range(_FEC_BINS) if d[i] > 0), default=0)
+    pts = [(i, math.log10(d[i] / total)) for i in range(1, _FEC_BINS) if d[i] > 0]
+    n = len(pts)
+    if n < 3:
+        return max_t, None
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    icpt = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for _, y in pts)
+    ss_res = sum((y - icpt - slope * x) ** 2 for x, y in pts)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+    cer = sum(10.0 ** min(0.0, icpt + slope * i) for i in range(16, 21))
+    return max_t, (min(cer, 1.0), r2, slope, n)
+
+
+def _fec_rounded(x: float) -> float:
+    return x if x == 0.0 else float(f"{x:.3e}")
+
+
+def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int, updates: list) -> None:
+    """A unit's gauges as _publish publishes them (C: fec_gauges)."""
+    leaves, update, source = conf[11], conf[12], conf[13]  # (fields: update's __init__ does the same)
+    mine = sent.get(unit, _ABSENT)
+    if mine is _ABSENT:
+        mine = sent[unit] = {}
+    if not isinstance(mine, dict):
+        raise TypeError("sent must map a unit to a dict")
+    for leaf, v in zip(leaves, (*map(_fec_rounded, vals), max_t), strict=True):
+        if mine.get(leaf) != v:
+            mine[leaf] = v
+            updates.append(update(ts, box, leaf, v, source))
+
+
+def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, list | None]:
+    """One sample of a port in fast (see fec_run): (True, events or None) when done (w
+    updated), (False, None) when Python's (nothing written)."""
+    (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr_min, min_r2, scale, per_slot,
+     _leaves, _update, _source, _fields) = conf
+    no = (False, None)
+    if not isinstance(state, tuple) or len(state) != 7:
+        return no
+    w, keys, hashes, units, sent, boxes, phase = state
     ts, acc, owned, changed = entry[1], entry[3], entry[4], entry[5]
-    if type(changed) is not int or not -_I64 <= changed < _I64:
-        return False
-    if changed & unc_bit and unc_sem in owned:
+    if not (isinstance(keys, tuple) and isinstance(units, tuple) and isinstance(sent, dict)
+            and isinstance(boxes, dict)):
+        return no
+    n, nu = len(keys), len(units)
+    if not 1 <= nu <= _FEC_MAX_UNITS or n != nu * _FEC_BINS:
+        return no
+    if not _i64(changed):
+        return no
+    unc, unc_zero = 0, True
+    if changed & unc_bit and unc_sem in owned:  # Python reads unc only then
         for key in unc_keys:
-            v = acc.get(key)
-            if v is not None and (type(v) is not int or v != 0):
-                return False
-    if not all(type(x) is int and -_I64 <= x < _I64 for x in (ts, phase, idx)):
-        return False
-    a = ts + phase - 1
-    if not -_I64 <= a < _I64 or a // bucket != idx:
-        return False
-    n = len(keys)
-    if len(cur) != n or len(hashes) != n or n % _FEC_BINS or n > _FEC_MAX_UNITS * _FEC_BINS:
-        return False
-    sums = list(cur)
+            v = acc.get(key, _ABSENT)
+            if v is _ABSENT:
+                continue
+            if not _i64(v):
+                return no
+            unc_zero = unc_zero and v == 0
+            unc += v
+            if not _i64(unc):
+                return no
+    if not _i64(ts) or not _i64(phase) or not _i64(ts + phase) or not _i64(ts + phase - 1):
+        return no
+    i1 = (ts + phase - 1) // bucket
+    if not isinstance(w, array) or w.itemsize != 8 or not isinstance(hashes, array) or hashes.itemsize != 8:
+        raise TypeError("w and hashes must be i64 arrays")
+    if len(w) != _fec_words(n, nu) or len(hashes) != n:
+        return no
+    cur_at = _FW_HEAD
+    tot_at = cur_at + n
+    td_at = tot_at + n
+    tc_at = td_at + nu
+    ring_at = tc_at + nu
+    i0 = w[_FW_IDX]
+    if w[_FW_ALARM]:  # every sample of the port is judged: Python's
+        return no
+    row = [0] * n  # the sample's bins (absent: 0; C: fec_row)
+    high = False
     for j, key in enumerate(keys):
-        v = acc.get(key)
-        if v is None:
+        v = acc.get(key, _ABSENT)
+        if v is _ABSENT:
             continue
-        if j % _FEC_BINS >= max_bin or type(v) is not int or not -_I64 <= v < _I64:
-            return False
-        s = sums[j] + v
-        if not -_I64 <= s < _I64:
-            return False
-        sums[j] = s
-    cur[:] = array("q", sums)  # (an array('q') in C: a buffer of i64)
-    return True
+        if not _i64(v):
+            return no
+        row[j] = v
+        high = high or j % _FEC_BINS >= max_bin
+    cur = w[cur_at:cur_at + n]
+    if i1 == i0:  # the common case: into the current bucket, unless a tail moved or unc came
+        if high or not unc_zero:
+            return no
+        sums = [a + b for a, b in zip(cur, row, strict=True)]
+        if not all(map(_i64, sums)):
+            return no
+        w[cur_at:cur_at + n] = array("q", sums)
+        return True, None
+    if i1 < i0 or i0 < -_I64 + 2 * _FEC_RING or not 0 <= max_bin <= _FEC_BINS:
+        return no
+    if not all(map(_i64, units)):
+        return no
+    lanes = not (nu == 1 and units[0] == -1)  # PORT: the port's own histogram
+    found = fec_lanes(acc, fec_sem)  # a lane that came: Python's, the port starts afresh
+    if found is None or any(lane not in units for lane in found):
+        return no
+    box_of = [boxes.get(unit, _ABSENT) for unit in (*units, None)]
+    if _ABSENT in box_of:
+        return no
+    # the window after it: the current bucket joins the totals, buckets <= i1 - 10 leave
+    tot = [a + b for a, b in zip(w[tot_at:tot_at + n], cur, strict=True)]
+    utot = w[_FW_UNC_TOT] + w[_FW_UNC_CUR]
+    if not all(map(_i64, tot)) or not _i64(utot):
+        return no
+    for bk in range(i0 - (_FEC_RING - 1), min(i1 - _FEC_RING, i0) + 1):
+        if bk == i0:
+            bins, bu = cur, w[_FW_UNC_CUR]
+        else:
+            at = ring_at + bk % _FEC_RING * (n + 2)
+            if w[at] != bk:  # no sample in that bucket
+                continue
+            bins, bu = w[at + 2:at + 2 + n], w[at + 1]
+        tot = [a - b for a, b in zip(tot, bins, strict=True)]
+        utot -= bu
+        if not all(map(_i64, tot)) or not _i64(utot):
+            return no
+    alarm, tails, new_done, new_cur = 0, [], [], []
+    for u in range(nu):
+        s1 = s2 = 0
+        for i in range(max_bin, _FEC_BINS):
+            s1 += tot[u * _FEC_BINS + i]
+            if not _i64(s1):
+                return no
+            s2 += row[u * _FEC_BINS + i]
+            if not _i64(s2):
+                return no
+        if not _i64(s1 + s2):
+            return no
+        new_done.append(s1)
+        new_cur.append(s2)
+        tails.append(s1 + s2)
+        if s1 + s2 >= max_bin_count:
+            alarm = 1
+    # the judgement's figures: every one within what the fits take, else Python's
+    unc_all = utot + unc
+    if not _i64(unc_all):
+        return no
+    d, codewords = [], 0
+    for a, b in zip(tot, row, strict=True):
+        x = a + b
+        codewords += x
+        if not _i64(x) or not _i64(codewords):
+            return no
+        d.append(x)
+    codewords += unc_all
+    if not _i64(codewords):
+        return no
+    judge, publish = codewords > 0, i1 // per_slot != w[_FW_SLOT]
+    fits: list = []
+    if judge:
+        if codewords > _EXACT_FIT or not -_EXACT_FIT <= unc_all <= _EXACT_FIT:
+            return no
+        if not all(-_EXACT_FIT <= x <= _EXACT_FIT for x in d):
+            return no
+        for u in range(nu):
+            mine = d[u * _FEC_BINS:(u + 1) * _FEC_BINS]
+            total = sum(mine) if lanes else codewords
+            if total > _EXACT_FIT:
+                return no
+            fits.append(_fec_fit(mine, total) if total > 0 else None)
+    # no way back: the state after the sample
+    at = ring_at + i0 % _FEC_RING * (n + 2)
+    w[at] = i0
+    w[at + 1] = w[_FW_UNC_CUR]
+    w[at + 2:at + 2 + n] = cur
+    w[tot_at:tot_at + n] = array("q", tot)
+    w[cur_at:cur_at + n] = array("q", row)
+    w[td_at:td_at + nu] = array("q", new_done)
+    w[tc_at:tc_at + nu] = array("q", new_cur)
+    w[_FW_IDX], w[_FW_UNC_TOT], w[_FW_UNC_CUR], w[_FW_ALARM] = i1, utot, unc, alarm
+    if not judge:
+        return True, None
+    cer = unc_all / codewords
+    worst = None  # (flr, r2, max_t)
+    events = None
+    for u, got in enumerate(fits):
+        if got is None:  # no codewords
+            continue
+        max_t, pred = got
+        flr = pred[0] * scale if pred else 0.0
+        r2 = pred[1] if pred else 0.0
+        if publish:
+            if lanes:
+                _fec_gauges(conf, sent, units[u], box_of[u], ts, (flr, cer, r2), max_t, updates)
+            if worst is None or (flr > worst[0] if flr != worst[0] else max_t > worst[2]):
+                worst = (flr, r2, max_t)
+        by_bin = tails[u] >= max_bin_count
+        by_flr = pred is not None and pred[1] >= min_r2 and flr >= flr_min
+        if by_flr or by_bin:
+            if events is None:
+                events = []
+            events.append((units[u] if lanes else None, flr, pred, max_t, tails[u], unc_all, codewords))
+    if publish and worst is not None:
+        w[_FW_SLOT] = i1 // per_slot
+        _fec_gauges(conf, sent, None, box_of[nu], ts, (worst[0], cer, worst[1]), worst[2], updates)
+    return True, events
 
 
-def fec_run(entries: list, fast: dict, bucket: int, fec_sem, unc_sem, unc_keys: tuple, unc_bit: int,
-            max_bin: int) -> list[int]:
+def fec_run(entries: list, fast: dict, conf: tuple, pending: list) -> dict:
     """See agent/_ext/detect.c; same rules, same results."""
-    if not isinstance(entries, list) or not isinstance(fast, dict) or not isinstance(unc_keys, tuple):
-        raise TypeError("entries must be a list, fast a dict, unc_keys a tuple")
-    if bucket <= 0:
-        raise ValueError("bucket must be positive")
-    deferred: list[int] = []
+    if not (isinstance(entries, list) and isinstance(fast, dict) and isinstance(conf, tuple)
+            and isinstance(pending, list)):
+        raise TypeError("entries must be a list, fast a dict, conf a tuple, pending a list")
+    if len(conf) != 15 or not isinstance(conf[3], tuple) or not isinstance(conf[11], tuple):
+        raise TypeError("conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, "
+                        "min_r2, scale, per_slot, leaves, update, source, fields)")
+    fields = conf[14]
+    if fields is not None and not (isinstance(conf[12], type) and isinstance(fields, tuple) and len(fields) == 5
+                                   and conf[12].__new__ is object.__new__ and all(isinstance(f, str) for f in fields)):
+        raise ValueError("fields must be None or five names of update, a type whose __new__ is object's")
+    if conf[0] <= 0 or conf[10] <= 0:
+        raise ValueError("bucket and per_slot must be positive")
+    if len(conf[11]) != 4:
+        raise ValueError("leaves must name the 4 gauges")
+    fec_sem = conf[1]
+    todo: dict = {}
     held: set = set()
+    direct = True  # no sample left to Python yet: updates straight to pending
     for k, entry in enumerate(entries):
         if not isinstance(entry, tuple) or len(entry) < 6:
             raise TypeError(f"entries[{k}] must be (port, ts, dt, acc, owned, changed)")
@@ -213,13 +414,18 @@ def fec_run(entries: list, fast: dict, bucket: int, fec_sem, unc_sem, unc_keys: 
             continue
         port = entry[0]
         state = fast.get(port) if port not in held else None
-        if state is None or not _fec_add_one(entry, state, bucket, unc_sem, unc_keys, unc_bit, max_bin):
-            deferred.append(k)
+        done, events = False, None
+        if state is not None:
+            ups = pending if direct else []
+            done, events = _fec_one(entry, state, conf, ups)
+        if done:
+            if events is not None or (not direct and ups):
+                todo[k] = (events, None if direct or not ups else ups)
+        else:
+            direct = False
+            todo[k] = None
             held.add(port)
-    return deferred
-
-
-_EXACT_FIT = 1 << 53
+    return todo
 
 
 def _small(v) -> bool:
@@ -238,25 +444,7 @@ def fec_fits(counts: list, units: int, lanes: bool, codewords) -> list | None:
         total = sum(d) if lanes else codewords
         if total > _EXACT_FIT:
             return None
-        if total <= 0:
-            out.append(None)
-            continue
-        max_t = max((i for i in range(_FEC_BINS) if d[i] > 0), default=0)
-        pts = [(i, math.log10(d[i] / total)) for i in range(1, _FEC_BINS) if d[i] > 0]
-        n = len(pts)
-        if n < 3:
-            out.append((max_t, None))
-            continue
-        mx = sum(x for x, _ in pts) / n
-        my = sum(y for _, y in pts) / n
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-        icpt = my - slope * mx
-        ss_tot = sum((y - my) ** 2 for _, y in pts)
-        ss_res = sum((y - icpt - slope * x) ** 2 for x, y in pts)
-        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
-        cer = sum(10.0 ** min(0.0, icpt + slope * i) for i in range(16, 21))
-        out.append((max_t, (min(cer, 1.0), r2, slope, n)))
+        out.append(_fec_fit(d, total) if total > 0 else None)
     return out
 
 

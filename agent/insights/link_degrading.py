@@ -32,18 +32,27 @@ window empties (its link down: no samples) reads 0. Each port's buckets end at i
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
 
 Every sample of the pass goes through a kernel first (agent/_ext/detect.c ``fec_run``, twin
-agent/_fallback/detect.py): the common one (in the current bucket, no uncorrectable codeword,
-no bin at ``max_bin`` or above, no tail alarm) is added into the port's current bucket there;
-any other runs here in its turn. A bucket's fits are the backend's ``fec_fits``, the same
-doubles as :func:`fit`; the gauges' rounding and comparison its ``fec_changes``.
+agent/_fallback/detect.py), over each port's window in one array of i64 (:class:`_Port`: the
+current bucket, a ring of the last ten buckets' sums, bucket b in slot b % 10, leaving once
+the current bucket is b + 10 or later, their totals, tails and alarm). The common sample (in
+the current bucket, no uncorrectable codeword, no bin at ``max_bin`` or above, no tail alarm)
+is added into the current bucket there; so is the close of a bucket (a sample in a later
+one, no lane the port lacks, every sum within int64): the ring rolls, the window is judged as
+:meth:`LinkDegrading._judge` judges it (the fits, the same doubles as :func:`fit`; the
+events; the gauges, rounded and compared with those last published, made StateUpdates), and
+Python only raises the events it found, in the sample's turn. Any other sample (lanes that
+came, a count past int64 or not an int, the tail alarm, the fits' counts past 2^53) runs here
+in its turn, the same rule in Python on the same window (a list while a value is not an
+i64), its fits the backend's ``fec_fits``, its gauges' rounding and comparison its
+``fec_changes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from array import array
-from collections import deque
 from dataclasses import dataclass
 from operator import add, sub
 
@@ -72,6 +81,11 @@ PREDICTED = range(16, 21)  # the bins extrapolated: codewords the FEC cannot cor
 MFC = 8  # SONiC's FLR design: FLR = CER x (1 + X x MFC) / MFC, X the interleave
 MIN_POINTS = 3  # a line through fewer non-empty bins predicts nothing
 PORT = -1  # the unit of a port without lanes' histograms: its own
+RING = 10  # a window's buckets: the nine before the current one, and it
+#: a port's words (_Port.w, the kernels' layout): its current bucket, the publishing slot last
+#: published in, its alarm, its uncorrectable codewords in the current bucket and in the ring's
+IDX, SLOT, ALARM, UNC_CUR, UNC_TOT, HEAD = range(6)
+DEAD = -(1 << 63)  # the bucket of a ring slot never filled
 
 _PORT_KEYS = tuple((c.FEC_BIN, str(i)) for i in range(BINS))
 #: the uncorrectable codewords' leaves (classify.py): the PHY's effective errors, ethtool's blocks
@@ -86,6 +100,25 @@ GAUGES = ("predicted-flr", "observed-cer", "fit-r2", "max-bin")
 _EMPTY = (0.0, 0.0, 0.0, 0)  # an empty window's gauges
 PUBLISH_NS = NS  # a port's gauges at most once a second
 DIGITS = 4  # significant digits of a published ratio: a fit's last digits are noise, not news
+
+
+def _plain_fields(cls: type) -> tuple[str, ...] | None:
+    """The names of the fields of ``cls`` when it is a frozen dataclass whose generated
+    ``__init__`` only sets them, in order, with ``object.__setattr__`` (no ``__post_init__``,
+    ``__new__`` object's, every field positional): the kernel then makes a StateUpdate as that
+    ``__init__`` would, without calling it (a Python call per gauge otherwise). None else."""
+    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen or cls.__new__ is not object.__new__:
+        return None
+    if hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__ or "__init__" not in cls.__dict__:
+        return None
+    fields = dataclasses.fields(cls)
+    if not all(f.init and not f.kw_only for f in fields) or len(fields) != 5:
+        return None
+    names = tuple(f.name for f in fields)
+    return names if cls.__init__.__code__.co_varnames[1:6] == names else None
+
+
+_UPDATE_FIELDS = _plain_fields(StateUpdate)
 
 
 def prediction_container(port: str, lane: int | None = None) -> Container:
@@ -150,13 +183,17 @@ def _fits(d_all: list[int], units: int, lanes: bool, codewords: int) -> list:
 
 class _Port:
     """One port's units (its lanes, or itself) and their window in ten buckets (a sample goes
-    to the bucket its end falls in): the nine before the current one, summed, and the current
-    one, the units' bins side by side in one flat list (unit u's at u * BINS), the port's
-    uncorrectable codewords beside them; and per unit the codewords at ``max_bin`` or above in
-    each part, kept so that a sample sums only its own tail."""
+    to the bucket its end falls in): the nine before the current one and the current one, in
+    ``w``, a flat array of i64 (the kernels' layout, agent/_ext/detect.c; a list while a count
+    is past int64 or not an int: Python's alone then): the current bucket, the publishing slot
+    the gauges were last published in, the alarm (a unit's tail holds ``max_bin_count``
+    codewords or more), the port's uncorrectable codewords in the current bucket and in the
+    ring's, then the current bucket's bins (``cur``: the units' side by side, unit u's at
+    u * BINS), the ring's buckets' sums (``totals``), per unit the codewords at ``max_bin`` or
+    above in each of the two (``tail_done``, ``tail_cur``: a sample sums only its own tail),
+    and the ring: RING slots of (bucket, uncorrectable, bins), bucket b in slot b % RING."""
 
-    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "done", "totals", "unc_total", "idx", "cur",
-                 "unc_cur", "sent", "boxes", "slot", "tail_done", "tail_cur", "alarm")
+    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "w", "sent", "boxes")
 
     def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
         self.units = units
@@ -166,20 +203,76 @@ class _Port:
         #: the bins at max_bin or above: a sample that moves none of them leaves the tails as they are
         self.highs = frozenset(k for i, k in enumerate(self.keys) if i % BINS >= max_bin)
         self.phase = phase
-        self.done: deque[tuple[int, list[int], int]] = deque()  # (bucket, bins, uncorrectable)
-        self.totals = [0] * len(self.keys)  # of ``done``
-        self.unc_total = 0
-        self.idx = idx
-        #: a list, or (when the kernel may add into it) an array('q'): see LinkDegrading._arm
-        self.cur: list[int] | array = [0] * len(self.keys)
-        self.unc_cur = 0
+        n = len(self.keys)
+        w = [idx, -1, 0, 0, 0] + [0] * (2 * n + 2 * len(units)) + ([DEAD, 0] + [0] * n) * RING
+        self.w: list | array = _packed(w)
         #: the gauges as last published, per unit and for the port (key None)
         self.sent: dict[int | None, dict[str, float | int]] = {}
         self.boxes: dict[int | None, Container] = {}  # their containers, built once
-        self.slot = -1  # the publishing slot (a second or a bucket) they were last published in
-        self.tail_done = [0] * len(units)  # codewords at max_bin or above in ``totals``, per unit
-        self.tail_cur = [0] * len(units)  # ... in ``cur``
-        self.alarm = False  # a unit's tail holds max_bin_count codewords or more
+
+    # the parts of ``w``, for Python's turns and tests
+    def at(self) -> tuple[int, int, int, int, int, int]:
+        """(n, units, where totals, tail_done, tail_cur and the ring start in ``w``)."""
+        n, nu = len(self.keys), len(self.units)
+        return n, nu, HEAD + n, HEAD + 2 * n, HEAD + 2 * n + nu, HEAD + 2 * n + 2 * nu
+
+    @property
+    def idx(self) -> int:
+        return self.w[IDX]
+
+    @property
+    def slot(self) -> int:
+        return self.w[SLOT]
+
+    @property
+    def alarm(self) -> bool:
+        return bool(self.w[ALARM])
+
+    @property
+    def unc_cur(self) -> int:
+        return self.w[UNC_CUR]
+
+    @property
+    def unc_total(self) -> int:
+        return self.w[UNC_TOT]
+
+    @property
+    def cur(self) -> list[int]:
+        return list(self.w[HEAD:HEAD + len(self.keys)])
+
+    @property
+    def totals(self) -> list[int]:
+        n, _nu, tot, td, _tc, _ring = self.at()
+        return list(self.w[tot:td])
+
+    @property
+    def tail_done(self) -> list[int]:
+        _n, _nu, _tot, td, tc, _ring = self.at()
+        return list(self.w[td:tc])
+
+    @property
+    def tail_cur(self) -> list[int]:
+        _n, _nu, _tot, _td, tc, ring = self.at()
+        return list(self.w[tc:ring])
+
+    @property
+    def done(self) -> list[tuple[int, list[int], int]]:
+        """The ring's buckets in the window, oldest first: (bucket, bins, uncorrectable)."""
+        n, _nu, _tot, _td, _tc, ring = self.at()
+        w, idx, out = self.w, self.w[IDX], []
+        for b in range(idx - RING + 1, idx):
+            at = ring + b % RING * (n + 2)
+            if w[at] == b:
+                out.append((b, list(w[at + 2:at + 2 + n]), w[at + 1]))
+        return out
+
+
+def _packed(w: list) -> list | array:
+    """A port's words as i64, or as they are (a list) when one is past int64 or not an int."""
+    try:
+        return array("q", w)
+    except (OverflowError, TypeError):
+        return w
 
 
 @dataclass
@@ -244,10 +337,13 @@ class LinkDegrading(Detector):
         self.fits = _backend.reader.fec_fits
         self.changes = _backend.reader.fec_changes  # a unit's gauges that changed, rounded
         self.lanes_of = _backend.reader.fec_lanes  # lanes_in()
-        #: the ports whose samples the kernel may add on its own: (idx, phase, cur, keys, hashes)
+        #: the ports whose samples the kernel may take on its own: (w, keys, hashes, units, sent,
+        #: boxes, phase)
         self.fast: dict[str, tuple] = {}
         self._entries: list = []  # the pass's samples, while the deferred ones run
-        self._deferred: set[int] = set()  # ... the indexes of those the kernel left to Python
+        #: ... what the kernel left for their turns: entry index -> None (Python's sample) or
+        #: (events, updates)
+        self._todo: dict[int, tuple | None] = {}
 
     def phase(self, port: str) -> int:
         """Where in a bucket the port's buckets end (tests set it to 0 to compare)."""
@@ -256,59 +352,91 @@ class LinkDegrading(Detector):
     def run_batch(self) -> list[int]:
         entries, self.batch = self.batch, []
         self._entries = entries
-        deferred = self.kernel(entries, self.fast, self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT,
-                               self.cfg.max_bin) if entries else []
-        self._deferred = set(deferred)
-        return deferred  # (ascending: the kernel takes the samples in order)
+        cfg = self.cfg
+        conf = (self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, cfg.max_bin, cfg.max_bin_count, cfg.flr,
+                cfg.min_r2, (1 + cfg.interleave * MFC) / MFC, self.per_slot, GAUGES, StateUpdate, "insights",
+                _UPDATE_FIELDS)
+        self._todo = self.kernel(entries, self.fast, conf, self.pending) if entries else {}
+        return list(self._todo)  # (ascending: the kernel takes the samples in order)
 
     def emit(self, k: int) -> None:
-        if k in self._deferred:
-            port, ts, dt, acc, owned, changed = self._entries[k][:6]
+        todo = self._todo.get(k, False)
+        if todo is False:
+            return
+        port, ts, dt, acc, owned, changed = self._entries[k][:6]
+        if todo is None:  # Python's sample
             self.changed = changed
             self._sample(port, ts, dt, acc, owned)
+            return
+        events, updates = todo  # the kernel's judgement: its events in their turn
+        if events:
+            scale = (1 + self.cfg.interleave * MFC) / MFC
+            for unit, flr, pred, max_t, tail, unc, codewords in events:
+                self._raise(port, unit, ts, flr, pred, max_t, tail, unc, codewords, scale)
+        if updates:
+            self.pending += updates
 
     def sample(self, port, ts, dt, acc, owned) -> None:
         """One sample alone (the feeds pass samples through ``batch``)."""
         self.batch_of_one(port, ts, dt, acc, owned)
 
     def _arm(self, port: str, st: _Port) -> None:
-        """After Python's turn at a port: the kernel may add its next samples unless its tail
-        alarm holds (every sample is then judged here) or a count left int64."""
-        if st.alarm:
+        """After Python's turn at a port: the kernel may take its next samples unless its tail
+        alarm holds (every sample is then judged here) or a count is past int64 or not an int."""
+        w = st.w
+        if w[ALARM]:
             self.fast.pop(port, None)
             return
-        cur = st.cur
-        if type(cur) is not array:
-            try:
-                cur = st.cur = array("q", cur)
-            except (OverflowError, TypeError):  # past int64, or not ints: Python's alone
+        if type(w) is not array:
+            w = st.w = _packed(w)
+            if type(w) is not array:
                 self.fast.pop(port, None)
                 return
-        self.fast[port] = (st.idx, st.phase, cur, st.keys, st.hashes)
+        boxes = st.boxes
+        if len(boxes) <= len(st.units):  # the kernel publishes into containers built here
+            for unit in (*st.units, None):
+                if unit not in boxes:
+                    boxes[unit] = prediction_container(port, unit)
+        self.fast[port] = (w, st.keys, st.hashes, st.units, st.sent, boxes, st.phase)
+
+    @staticmethod
+    def _store(st: _Port, at: int, values: list) -> list | array:
+        """values into st.w from at (st.w a list from then on if one does not fit an i64)."""
+        w = st.w
+        if type(w) is array:
+            try:
+                w[at:at + len(values)] = array("q", values)
+                return w
+            except (OverflowError, TypeError):
+                w = st.w = list(w)
+        w[at:at + len(values)] = values
+        return w
 
     def _sample(self, port: str, ts: int, dt: int, acc, owned) -> None:
-        """A sample the kernel left to Python (the old per-sample rule, unchanged)."""
+        """A sample the kernel left to Python (the old per-sample rule, over the ring)."""
         if c.FEC_BIN not in owned:
             return
         st = self.ports.get(port)
         if st is None:
             st = self.ports[port] = self._start(port, acc, ts)
-        # Every sample of every port with a histogram comes here: kept to C-level list work.
         unc = (acc.get(_UNC_KEYS[0], 0) + acc.get(_UNC_KEYS[1], 0)
                if c.UNCORRECTABLE in owned and self.changed & _UNC_BIT else 0)
         idx = (ts - 1 + st.phase) // self.bucket  # a sample ending on a boundary is the bucket's before it
-        if idx == st.idx:  # the common case: add the sample to the current bucket
-            st.cur = list(map(add, st.cur, map(acc.get, st.keys, st.zeros)))
-            st.unc_cur += unc
+        n, nu, tot, td, tc, ring = st.at()
+        w = st.w
+        # the current bucket (an earlier one too: time does not go back through the feeds)
+        if idx <= w[IDX]:
+            w = self._store(st, HEAD, list(map(add, w[HEAD:HEAD + n], map(acc.get, st.keys, st.zeros))))
+            w = self._store(st, UNC_CUR, [w[UNC_CUR] + unc])
             if not acc.keys().isdisjoint(st.highs):  # a tail moved (rare on a healthy link)
                 mb = self.cfg.max_bin
                 row = list(map(acc.get, st.keys, st.zeros))
-                st.tail_cur = list(map(add, st.tail_cur, (sum(row[at + mb:at + BINS])
-                                                          for at in range(0, len(row), BINS))))
-                st.alarm = max(map(add, st.tail_done, st.tail_cur)) >= self.cfg.max_bin_count
+                tail_cur = list(map(add, w[tc:ring], (sum(row[at + mb:at + BINS]) for at in range(0, n, BINS))))
+                w = self._store(st, tc, tail_cur)
+                w = self._store(st, ALARM, [int(max(map(add, w[td:tc], tail_cur)) >= self.cfg.max_bin_count)])
             # maxT is cheap: judged every sample; the fit once a bucket, and whenever the tail or
             # uncorrectable codewords hold
-            if unc or st.alarm:
+            if unc or w[ALARM]:
                 self._judge(port, st, ts, False)
             self._arm(port, st)
             return
@@ -317,25 +445,37 @@ class LinkDegrading(Detector):
             lanes = lanes_in(acc)
         if lanes and not set(lanes) <= set(st.units):  # the port starts afresh with them
             st = self.ports[port] = self._start(port, acc, ts, st)
-            st.cur = list(map(acc.get, st.keys, st.zeros))
-            st.unc_cur = unc
+            self._store(st, HEAD, list(map(acc.get, st.keys, st.zeros)))
+            self._store(st, UNC_CUR, [unc])
             self._arm(port, st)
             return
-        # the bucket closes: its sums join the window's, buckets past it leave
+        # the bucket closes: its sums join the window's, buckets <= idx - RING leave (in the order
+        # they joined, the closing one last)
         row = list(map(acc.get, st.keys, st.zeros))
         mb = self.cfg.max_bin
-        st.done.append((st.idx, st.cur, st.unc_cur))
-        totals = list(map(add, st.totals, st.cur))
-        unc_total = st.unc_total + st.unc_cur
-        while st.done and st.done[0][0] <= idx - 10:
-            _b, old, old_unc = st.done.popleft()
+        i0, cur, unc_cur = w[IDX], list(w[HEAD:HEAD + n]), w[UNC_CUR]
+        totals = list(map(add, w[tot:td], cur))
+        unc_total = w[UNC_TOT] + unc_cur
+        for b in range(i0 - RING + 1, min(i0, idx - RING) + 1):
+            if b == i0:
+                old, old_unc = cur, unc_cur
+            else:
+                at = ring + b % RING * (n + 2)
+                if w[at] != b:  # no sample in that bucket
+                    continue
+                old, old_unc = w[at + 2:at + 2 + n], w[at + 1]
             totals = list(map(sub, totals, old))
             unc_total -= old_unc
-        st.totals, st.unc_total, st.idx, st.cur, st.unc_cur = totals, unc_total, idx, row, unc
-        st.tail_done = [sum(totals[at + mb:at + BINS]) for at in range(0, len(totals), BINS)]
-        st.tail_cur = [sum(row[at + mb:at + BINS]) for at in range(0, len(row), BINS)]
-        st.alarm = max(map(add, st.tail_done, st.tail_cur)) >= self.cfg.max_bin_count
-        self._judge(port, st, ts, idx // self.per_slot != st.slot)
+        tail_done = [sum(totals[at + mb:at + BINS]) for at in range(0, n, BINS)]
+        tail_cur = [sum(row[at + mb:at + BINS]) for at in range(0, n, BINS)]
+        new = list(w)
+        at = ring + i0 % RING * (n + 2)
+        new[at:at + n + 2] = [i0, unc_cur, *cur]
+        new[IDX], new[UNC_CUR], new[UNC_TOT] = idx, unc, unc_total
+        new[ALARM] = int(max(map(add, tail_done, tail_cur)) >= self.cfg.max_bin_count)
+        new[HEAD:ring] = row + totals + tail_done + tail_cur
+        st.w = _packed(new)
+        self._judge(port, st, ts, idx // self.per_slot != new[SLOT])
         self._arm(port, st)
 
     def _start(self, port: str, acc, ts: int, old: _Port | None = None) -> _Port:
@@ -343,14 +483,15 @@ class LinkDegrading(Detector):
         lanes = set(lanes_in(acc))
         if old is not None and old.units != (PORT,):
             lanes |= set(old.units)
-        st = _Port(tuple(sorted(lanes)) or (PORT,), 0, self.phase(port), self.cfg.max_bin)
+        phase = self.phase(port)
+        st = _Port(tuple(sorted(lanes)) or (PORT,), (ts - 1 + phase) // self.bucket, phase, self.cfg.max_bin)
         # the feed's own key objects where it has them: a lookup then meets the same object
         # (no tuple comparison), as every sample's do
         held = {k: k for k in acc}
         st.keys = tuple([held.get(k, k) for k in st.keys])
-        st.idx = (ts - 1 + st.phase) // self.bucket
         if old is not None:
-            st.sent, st.slot = old.sent, old.slot
+            st.sent = old.sent
+            self._store(st, SLOT, [old.w[SLOT]])
             if st.units != (PORT,):  # the port's own histogram is no longer a unit of its own
                 st.sent.pop(PORT, None)
         self.zeroed.pop(port, None)
@@ -358,9 +499,11 @@ class LinkDegrading(Detector):
 
     def _judge(self, port: str, st: _Port, ts: int, publish: bool) -> None:
         cfg = self.cfg
-        tails = list(map(add, st.tail_done, st.tail_cur))
-        d_all = list(map(add, st.totals, st.cur))
-        unc = st.unc_total + st.unc_cur
+        n, _nu, tot, td, tc, ring = st.at()
+        w = st.w
+        tails = list(map(add, w[td:tc], w[tc:ring]))
+        d_all = list(map(add, w[tot:td], w[HEAD:HEAD + n]))
+        unc = w[UNC_TOT] + w[UNC_CUR]
         codewords = sum(d_all) + unc  # the port's, every lane's
         if codewords <= 0:
             return
@@ -389,7 +532,7 @@ class LinkDegrading(Detector):
             if by_flr or by_bin:
                 self._raise(port, unit if lanes else None, ts, flr, pred, max_t, tails[u], unc, codewords, scale)
         if publish and worst is not None:
-            st.slot = st.idx // self.per_slot
+            self._store(st, SLOT, [w[IDX] // self.per_slot])
             gauges.append((None, (worst[0], worst[3], worst[2], worst[1])))
         if gauges:  # (events raised meanwhile take no gauges: the order of each is kept)
             self._publish(port, st, ts, gauges)
@@ -475,7 +618,7 @@ class LinkDegrading(Detector):
             return
         self.swept_ns = ts
         for port, st in list(self.ports.items()):
-            if st.idx <= (ts - 1 + st.phase) // self.bucket - 10:
+            if st.w[IDX] <= (ts - 1 + st.phase) // self.bucket - RING:
                 self._publish(port, st, ts, [(unit, _EMPTY) for unit in st.sent])
                 self.zeroed[port] = st.sent
                 del self.ports[port]

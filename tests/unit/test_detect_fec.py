@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
+from array import array
 from collections import deque
 from operator import add, sub
 from types import SimpleNamespace
@@ -438,8 +439,9 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
             old.sample(*e[:5])
         for name, det in news.items():
             det.batch.extend(entries)
-            for k in det.run_batch():
-                deferred[name] += 1
+            found = det.run_batch()
+            deferred[name] += sum(todo is None for todo in det._todo.values())
+            for k in found:
                 det.emit(k)
         old.end_pass(ts)
         want = _updates(old.states())
@@ -458,9 +460,12 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
         for p, st in old.ports.items():
             assert _state(det.ports[p]) == _state(st), (name, p)
         assert det.zeroed == old.zeroed, name
-        for p, (idx, phase, cur, keys, _h) in det.fast.items():  # what the kernel adds into is the port's
+        for p, (w, keys, hashes, units, sent, boxes, phase) in det.fast.items():  # what the kernel writes is the port's
             st = det.ports[p]
-            assert (idx, phase, keys) == (st.idx, st.phase, st.keys) and cur is st.cur and not st.alarm
+            assert (w, keys, hashes, units, sent, boxes, phase) == (st.w, st.keys, st.hashes, st.units, st.sent,
+                                                                   st.boxes, st.phase)
+            assert list(hashes) == list(map(hash, keys))
+            assert w is st.w and sent is st.sent and type(w) is array
         assert deferred[name] < samples, name  # some samples were the kernel's own
     retired = _updates(old.retire(ts))
     for name, det in news.items():
@@ -485,7 +490,8 @@ def test_c_and_twin_kernels_write_the_same_bytes(seed):
         for name, det in dets.items():
             det.batch.extend(entries)
             found = det.run_batch()
-            got[name] = (found, {p: bytes(f[2]) for p, f in det.fast.items()})
+            got[name] = (found, [k for k, todo in det._todo.items() if todo is None],
+                         {p: bytes(f[0]) for p, f in det.fast.items()}, _updates(det.pending))
             for k in found:
                 det.emit(k)
             det.end_pass(ts)
@@ -533,10 +539,30 @@ def test_bad_input_is_refused(name):
     if name not in KERNELS:
         pytest.skip("no C extension")
     run, fits, changes, lanes = KERNELS[name]
+    conf = (10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9, 3, 1e-9, 0.9, 1.125, 1, GAUGES, StateUpdate,
+            "insights", None)
     with pytest.raises(TypeError):
-        run([("swp1", 1, 1, {}, frozenset())], {}, 10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9)
+        run([("swp1", 1, 1, {}, frozenset())], {}, conf, [])
+    with pytest.raises(TypeError):
+        run([], {}, conf[:5], [])
     with pytest.raises(ValueError):
-        run([], {}, 0, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9)
+        run([], {}, (0, *conf[1:]), [])
+    with pytest.raises(ValueError):
+        run([], {}, (*conf[:10], 0, *conf[11:]), [])
+    with pytest.raises(ValueError):
+        run([], {}, (*conf[:11], GAUGES[:3], *conf[12:]), [])
+    # a port's state the kernel cannot read (short words, a list, odd units): Python's, untouched
+    acc = {_PORT_KEYS[0]: 5}
+    entry = ("swp1", 10**9, 10**8, acc, frozenset({c.FEC_BIN}), -1)
+    keys = _PORT_KEYS
+    hashes = array("q", map(hash, keys))
+    for w, units in ((array("q", bytes(8 * 10)), (PORT,)), (array("q", bytes(8 * 5000)), (PORT,)),
+                     (array("q", bytes(8 * 5000)), (PORT, 1))):
+        before = bytes(w)
+        assert run([entry], {"swp1": (w, keys, hashes, units, {}, {}, 0)}, conf, []) == {0: None}
+        assert bytes(w) == before
+    with pytest.raises(TypeError):
+        run([entry], {"swp1": ([0] * 5000, keys, hashes, (PORT,), {}, {}, 0)}, conf, [])
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):
@@ -553,6 +579,11 @@ def test_bad_input_is_refused(name):
 def test_gauge_rounding_and_lanes_are_pythons(seed):
     rng = random.Random(seed)
     values = [0.0, -0.0, 1.0, 1e-300, 5e-324, 1.7976931348623157e308, float("inf"), float("nan"), 0.99995, 1.23455e-9]
+    # ties and near-ties, powers of 10 and the fast way's edges (agent/_ext/detect.c fec_rounded)
+    values += [1234.5, 0.5, 1.2345, 1.0005, 9999.5, 99995.0, 0.125, 1e-19, 9.9995e-20, 1e19, 9.9995e18, 1e-3, 1e3,
+               123456789.0, -2.5e-7, 1.00005, 0.001234500000001, 3.0000000000000004]
+    values += [rng.randrange(1, 10**4) / 10 ** rng.randrange(0, 23) for _ in range(200)]  # d x 10^-k exactly
+    values += [(rng.randrange(1, 10**5) + 0.5) * 10 ** rng.randrange(-22, 15) for _ in range(200)]
     values += [rng.uniform(0, 1) * 10 ** rng.uniform(-30, 0) for _ in range(200)]
     leaves = ("a", "b", "c")
 
@@ -607,3 +638,90 @@ def test_a_simulated_run_gives_the_old_detectors_events_and_gauges(config, secon
     assert det.ports.keys() == ref.ports.keys()
     for p, st in ref.ports.items():
         assert _state(det.ports[p]) == _state(st)
+
+
+# ---------------------------------------------------------------- the ring, step by step
+def _ring_script(lanes: bool) -> list[tuple[int, dict]]:
+    """One port's samples (ts, acc), 1 s buckets (window 10 s), 4 a bucket: 25 buckets in a row
+    (the ring rolls over more than twice), a gap of 3 buckets without samples, 12 more, a tail
+    at and past max_bin for 2 buckets (the alarm, then its samples judged one by one), 14 calm
+    buckets while the tail leaves the window (the alarm ends), then a gap longer than the
+    window and 3 buckets more."""
+    units = (0, 1, 2, 3) if lanes else (PORT,)
+    out: list[tuple[int, dict]] = []
+    ts = T0 + 250_000_000
+
+    def bucket(n: int, tail: bool) -> None:
+        nonlocal ts
+        for _ in range(4):
+            acc: dict = {}
+            for u in units:
+                keys = _PORT_KEYS if u == PORT else lane_keys(u)
+                for i in range(BINS):
+                    v = (n * 7 + u * 13 + i * 5) % 97 + (10**6 >> i if i < 8 else 0)
+                    if i < 8 or (tail and i in (9, 11)):
+                        acc[keys[i]] = v
+            out.append((ts, acc))
+            ts += 250_000_000
+
+    n = 0
+    for _ in range(25):
+        bucket(n, False)
+        n += 1
+    ts += 3 * NS
+    for _ in range(12):
+        bucket(n, False)
+        n += 1
+    for _ in range(2):
+        bucket(n, True)
+        n += 1
+    for _ in range(14):
+        bucket(n, False)
+        n += 1
+    ts += 15 * NS
+    for _ in range(3):
+        bucket(n, False)
+        n += 1
+    return out
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_the_ring_rolls_gaps_and_alarm_as_the_old_detector_did(lanes):
+    """Pass by pass, the kernels' ring (more than 10 buckets, a gap of 3 buckets, a tail alarm
+    that holds and then leaves the window, a gap past the window) gives the old detector's
+    events, updates and state; the kernel closed every calm bucket itself."""
+    cfg = LinkDegradingConfig(window=Duration(10.0), max_bin=9, max_bin_count=3)
+    old = OldLinkDegrading(cfg, Ctx())
+    old.phase = lambda port: 0
+    news = {}
+    for name, kernels in KERNELS.items():
+        det = news[name] = LinkDegrading(cfg, Ctx())
+        det.phase = lambda port: 0
+        _use(det, kernels)
+    owned = frozenset({c.FEC_BIN, c.UNCORRECTABLE})
+    closed = {name: 0 for name in news}
+    alarmed = False
+    for ts, acc in _ring_script(lanes):
+        entry = ("swp1", ts, 250_000_000, acc, owned, c.mask({c.FEC_BIN}))
+        old.changed = entry[5]
+        old.sample(*entry[:5])
+        alarmed = alarmed or old.ports["swp1"].alarm
+        want = _updates(old.states())
+        for name, det in news.items():
+            st = det.ports.get("swp1")
+            was = st.idx if st is not None else None
+            det.batch.append(entry)
+            python = bool(det.run_batch()) and det._todo.get(0, False) is None
+            det.emit(0)
+            if st is not None and det.ports["swp1"].idx != was and not python:
+                closed[name] += 1
+            assert _updates(det.states()) == want, (name, ts)
+            assert _state(det.ports["swp1"]) == _state(old.ports["swp1"]), (name, ts)
+    assert alarmed and not old.ports["swp1"].alarm  # the alarm came and went
+    kinds = {h[3] for h in old.ctx.hits}
+    assert kinds == {WARNING}
+    for name, det in news.items():
+        assert _hits(det.ctx) == _hits(old.ctx), name
+        # the closes (55) were the kernel's but while the alarm held (the tail's 2 buckets and the 10
+        # of the window it stays in) and after the gaps (past the window: the port started afresh)
+        assert closed[name] >= 40, name
