@@ -455,10 +455,14 @@ static Py_ssize_t fec_words(Py_ssize_t n, Py_ssize_t units)
 PyDoc_STRVAR(fec_run_doc,
 "fec_run(entries, fast, conf, pending) -> todo\n\n"
 "One engine pass of link_degrading (agent/insights/link_degrading.py) over entries, its samples\n"
-"(port, ts, dt, acc, owned, changed) in feed order; conf is (bucket, fec_sem, unc_sem, unc_keys,\n"
-"unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields).\n"
-"A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase) (w: its words,\n"
-"i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64) is done here\n"
+"(port, ts, dt, acc, owned, changed[, place, row]) in feed order; conf is (bucket, fec_sem,\n"
+"unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves,\n"
+"update, source, fields, spill). A sample's row, where given, is (rows, at, row_keys): its bins'\n"
+"deltas are rows[at + column] (i64), not in acc, unless changed has the bit spill (Python's then).\n"
+"A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase, row_keys, cols) (w:\n"
+"its words, i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64;\n"
+"with a row, cols (i32) bin j's column, -1 none, then the columns of the row's lanes outside\n"
+"units, and row_keys the very object of the rows it was mapped for, else Python's) is done here\n"
 "in two cases. In the current bucket idx = (ts - 1 + phase) // bucket, with no uncorrectable\n"
 "codeword and no bin at max_bin or above: its bins are added into cur. In a later bucket, with\n"
 "no lane outside units: the current bucket goes into the ring, the buckets <= idx - 10 leave the\n"
@@ -691,6 +695,7 @@ typedef struct {
     int max_bin;
     double flr, min_r2, scale;
     PyObject *fec_sem, *unc_sem, *unc_keys, *leaves, *update, *source, *fields;
+    long long spill; /* a sample's bit: a bin's delta went to acc, not to its row */
 } fec_conf;
 
 /* update(ts, box, leaf, value, source): with fields (the names of a frozen dataclass's five
@@ -777,14 +782,54 @@ static int fec_row(PyObject *acc, PyObject *keys, const int64_t *hashes, Py_ssiz
     return 1;
 }
 
+/* The same from the feed's row (agent/insights/feeds.py: the FEC bins' deltas, i64, column
+ * cols[j] for bin j, -1 none): always done. */
+static void fec_row_of(const int64_t *vec, const int32_t *cols, Py_ssize_t n, int max_bin, long long *row, int *high)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        row[j] = cols[j] >= 0 ? vec[cols[j]] : 0;
+        if (row[j] != 0 && j % FEC_BINS >= max_bin)
+            *high = 1;
+    }
+}
+
+/* The sample's row and the port's columns into rb (vec: the row's first word), when the port's
+ * columns were mapped for that row's keys: 1 done, 0 Python's (nothing held), -1 error. */
+static int fec_row_view(PyObject *vrow, PyObject *state, Py_ssize_t n, Py_buffer *rb, const int64_t **vec,
+                        const int32_t **cols, Py_ssize_t *ncols)
+{
+    static const swtel_bufspec specs[2] = {{8, 0, "rows"}, {4, 0, "cols"}};
+    if (!PyTuple_Check(vrow) || PyTuple_GET_SIZE(vrow) != 3 || PyTuple_GET_ITEM(vrow, 2) != PyTuple_GET_ITEM(state, 7))
+        return 0;
+    Py_ssize_t base = PyLong_AsSsize_t(PyTuple_GET_ITEM(vrow, 1));
+    if (base == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *o[2] = {PyTuple_GET_ITEM(vrow, 0), PyTuple_GET_ITEM(state, 8)};
+    if (swtel_get_buffers(o, rb, specs, 2) < 0)
+        return -1;
+    Py_ssize_t words = rb[0].len / 8;
+    *ncols = rb[1].len / 4;
+    *cols = rb[1].buf;
+    int ok = base >= 0 && base <= words && *ncols >= n;
+    for (Py_ssize_t j = 0; ok && j < *ncols; j++)
+        ok = (*cols)[j] < words - base;
+    if (!ok) {
+        swtel_release_buffers(rb, 2);
+        return 0;
+    }
+    *vec = (const int64_t *)rb[0].buf + base;
+    return 1;
+}
+
 /* One sample of a port in fast: 1 done (w updated; events: a new list of them, or NULL),
  * 0 Python's (nothing written), -1 error. */
 static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **events, PyObject *updates)
 {
     static const swtel_bufspec specs[2] = {{8, 1, "w"}, {8, 0, "hashes"}};
     *events = NULL;
-    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 7)
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 9)
         return 0;
+    PyObject *vrow = PyTuple_GET_SIZE(e) > 7 ? PyTuple_GET_ITEM(e, 7) : Py_None; /* the feed's FEC row */
     PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 1);
     PyObject *units = PyTuple_GET_ITEM(state, 3), *sent = PyTuple_GET_ITEM(state, 4);
     PyObject *boxes = PyTuple_GET_ITEM(state, 5);
@@ -797,6 +842,8 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     int r, unc_zero = 1;
     if ((r = as_i64(PyTuple_GET_ITEM(e, 5), &changed)) <= 0)
         return r;
+    if (vrow != Py_None && (changed & cf->spill)) /* a bin in acc too: Python's, which adds the two */
+        return 0;
     if (changed & cf->unc_bit) { /* Python reads unc only then */
         int has = PySequence_Contains(owned, cf->unc_sem);
         if (has < 0)
@@ -823,9 +870,17 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
         return 0;
     long long i1 = floor_div(a, cf->bucket);
     PyObject *o[2] = {PyTuple_GET_ITEM(state, 0), PyTuple_GET_ITEM(state, 2)};
-    Py_buffer b[2];
-    if (swtel_get_buffers(o, b, specs, 2) < 0)
+    Py_buffer b[2], rb[2];
+    const int64_t *vec = NULL;
+    const int32_t *cols = NULL;
+    Py_ssize_t ncols = 0;
+    if (vrow != Py_None && (r = fec_row_view(vrow, state, n, rb, &vec, &cols, &ncols)) <= 0)
+        return r;
+    if (swtel_get_buffers(o, b, specs, 2) < 0) {
+        if (vec != NULL)
+            swtel_release_buffers(rb, 2);
         return -1;
+    }
     int ret = 0;
     if (b[0].len / 8 != fec_words(n, nu) || b[1].len / 8 != n)
         goto done;
@@ -837,7 +892,9 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     /* the sample's bins (absent: 0) */
     long long row[FEC_MAX_UNITS * FEC_BINS];
     int high = 0;
-    if ((r = fec_row(acc, keys, b[1].buf, n, cf->max_bin, row, &high)) <= 0) {
+    if (vec != NULL)
+        fec_row_of(vec, cols, n, cf->max_bin, row, &high);
+    else if ((r = fec_row(acc, keys, b[1].buf, n, cf->max_bin, row, &high)) <= 0) {
         ret = r;
         goto done;
     }
@@ -874,6 +931,9 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
         if (u == nu)
             goto done;
     }
+    for (Py_ssize_t j = n; j < ncols; j++) /* the row's lanes not among units (cols past n) */
+        if (cols[j] >= 0 && vec[cols[j]] != 0)
+            goto done;
     PyObject *box_of[FEC_MAX_UNITS + 1]; /* the units' containers, then the port's (built by Python) */
     for (Py_ssize_t u = 0; u <= nu; u++) {
         PyObject *unit = u < nu ? PyTuple_GET_ITEM(units, u) : Py_None;
@@ -1018,6 +1078,8 @@ static int fec_one(PyObject *e, PyObject *state, const fec_conf *cf, PyObject **
     }
 done:
     swtel_release_buffers(b, 2);
+    if (vec != NULL)
+        swtel_release_buffers(rb, 2);
     if (ret < 0)
         Py_CLEAR(*events);
     return ret;
@@ -1030,11 +1092,12 @@ static PyObject *fec_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &entries, &PyDict_Type, &fast, &PyTuple_Type, &conf,
                           &PyList_Type, &pending))
         return NULL;
-    if (!PyArg_ParseTuple(conf, "LOOO!LiLdddLO!OOO;conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, "
-                          "max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields)",
+    if (!PyArg_ParseTuple(conf, "LOOO!LiLdddLO!OOOL;conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, "
+                          "max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields, "
+                          "spill)",
                           &cf.bucket, &cf.fec_sem, &cf.unc_sem, &PyTuple_Type, &cf.unc_keys, &cf.unc_bit,
                           &cf.max_bin, &cf.max_bin_count, &cf.flr, &cf.min_r2, &cf.scale, &cf.per_slot,
-                          &PyTuple_Type, &cf.leaves, &cf.update, &cf.source, &cf.fields))
+                          &PyTuple_Type, &cf.leaves, &cf.update, &cf.source, &cf.fields, &cf.spill))
         return NULL;
     if (cf.fields != Py_None) { /* (the caller vouches for update's __init__; the shape is checked here) */
         int ok = PyType_Check(cf.update) && PyTuple_Check(cf.fields) && PyTuple_GET_SIZE(cf.fields) == 5 &&

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 PyDoc_STRVAR(feed_add_doc,
-"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None)\n"
-"    -> (touched, discarded, tops, masks)\n\n"
+"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None,\n"
+"         vcols=None, rows=None, width=0, spill=0) -> (touched, discarded, tops, masks)\n\n"
 "indices, deltas (sequences of ints) and flags (u8) are one batch's changes; values\n"
 "(u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
 "a counter no detector reads), keys (a sequence per counter: the (sem, sub) key, or\n"
@@ -22,7 +22,11 @@ PyDoc_STRVAR(feed_add_doc,
 "lets a detector skip a port whose queues are all below its threshold, and the OR of the\n"
 "bits of the keys it set in the slot's accumulation (the semantics that changed).\n"
 "hashes (i64 per counter: hash(key), computed once per table) spares a hash of the key per\n"
-"change; the results are the same without it.");
+"change; the results are the same without it.\n"
+"vcols (i32 per counter: a column, -1 none) and rows (writable i64, width per slot) keep a\n"
+"counter's deltas out of the dict: a counter with a column adds its delta into\n"
+"rows[slot * width + column] instead; a delta not an int within int64, or a sum leaving it,\n"
+"goes to the dict as without rows, and its slot's mask takes the bit spill too.");
 
 /* The accumulations' dict operations, given the key's hash where the caller computed it
  * once per table (a tuple's hash is not cached: two per change otherwise). */
@@ -42,11 +46,19 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         {1, 0, "flags"}, {8, 0, "values"}, {4, 0, "slot_of"}, {1, 0, "levels"}, {4, 0, "bits"},
     };
     static const swtel_bufspec hash_spec[1] = {{8, 0, "hashes"}};
-    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5], *hash_obj = Py_None;
-    Py_buffer b[5], hb = {0};
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO!|O", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
-                          &o[4], &PyList_Type, &accs, &hash_obj))
+    static const swtel_bufspec row_specs[2] = {{4, 0, "vcols"}, {8, 1, "rows"}};
+    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5], *hash_obj = Py_None, *ro[2] = {Py_None, Py_None};
+    Py_buffer b[5], hb = {0}, rb[2] = {{0}};
+    Py_ssize_t width = 0;
+    unsigned long spill = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO!|OOOnk", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
+                          &o[4], &PyList_Type, &accs, &hash_obj, &ro[0], &ro[1], &width, &spill))
         return NULL;
+    int with_rows = ro[0] != Py_None || ro[1] != Py_None;
+    if (with_rows && (ro[0] == Py_None || ro[1] == Py_None || width <= 0)) {
+        PyErr_SetString(PyExc_ValueError, "vcols and rows go together, with a positive width");
+        return NULL;
+    }
     PyObject *idx = PySequence_Fast(idx_obj, "indices must be a sequence");
     if (idx == NULL)
         return NULL;
@@ -71,6 +83,12 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         swtel_release_buffers(b, 5);
         goto out;
     }
+    if (with_rows && swtel_get_buffers(ro, rb, row_specs, 2) < 0) {
+        swtel_release_buffers(b, 5);
+        if (hash_obj != Py_None)
+            swtel_release_buffers(&hb, 1);
+        goto out;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(idx), ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
     if (PySequence_Fast_GET_SIZE(deltas) < n || b[0].len < n) {
         PyErr_SetString(PyExc_ValueError, "deltas and flags must hold one item per index");
@@ -85,6 +103,12 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "hashes must hold one item per counter of slot_of");
         goto release;
     }
+    if (with_rows && (rb[0].len / 4 < ncounters || rb[1].len / 8 / width < nslots)) {
+        PyErr_SetString(PyExc_ValueError, "vcols must hold one item per counter of slot_of, rows width per slot");
+        goto release;
+    }
+    const int32_t *vcols = with_rows ? rb[0].buf : NULL;
+    int64_t *rows = with_rows ? rb[1].buf : NULL;
     const int64_t *hashes = hash_obj != Py_None ? hb.buf : NULL;
     const uint8_t *flags = b[0].buf, *levels = b[3].buf;
     const uint64_t *values = b[1].buf;
@@ -156,6 +180,24 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             continue;
         }
         PyObject *d = dvals[k];
+        if (vcols != NULL && vcols[i] >= 0 && vcols[i] < width) {
+            int overflow = 1;
+            long long x = PyLong_CheckExact(d) ? PyLong_AsLongLongAndOverflow(d, &overflow) : 0;
+            if (x == -1 && PyErr_Occurred())
+                goto release;
+            if (!overflow) {
+                if (x == 0)
+                    continue;
+                int64_t *cell = rows + slot * width + vcols[i], sum;
+                if (!__builtin_add_overflow(*cell, x, &sum)) { /* (it writes sum even when it overflows) */
+                    *cell = sum;
+                    mask[slot] |= bits[i];
+                    continue;
+                }
+            }
+            /* not an int within int64, or a sum past it: into the dict, the row's reader told */
+            mask[slot] |= (uint32_t)spill;
+        }
         int zero = PyObject_Not(d);
         if (zero < 0)
             goto release;
@@ -194,6 +236,8 @@ release:
     swtel_release_buffers(b, 5);
     if (hash_obj != Py_None)
         swtel_release_buffers(&hb, 1);
+    if (with_rows)
+        swtel_release_buffers(rb, 2);
 out:
     free(mark);
     free(top);

@@ -211,16 +211,31 @@ def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int,
             updates.append(update(ts, box, leaf, v, source))
 
 
+def _fec_row_view(vrow, row_keys, cols, n: int):
+    """The sample's row from its first bin (C: fec_row_view), when the port's columns were mapped
+    for that row's keys, else None (Python's)."""
+    if not isinstance(vrow, tuple) or len(vrow) != 3 or vrow[2] is not row_keys:
+        return None
+    rows, base = vrow[0], vrow[1]
+    if not isinstance(rows, array) or rows.itemsize != 8 or not isinstance(cols, array) or cols.itemsize != 4:
+        raise TypeError("rows must be an i64 array, cols an i32 one")
+    words = len(rows)
+    if not 0 <= base <= words or len(cols) < n or any(col >= words - base for col in cols):
+        return None
+    return memoryview(rows)[base:]
+
+
 def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, list | None]:
     """One sample of a port in fast (see fec_run): (True, events or None) when done (w
     updated), (False, None) when Python's (nothing written)."""
     (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr_min, min_r2, scale, per_slot,
-     _leaves, _update, _source, _fields) = conf
+     _leaves, _update, _source, _fields, spill) = conf
     no = (False, None)
-    if not isinstance(state, tuple) or len(state) != 7:
+    if not isinstance(state, tuple) or len(state) != 9:
         return no
-    w, keys, hashes, units, sent, boxes, phase = state
+    w, keys, hashes, units, sent, boxes, phase, row_keys, cols = state
     ts, acc, owned, changed = entry[1], entry[3], entry[4], entry[5]
+    vrow = entry[7] if len(entry) > 7 else None  # the feed's FEC row
     if not (isinstance(keys, tuple) and isinstance(units, tuple) and isinstance(sent, dict)
             and isinstance(boxes, dict)):
         return no
@@ -228,6 +243,8 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     if not 1 <= nu <= _FEC_MAX_UNITS or n != nu * _FEC_BINS:
         return no
     if not _i64(changed):
+        return no
+    if vrow is not None and changed & spill:  # a bin in acc too: Python's, which adds the two
         return no
     unc, unc_zero = 0, True
     if changed & unc_bit and unc_sem in owned:  # Python reads unc only then
@@ -248,6 +265,10 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
         raise TypeError("w and hashes must be i64 arrays")
     if len(w) != _fec_words(n, nu) or len(hashes) != n:
         return no
+    if vrow is not None:
+        vec = _fec_row_view(vrow, row_keys, cols, n)
+        if vec is None:
+            return no
     cur_at = _FW_HEAD
     tot_at = cur_at + n
     td_at = tot_at + n
@@ -256,16 +277,21 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     i0 = w[_FW_IDX]
     if w[_FW_ALARM]:  # every sample of the port is judged: Python's
         return no
-    row = [0] * n  # the sample's bins (absent: 0; C: fec_row)
+    row = [0] * n  # the sample's bins (absent: 0; C: fec_row, fec_row_of)
     high = False
-    for j, key in enumerate(keys):
-        v = acc.get(key, _ABSENT)
-        if v is _ABSENT:
-            continue
-        if not _i64(v):
-            return no
-        row[j] = v
-        high = high or j % _FEC_BINS >= max_bin
+    if vrow is not None:
+        for j in range(n):
+            row[j] = vec[cols[j]] if cols[j] >= 0 else 0
+            high = high or (row[j] != 0 and j % _FEC_BINS >= max_bin)
+    else:
+        for j, key in enumerate(keys):
+            v = acc.get(key, _ABSENT)
+            if v is _ABSENT:
+                continue
+            if not _i64(v):
+                return no
+            row[j] = v
+            high = high or j % _FEC_BINS >= max_bin
     cur = w[cur_at:cur_at + n]
     if i1 == i0:  # the common case: into the current bucket, unless a tail moved or unc came
         if high or not unc_zero:
@@ -282,6 +308,8 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     lanes = not (nu == 1 and units[0] == -1)  # PORT: the port's own histogram
     found = fec_lanes(acc, fec_sem)  # a lane that came: Python's, the port starts afresh
     if found is None or any(lane not in units for lane in found):
+        return no
+    if vrow is not None and any(vec[col] for col in cols[n:] if col >= 0):  # the row's lanes not among units
         return no
     box_of = [boxes.get(unit, _ABSENT) for unit in (*units, None)]
     if _ABSENT in box_of:
@@ -390,9 +418,9 @@ def fec_run(entries: list, fast: dict, conf: tuple, pending: list) -> dict:
     if not (isinstance(entries, list) and isinstance(fast, dict) and isinstance(conf, tuple)
             and isinstance(pending, list)):
         raise TypeError("entries must be a list, fast a dict, conf a tuple, pending a list")
-    if len(conf) != 15 or not isinstance(conf[3], tuple) or not isinstance(conf[11], tuple):
+    if len(conf) != 16 or not isinstance(conf[3], tuple) or not isinstance(conf[11], tuple):
         raise TypeError("conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, "
-                        "min_r2, scale, per_slot, leaves, update, source, fields)")
+                        "min_r2, scale, per_slot, leaves, update, source, fields, spill)")
     fields = conf[14]
     if fields is not None and not (isinstance(conf[12], type) and isinstance(fields, tuple) and len(fields) == 5
                                    and conf[12].__new__ is object.__new__ and all(isinstance(f, str) for f in fields)):

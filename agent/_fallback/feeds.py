@@ -7,12 +7,15 @@ from typing import Any
 from agent.counters import F_NEW, F_RESET
 
 _SKIP = F_NEW | F_RESET  # a baseline or a counter reset: never traffic
+_I64 = 1 << 63
 
 
-def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits,
-             accs: list, hashes=None) -> tuple[list[int], list[int], list[int], list[int]]:
+def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: list, hashes=None,
+             vcols=None, rows=None, width: int = 0, spill: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
     """See agent/_ext/feeds.c; same rules, same results (``hashes``, the keys' hashes that
     spare C a hash per change, changes nothing here: a dict hashes its key anyway)."""
+    if (vcols is None) != (rows is None) or (rows is not None and width <= 0):
+        raise ValueError("vcols and rows go together, with a positive width")
     n = len(indices)
     ncounters = len(slot_of)
     nslots = len(accs)
@@ -22,6 +25,8 @@ def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits,
         raise ValueError("values, keys, levels and bits must hold one item per counter of slot_of")
     if hashes is not None and len(hashes) < ncounters:
         raise ValueError("hashes must hold one item per counter of slot_of")
+    if rows is not None and (len(vcols) < ncounters or len(rows) // width < nslots):
+        raise ValueError("vcols must hold one item per counter of slot_of, rows width per slot")
     touched: list[int] = []
     discarded: list[int] = []
     mark = bytearray(nslots)  # per slot: 1 touched, 2 discarded too
@@ -55,6 +60,17 @@ def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits,
                 discarded.append(slot)
             continue
         d = deltas[k]
+        if rows is not None and 0 <= vcols[i] < width:
+            if type(d) is int and -_I64 <= d < _I64:
+                if not d:
+                    continue
+                at = slot * width + vcols[i]
+                total = rows[at] + d
+                if -_I64 <= total < _I64:
+                    rows[at] = total
+                    mask[slot] |= bits[i]
+                    continue
+            mask[slot] |= spill  # not an int within int64, or a sum past it: into the dict, the row's reader told
         if d:
             acc[key] = acc.get(key, 0) + d
             mask[slot] |= bits[i]

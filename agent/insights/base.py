@@ -196,10 +196,14 @@ class Detector:
     #: and order unchanged); a lazy one (``every_sample`` False) gets the samples it would have
     #: been called for. None: ``sample`` per port.
     batch: list | None = None
+    #: it reads FEC bins: the feeds keep their deltas in a row of i64 per port (a sample's 8th
+    #: item, feeds.Feed.row), and a ``sample`` call gets them in ``acc`` (feeds.merged) all the same
+    reads_rows: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.sem_bits = classify.mask(getattr(cls, "sems", frozenset()))
+        cls.reads_rows = bool(cls.sem_bits & classify.BITS[classify.FEC_BIN])
 
     def __init__(self, cfg: Any, ctx: Context) -> None:
         self.cfg = cfg

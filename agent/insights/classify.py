@@ -57,6 +57,11 @@ ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, 
 LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL, QUEUE_LIMIT})
 #: one bit per semantic (a set of semantics as an int: the feeds' per-change loop ORs them)
 BITS = {sem: 1 << k for k, sem in enumerate(ALL)}
+#: a sample's bit (not a semantic's) when a FEC bin's delta went into its feed's dict instead of
+#: its row (a value past int64): readers of the row then take the two together (Layout.vcols)
+SPILL = 1 << 31
+#: the bins of a FEC histogram (port or lane) kept in a feed's row: RS(544,514)'s 0..15
+ROW_BINS = 16
 
 
 def mask(sems: frozenset[str] | set[str]) -> int:
@@ -191,7 +196,7 @@ class Layout:
     ``key = (sem, sub)``; ``ports[port_slot]`` is the port name and ``sems[port_slot]``
     the semantics the table has for it."""
 
-    __slots__ = ("slots", "ports", "sems", "mask", "slot_of", "keys", "levels", "bits")
+    __slots__ = ("slots", "ports", "sems", "mask", "slot_of", "keys", "levels", "bits", "vcols", "vwidth", "vkeys")
 
     def __init__(self, table: CounterTable) -> None:
         where: dict[str, int] = {}
@@ -222,6 +227,43 @@ class Layout:
         self.levels = bytes(0 if s is None or s[1][0] not in LEVELS else 1 if s[1][0] in QUEUE_LEVELS else 2
                             for s in self.slots)
         self.bits = array("I", (0 if s is None else BITS[s[1][0]] for s in self.slots))
+        self._rows()
+
+    def _rows(self) -> None:
+        """The FEC bins' columns: a port's histogram bins 0..15 (the feeds' ``row`` of i64 per
+        port slot, ``vwidth`` wide: agent/insights/feeds.py) at columns 0..15, its lanes' at 16
+        on, in lane order, 16 each. Thirteen thousand bins move a tick at 1,024 ports: an add
+        into an array each, where a dict update each cost ~1.5 ms a tick (docs/PERFORMANCE.md).
+        ``vcols[i]``: counter i's column (-1: none, its changes go to the dict as before);
+        ``vkeys[slot]``: per column the key it holds (None: none), one tuple per slot, which
+        link_degrading maps its bins through."""
+        lanes: list[set[int]] = [set() for _ in self.ports]
+        bins: list[tuple[int, int, int] | None] = []  # per counter: (slot, lane or -1, bin)
+        for s in self.slots:
+            hit = None
+            if s is not None and s[1][0] == FEC_BIN:
+                lane, _, b = s[1][1].rpartition("/")
+                # canonical numbers only (link_degrading reads "3" and "1/3", never "03"): the
+                # others stay in the dict, where they were
+                if _canonical(b) and int(b) < ROW_BINS and (not lane or _canonical(lane)):
+                    hit = (s[0], int(lane) if lane else -1, int(b))
+                    if lane:
+                        lanes[s[0]].add(int(lane))
+            bins.append(hit)
+        order = [{lane: k for k, lane in enumerate(sorted(ls), 1)} for ls in lanes]
+        self.vwidth = ROW_BINS * (1 + max(map(len, lanes), default=0)) if any(bins) else 0
+        self.vcols = array("i", (-1 if b is None else ROW_BINS * (order[b[0]][b[1]] if b[1] >= 0 else 0) + b[2]
+                                 for b in bins))
+        keys: list[list] = [[None] * self.vwidth for _ in self.ports]
+        for i, b in enumerate(bins):
+            if b is not None:
+                keys[b[0]][self.vcols[i]] = self.keys[i]
+        self.vkeys = [tuple(k) for k in keys]
+
+
+def _canonical(text: str) -> bool:
+    """``text`` is a non-negative integer as str(int) writes it."""
+    return text.isascii() and text.isdigit() and str(int(text)) == text
 
 
 def layout(table: CounterTable) -> Layout:

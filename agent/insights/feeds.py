@@ -15,6 +15,7 @@ sample interval, are noted in ``FeedBook.elect``: their sources are elected agai
 
 from __future__ import annotations
 
+import ctypes
 from array import array
 
 from agent import _backend
@@ -28,7 +29,7 @@ class Feed:
 
     __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
                  "interval", "owned", "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits",
-                 "lazy_of", "lazy_kernels")
+                 "lazy_of", "lazy_kernels", "row", "always", "gated", "lazy_plain_bits")
 
     def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
         self.source = source
@@ -54,6 +55,14 @@ class Feed:
         self.lazy_bits = 0  # the semantics of the lazy detectors (classify.BITS)
         self.lazy_of: list[Detector] | None = None
         self.lazy_kernels: list[Detector] = []  # the lazy detectors with a kernel
+        # which samples the flush visits after the kernels (_split): every one (a plain detector
+        # without a level gate), those past a gated one's gate, those moving a plain lazy one's
+        self.always = False
+        self.gated: list[Detector] = []
+        self.lazy_plain_bits = 0
+        #: where its FEC bins' deltas are (classify.Layout.vcols): (rows, its first word there, the
+        #: key per column), or None; a sample's 8th item (read through :func:`merged`)
+        self.row: tuple[array, int, tuple] | None = None
 
 
 class Port:
@@ -71,7 +80,7 @@ class Port:
 class SourceFeeds:
     """One source's table, its classification and a feed per port slot of it."""
 
-    __slots__ = ("table", "layout", "feeds", "hashes")
+    __slots__ = ("table", "layout", "feeds", "hashes", "rows", "written")
 
     def __init__(self, table: CounterTable, layout: classify.Layout, feeds: list[Feed]) -> None:
         self.table = table
@@ -80,6 +89,11 @@ class SourceFeeds:
         #: per counter, its key's hash (0: none): a tuple does not keep its hash, so feed_add
         #: would hash each key twice per change
         self.hashes = array("q", (hash(k) if k is not None else 0 for k in layout.keys))
+        #: the port slots' FEC rows side by side (layout.vwidth words each), zeroed once a pass
+        self.rows = array("q", bytes(8 * layout.vwidth * len(feeds)))
+        self.written = False  # a batch went into rows since they were last zeroed
+        for slot, feed in enumerate(feeds):
+            feed.row = (self.rows, slot * layout.vwidth, layout.vkeys[slot]) if layout.vwidth else None
 
 
 class FeedBook:
@@ -105,9 +119,15 @@ class FeedBook:
             return
         lay = src.layout
         feeds = src.feeds
-        touched, discarded, tops, masks = self.feed_add(
-            batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
-            [f.acc for f in feeds], src.hashes)
+        if lay.vwidth:
+            src.written = True
+            touched, discarded, tops, masks = self.feed_add(
+                batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
+                [f.acc for f in feeds], src.hashes, lay.vcols, src.rows, lay.vwidth, classify.SPILL)
+        else:
+            touched, discarded, tops, masks = self.feed_add(
+                batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
+                [f.acc for f in feeds], src.hashes)
         ts = batch.ts_ns
         dirty = self.dirty
         for slot, top, changed in zip(touched, tops, masks, strict=True):
@@ -143,6 +163,10 @@ class FeedBook:
             feeds.append(feed)
         for feed in before.values():
             self.drop_feed(feed)
+        if old is not None and old.written:  # what the old rows hold goes to the dicts: the row is new
+            for feed in old.feeds:
+                if feed.pending and feed.row is not None:
+                    feed.changed |= _spill(feed)
         src = self.sources[source] = SourceFeeds(table, lay, feeds)
         return src
 
@@ -189,6 +213,8 @@ class FeedBook:
         dirty, self.dirty = self.dirty, []
         live: list[tuple[Feed, int, int, int]] = []
         kernels: list[Detector] = []  # those with samples this pass
+        visit: list[int] = []  # the places with a Python detector to call (the kernels' come later)
+        called: set[str] = set()  # the ports of the places visited for a gated detector
         for feed in dirty:
             feed.pending = False
             top, changed, ts, prev = feed.top, feed.changed, feed.ts, feed.prev_ts
@@ -211,7 +237,7 @@ class FeedBook:
             if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
                 _split(feed)
             if feed.kernels or feed.lazy_kernels:
-                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1)
+                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1, feed.row)
                 for det in feed.kernels:
                     entries = det.batch
                     if not entries:
@@ -223,6 +249,20 @@ class FeedBook:
                         if not entries:
                             kernels.append(det)
                         entries.append(sample)  # type: ignore[union-attr]
+            # A gated detector's ``ports`` changes only in its own call for that port: its gate
+            # reads here as in the loop below, unless a place before this one calls it for the
+            # port (two sources' feeds of one port): such a place is visited, its gate read there.
+            if feed.always or changed & feed.lazy_plain_bits:
+                visit.append(len(live) - 1)
+                if feed.gated:
+                    called.add(feed.port)
+            else:
+                port = feed.port
+                for det in feed.gated:
+                    if top >= det.level_gate or port in det.ports or port in called:  # type: ignore[operator]
+                        visit.append(len(live) - 1)
+                        called.add(port)
+                        break
         # per place in ``live``: the kernel detectors with something to report there -> the index
         # of the sample in their batch
         due: dict[int, dict[Detector, int]] = {}
@@ -230,7 +270,8 @@ class FeedBook:
             entries = det.batch
             for k in det.run_batch():
                 due.setdefault(entries[k][6], {})[det] = k  # type: ignore[index]
-        for place, (feed, dt, top, changed) in enumerate(live):
+        for place in sorted(due.keys() | visit) if due else visit:
+            feed, dt, top, changed = live[place]
             acc = feed.acc
             found = due.get(place) if due else None
             dispatch = feed.dispatch if found else feed.plain
@@ -246,7 +287,7 @@ class FeedBook:
                     if gate is not None and top < gate and port not in det.ports:
                         continue  # every queue of a calm port below the detector's threshold
                     det.changed = changed
-                    det.sample(port, ts, dt, acc, owned)
+                    det.sample(port, ts, dt, merged(acc, feed.row) if det.reads_rows else acc, owned)
             if changed & feed.lazy_bits:  # one of a lazy detector's semantics changed
                 for det in feed.lazy:
                     if det.sem_bits & changed:  # one of its semantics changed (is in acc)
@@ -256,8 +297,42 @@ class FeedBook:
                                 det.emit(k)
                             continue
                         det.changed = changed
-                        det.sample(feed.port, feed.ts, dt, acc, feed.owned)
-            acc.clear()
+                        det.sample(feed.port, feed.ts, dt, merged(acc, feed.row) if det.reads_rows else acc,
+                                   feed.owned)
+        for entry in live:
+            entry[0].acc.clear()
+        for src in self.sources.values():
+            if src.written:  # every sample of the pass has been read: the rows start again at 0
+                src.written = False
+                ctypes.memset(src.rows.buffer_info()[0], 0, len(src.rows) * 8)
+
+
+def merged(acc: dict, row: tuple[array, int, tuple] | None) -> dict:
+    """A sample's deltas with its FEC bins (``row``: a Feed's) among them, as the dict alone held
+    them before rows (a bin whose delta spilled into the dict adds the two)."""
+    if row is None:
+        return acc
+    rows, at, keys = row
+    out = dict(acc)
+    for col, key in enumerate(keys):
+        v = rows[at + col]
+        if v and key is not None:
+            out[key] = out.get(key, 0) + v
+    return out
+
+
+def _spill(feed: Feed) -> int:
+    """A feed's row into its dict (its table is rebuilt before the pass): classify.SPILL, or 0
+    when the row held nothing."""
+    rows, at, keys = feed.row  # type: ignore[misc]
+    acc = feed.acc
+    moved = 0
+    for col, key in enumerate(keys):
+        v = rows[at + col]
+        if v and key is not None:
+            acc[key] = acc.get(key, 0) + v
+            moved = classify.SPILL
+    return moved
 
 
 def _split(feed: Feed) -> None:
@@ -267,7 +342,11 @@ def _split(feed: Feed) -> None:
     feed.plain = [d for d in feed.dispatch if d.batch is None]
     feed.split_of = feed.dispatch
     feed.lazy_kernels = [d for d in feed.lazy if d.batch is not None]
-    feed.lazy_bits = 0
+    feed.lazy_bits = feed.lazy_plain_bits = 0
     for det in feed.lazy:
         feed.lazy_bits |= det.sem_bits
+        if det.batch is None:
+            feed.lazy_plain_bits |= det.sem_bits
     feed.lazy_of = feed.lazy
+    feed.always = any(d.level_gate is None for d in feed.plain)
+    feed.gated = [d for d in feed.plain if d.level_gate is not None]

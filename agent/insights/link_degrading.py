@@ -74,6 +74,7 @@ from agent.insights.base import (
     fmt_duration,
     register,
 )
+from agent.insights.feeds import merged
 from agent.pathgrammar import escape_key, interface_path
 
 BINS = 16  # RS(544,514): 0..15 corrected symbols (a device's further bins are not read)
@@ -193,7 +194,7 @@ class _Port:
     above in each of the two (``tail_done``, ``tail_cur``: a sample sums only its own tail),
     and the ring: RING slots of (bucket, uncorrectable, bins), bucket b in slot b % RING."""
 
-    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "w", "sent", "boxes")
+    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "w", "sent", "boxes", "row_keys", "cols")
 
     def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
         self.units = units
@@ -209,6 +210,10 @@ class _Port:
         #: the gauges as last published, per unit and for the port (key None)
         self.sent: dict[int | None, dict[str, float | int]] = {}
         self.boxes: dict[int | None, Container] = {}  # their containers, built once
+        #: the feed's row keys (feeds.Feed.row) its bins' columns were mapped for, and those
+        #: columns (:func:`_columns`); None: not mapped (the kernel reads acc then)
+        self.row_keys: tuple | None = None
+        self.cols: array | None = None
 
     # the parts of ``w``, for Python's turns and tests
     def at(self) -> tuple[int, int, int, int, int, int]:
@@ -265,6 +270,17 @@ class _Port:
             if w[at] == b:
                 out.append((b, list(w[at + 2:at + 2 + n]), w[at + 1]))
         return out
+
+
+def _columns(row_keys: tuple, keys: tuple, units: tuple[int, ...]) -> array:
+    """Per bin of the port (``keys``) its column in the feed's row (-1: none), then the columns
+    of the row's lanes outside ``units`` (a lane that came, found where the kernel closes a
+    bucket): the kernels' ``cols``."""
+    where = {key: col for col, key in enumerate(row_keys) if key is not None}
+    mine = set(keys)
+    others = [col for col, key in enumerate(row_keys)
+              if key is not None and key not in mine and "/" in key[1] and int(key[1].partition("/")[0]) not in units]
+    return array("i", [where.get(key, -1) for key in keys] + others)
 
 
 def _packed(w: list) -> list | array:
@@ -344,6 +360,7 @@ class LinkDegrading(Detector):
         #: ... what the kernel left for their turns: entry index -> None (Python's sample) or
         #: (events, updates)
         self._todo: dict[int, tuple | None] = {}
+        self._row: tuple | None = None  # the feed's row of the sample in Python's turn (feeds.Feed.row)
 
     def phase(self, port: str) -> int:
         """Where in a bucket the port's buckets end (tests set it to 0 to compare)."""
@@ -355,7 +372,7 @@ class LinkDegrading(Detector):
         cfg = self.cfg
         conf = (self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, cfg.max_bin, cfg.max_bin_count, cfg.flr,
                 cfg.min_r2, (1 + cfg.interleave * MFC) / MFC, self.per_slot, GAUGES, StateUpdate, "insights",
-                _UPDATE_FIELDS)
+                _UPDATE_FIELDS, c.SPILL)
         self._todo = self.kernel(entries, self.fast, conf, self.pending) if entries else {}
         return list(self._todo)  # (ascending: the kernel takes the samples in order)
 
@@ -363,10 +380,14 @@ class LinkDegrading(Detector):
         todo = self._todo.get(k, False)
         if todo is False:
             return
-        port, ts, dt, acc, owned, changed = self._entries[k][:6]
-        if todo is None:  # Python's sample
+        entry = self._entries[k]
+        port, ts, dt, acc, owned, changed = entry[:6]
+        if todo is None:  # Python's sample: its bins from the feed's row among its deltas
+            row = entry[7] if len(entry) > 7 else None
             self.changed = changed
-            self._sample(port, ts, dt, acc, owned)
+            self._row = row
+            self._sample(port, ts, dt, merged(acc, row), owned)
+            self._row = None
             return
         events, updates = todo  # the kernel's judgement: its events in their turn
         if events:
@@ -397,7 +418,10 @@ class LinkDegrading(Detector):
             for unit in (*st.units, None):
                 if unit not in boxes:
                     boxes[unit] = prediction_container(port, unit)
-        self.fast[port] = (w, st.keys, st.hashes, st.units, st.sent, boxes, st.phase)
+        row = self._row
+        if row is not None and row[2] is not st.row_keys:  # the bins' columns in this feed's rows
+            st.row_keys, st.cols = row[2], _columns(row[2], st.keys, st.units)
+        self.fast[port] = (w, st.keys, st.hashes, st.units, st.sent, boxes, st.phase, st.row_keys, st.cols)
 
     @staticmethod
     def _store(st: _Port, at: int, values: list) -> list | array:

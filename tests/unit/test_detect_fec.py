@@ -24,6 +24,7 @@ from agent.config import Duration
 from agent.counters import Container, StateUpdate
 from agent.insights import classify as c
 from agent.insights.base import CRITICAL, NS, WARNING, Detector, fmt_count, fmt_duration
+from agent.insights.feeds import merged
 from agent.insights.link_degrading import (
     _EMPTY,
     _PORT_KEYS,
@@ -421,8 +422,38 @@ def _config(rng: random.Random) -> LinkDegradingConfig:
                                interleave=rng.choice((1, 2, 4)))
 
 
+#: the feeds' row keys of every port in the passes below: its own bins, then lanes 0..7's
+_ROW_KEYS = _PORT_KEYS + sum((lane_keys(u) for u in range(8)), ())
+_ROW_COLS = {k: col for col, k in enumerate(_ROW_KEYS)}
+
+
+def _rowed(entries: list) -> list:
+    """A pass's samples as the feeds give them (feeds.FeedBook): each FEC bin's delta in the
+    port's row (an i64 within int64), not in acc; a value past int64 or not an int stays in acc
+    and the sample takes classify.SPILL (feed_add's rule); a zero is dropped (feed_add adds none)."""
+    width = len(_ROW_KEYS)
+    rows = array("q", bytes(8 * width * len(entries)))
+    out = []
+    for n, (port, ts, dt, acc, owned, changed) in enumerate(entries):
+        rest = {}
+        for key, v in acc.items():
+            col = _ROW_COLS.get(key)
+            if col is None:
+                rest[key] = v
+            elif type(v) is int and -2**63 <= v < 2**63:
+                rows[n * width + col] = v
+            else:
+                rest[key] = v
+                changed |= c.SPILL
+        out.append((port, ts, dt, rest, owned, changed, n, (rows, n * width, _ROW_KEYS)))
+    return out
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
+@pytest.mark.parametrize("rows", [False, True], ids=["acc", "rows"])
+def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed, rows):
+    """With the bins in acc (a sample outside the feeds) and in the feeds' rows: the old
+    detector reads the two merged (feeds.merged, as the feeds give a Python detector)."""
     rng = random.Random(seed)
     ports = [f"swp{i}" for i in range(1, rng.randrange(2, 16))]
     cfg = _config(rng)
@@ -434,9 +465,11 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
     samples = 0
     for entries, ts, gone in _passes(rng, ports, 400):
         samples += len(entries)
+        if rows:
+            entries = _rowed(entries)
         for e in entries:
             old.changed = e[5]
-            old.sample(*e[:5])
+            old.sample(*e[:3], merged(e[3], e[7] if rows else None), e[4])
         for name, det in news.items():
             det.batch.extend(entries)
             found = det.run_batch()
@@ -460,10 +493,10 @@ def test_both_kernels_hit_publish_and_keep_state_as_the_old_detector_did(seed):
         for p, st in old.ports.items():
             assert _state(det.ports[p]) == _state(st), (name, p)
         assert det.zeroed == old.zeroed, name
-        for p, (w, keys, hashes, units, sent, boxes, phase) in det.fast.items():  # what the kernel writes is the port's
+        for p, (w, keys, hashes, units, sent, boxes, phase, row_keys, cols) in det.fast.items():  # the port's own
             st = det.ports[p]
-            assert (w, keys, hashes, units, sent, boxes, phase) == (st.w, st.keys, st.hashes, st.units, st.sent,
-                                                                   st.boxes, st.phase)
+            assert (w, keys, hashes, units, sent, boxes, phase, row_keys, cols) == (
+                st.w, st.keys, st.hashes, st.units, st.sent, st.boxes, st.phase, st.row_keys, st.cols)
             assert list(hashes) == list(map(hash, keys))
             assert w is st.w and sent is st.sent and type(w) is array
         assert deferred[name] < samples, name  # some samples were the kernel's own
@@ -540,7 +573,7 @@ def test_bad_input_is_refused(name):
         pytest.skip("no C extension")
     run, fits, changes, lanes = KERNELS[name]
     conf = (10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9, 3, 1e-9, 0.9, 1.125, 1, GAUGES, StateUpdate,
-            "insights", None)
+            "insights", None, c.SPILL)
     with pytest.raises(TypeError):
         run([("swp1", 1, 1, {}, frozenset())], {}, conf, [])
     with pytest.raises(TypeError):
@@ -559,10 +592,10 @@ def test_bad_input_is_refused(name):
     for w, units in ((array("q", bytes(8 * 10)), (PORT,)), (array("q", bytes(8 * 5000)), (PORT,)),
                      (array("q", bytes(8 * 5000)), (PORT, 1))):
         before = bytes(w)
-        assert run([entry], {"swp1": (w, keys, hashes, units, {}, {}, 0)}, conf, []) == {0: None}
+        assert run([entry], {"swp1": (w, keys, hashes, units, {}, {}, 0, None, None)}, conf, []) == {0: None}
         assert bytes(w) == before
     with pytest.raises(TypeError):
-        run([entry], {"swp1": ([0] * 5000, keys, hashes, (PORT,), {}, {}, 0)}, conf, [])
+        run([entry], {"swp1": ([0] * 5000, keys, hashes, (PORT,), {}, {}, 0, None, None)}, conf, [])
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):

@@ -24,7 +24,7 @@ from agent.counters import (
     CounterTable,
 )
 from agent.insights import classify
-from agent.insights.feeds import FeedBook
+from agent.insights.feeds import FeedBook, merged
 from agent.pathgrammar import interface_path, qos_interface_path
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
@@ -141,3 +141,89 @@ def test_the_feed_book_marks_feeds_and_discards_as_before():
     book.add(Batch("asic", 200, table, first[2:], values, [3], bytes([F_CHANGED])))
     assert feeds["swp1"].acc == {lay.slots[first[2]][1]: 10} and feeds["swp1"].ts == 200
     assert len(book.dirty) == 2
+
+
+def _fec_table(ports: int, rng: random.Random) -> CounterTable:
+    """Per port: its RS-FEC histogram's bins, some lanes' (lane numbers with gaps), a bin past
+    15 and a lane written "01" (neither in the row: they stay in the dict), and an octet counter."""
+    specs = []
+    for n in range(ports):
+        p = f"swp{n + 1}"
+        phy = interface_path(p) + "/phy"
+        specs.append(CounterSpec(Container("openconfig", interface_path(p) + "/hw/state/counters"), "in-octets",
+                                 port=p))
+        for lane in ["", *map(str, sorted(rng.sample(range(8), rng.randrange(5)))), "01"]:
+            where = phy + (f"/channels/channel[id={lane}]" if lane else "")
+            for b in range(17):
+                specs.append(CounterSpec(Container("swtel", where + f"/histograms/state/rs-num-corr-err"
+                                                             f"[upper-boundary={b}]"), "count", port=p))
+    return CounterTable("asic", specs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fec_bins_go_to_the_rows_and_read_back_as_the_dict_held_them(seed):
+    """feed_add with rows (classify.Layout.vcols): C and the twin write the same rows, dicts and
+    masks, and each slot's dict and row merged (feeds.merged) hold what the reference's dict
+    holds (a bin whose deltas sum to 0 aside: no feed delta is negative); a delta past int64, or
+    a sum leaving it, or one not an int, goes to the dict and marks the slot SPILL."""
+    rng = random.Random(seed)
+    table = _fec_table(rng.randrange(1, 6), rng)
+    lay = classify.layout(table)
+    assert lay.vwidth and any(c < 0 for c, s in zip(lay.vcols, lay.slots, strict=True) if s is not None
+                              and s[1][0] == classify.FEC_BIN)  # bins past 15 and lane "01" stay out
+    backends = [_fallback.feed_add] + ([_backend.reader.feed_add] if _backend.NAME == "C" else [])
+    ref: list[dict] = [{} for _ in lay.ports]
+    states = [([{} for _ in lay.ports], array("q", bytes(8 * lay.vwidth * len(lay.ports)))) for _ in backends]
+    spilled = set()
+    for _ in range(5):
+        indices, deltas, flags, values = _random_batch(rng, len(table))
+        deltas = [rng.choice((d, 2**63 + 5, 2**62 + rng.randrange(2**62), True)) if rng.random() < 0.05 else d
+                  for d in deltas]
+        into_row = [k for k, i in enumerate(indices) if lay.vcols[i] >= 0 and not flags[k] & (F_NEW | F_RESET)]
+        if into_row:  # one past int64 in every batch
+            deltas[rng.choice(into_row)] = 2**63 + 5
+        want = _reference(indices, deltas, flags, values, lay, ref)
+        got = []
+        for fn, (accs, rows) in zip(backends, states, strict=True):
+            out = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, None,
+                     lay.vcols, rows, lay.vwidth, classify.SPILL)
+            assert [list(x) for x in out[:3]] == [list(x) for x in want[:3]]
+            assert [m & ~classify.SPILL for m in out[3]] == want[3]
+            spilled |= {slot for slot, m in zip(out[0], out[3], strict=True) if m & classify.SPILL}
+            got.append((out, accs, array("q", rows)))
+        assert all(g == got[0] for g in got)  # C and the twin: the same, word for word
+    accs, rows = states[0]
+    for slot in range(len(lay.ports)):
+        row = (rows, slot * lay.vwidth, lay.vkeys[slot])
+        want_acc = {k: v for k, v in ref[slot].items() if v or k[0] != classify.FEC_BIN or lay.vcols[
+            lay.keys.index(k)] < 0}
+        assert merged(accs[slot], row) == want_acc, slot
+        in_dict = {k for k in accs[slot] if k[0] == classify.FEC_BIN and lay.vcols[lay.keys.index(k)] >= 0}
+        assert not in_dict or slot in spilled  # a row's bin in the dict only where the slot was told
+    assert spilled and any(any(r) for r in [states[0][1]])  # both ways were taken
+
+
+def test_a_table_rebuilt_before_the_pass_keeps_the_rows_deltas():
+    """The source's table changes between two reads of one pass (a port came): what the old
+    rows held goes to the feeds' dicts (SPILL), so the pass's sample still has every delta; the
+    flush then zeroes the rows."""
+    rng = random.Random(1)
+    table = _fec_table(2, rng)
+    lay = classify.layout(table)
+    book = FeedBook()
+    bins = [i for i, s in enumerate(lay.slots) if s is not None and s[1][0] == classify.FEC_BIN and
+            lay.vcols[i] >= 0 and s[0] == 0][:3]
+    values = array("Q", bytes(8 * len(table)))
+    book.add(Batch("asic", 100, table, bins, values, [4, 5, 6], bytes([F_CHANGED] * 3)))
+    feed = book.dirty[0]
+    assert feed.acc == {} and sorted(v for v in book.sources["asic"].rows if v) == [4, 5, 6]
+    bigger = CounterTable("asic", list(table.specs) + list(_fec_table(3, random.Random(1)).specs[-18:]))
+    again = bins  # (the old specs keep their places: the new port's come after them)
+    book.add(Batch("asic", 200, bigger, again, array("Q", bytes(8 * len(bigger))), [1, 1, 1],
+                   bytes([F_CHANGED] * 3)))
+    assert book.dirty == [feed] and feed.changed & classify.SPILL
+    keys = [lay.keys[i] for i in bins]
+    assert merged(feed.acc, feed.row) == dict(zip(keys, [5, 6, 7], strict=True))
+    feed.prev_ts = 50
+    book.flush()
+    assert not any(book.sources["asic"].rows) and feed.acc == {}
