@@ -173,14 +173,14 @@ def _i64(v) -> bool:
     return type(v) is int and -_I64 <= v < _I64
 
 
-def _fec_fit(d: list, total: int) -> tuple:
-    """(max_t, pred) of one unit's bins over total (C: fec_fit), written as link_degrading's
-    fit() is, operation for operation."""
-    max_t = max((i for i in range(_FEC_BINS) if d[i] > 0), default=0)
-    pts = [(i, math.log10(d[i] / total)) for i in range(1, _FEC_BINS) if d[i] > 0]
+def fec_line(counts: list, total: int) -> tuple | None:
+    """(predicted CER, R², slope, points) of the line through log10(counts[i] / total) for
+    the bins i = 1..15 with a count, or None with fewer than 3 of them (C: fec_fit's line);
+    agent/insights/link_degrading.py's fit() is this one."""
+    pts = [(i, math.log10(counts[i] / total)) for i in range(1, _FEC_BINS) if counts[i] > 0]
     n = len(pts)
     if n < 3:
-        return max_t, None
+        return None
     mx = sum(x for x, _ in pts) / n
     my = sum(y for _, y in pts) / n
     sxx = sum((x - mx) ** 2 for x, _ in pts)
@@ -188,9 +188,27 @@ def _fec_fit(d: list, total: int) -> tuple:
     icpt = my - slope * mx
     ss_tot = sum((y - my) ** 2 for _, y in pts)
     ss_res = sum((y - icpt - slope * x) ** 2 for x, y in pts)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
-    cer = sum(10.0 ** min(0.0, icpt + slope * i) for i in range(16, 21))
-    return max_t, (min(cer, 1.0), r2, slope, n)
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0  # a flat line explains nothing
+    cer = sum(10.0 ** min(0.0, icpt + slope * i) for i in range(16, 21))  # bins 16..20 extrapolated
+    return min(cer, 1.0), r2, slope, n
+
+
+def _fec_fit(d: list, total: int) -> tuple:
+    """(max_t, pred) of one unit's bins over total (C: fec_fit)."""
+    return max((i for i in range(_FEC_BINS) if d[i] > 0), default=0), fec_line(d, total)
+
+
+def _fec_unit_fits(d: list, units: int, lanes: bool, codewords: int) -> list | None:
+    """Per unit, None (no codewords) or _fec_fit's (max_t, pred): a lane's over its own
+    codewords, a port's over all; None when a total is past doubles' exact ints."""
+    fits: list = []
+    for u in range(units):
+        mine = d[u * _FEC_BINS:(u + 1) * _FEC_BINS]
+        total = sum(mine) if lanes else codewords
+        if total > _EXACT_FIT:
+            return None
+        fits.append(_fec_fit(mine, total) if total > 0 else None)
+    return fits
 
 
 def _fec_rounded(x: float) -> float:
@@ -363,18 +381,15 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     if not _i64(codewords):
         return no
     judge, publish = codewords > 0, i1 // per_slot != w[_FW_SLOT]
-    fits: list = []
+    fits: list | None = []
     if judge:
         if codewords > _EXACT_FIT or not -_EXACT_FIT <= unc_all <= _EXACT_FIT:
             return no
         if not all(-_EXACT_FIT <= x <= _EXACT_FIT for x in d):
             return no
-        for u in range(nu):
-            mine = d[u * _FEC_BINS:(u + 1) * _FEC_BINS]
-            total = sum(mine) if lanes else codewords
-            if total > _EXACT_FIT:
-                return no
-            fits.append(_fec_fit(mine, total) if total > 0 else None)
+        fits = _fec_unit_fits(d, nu, lanes, codewords)
+        if fits is None:
+            return no
     # no way back: the state after the sample
     at = ring_at + i0 % _FEC_RING * (n + 2)
     w[at] = i0
@@ -466,14 +481,7 @@ def fec_fits(counts: list, units: int, lanes: bool, codewords) -> list | None:
         raise ValueError("counts must hold 16 bins per unit")
     if not _small(codewords) or not all(map(_small, counts)):
         return None
-    out: list = []
-    for u in range(units):
-        d = counts[u * _FEC_BINS:(u + 1) * _FEC_BINS]
-        total = sum(d) if lanes else codewords
-        if total > _EXACT_FIT:
-            return None
-        out.append(_fec_fit(d, total) if total > 0 else None)
-    return out
+    return _fec_unit_fits(counts, units, lanes, codewords)
 
 
 def fec_changes(sents: list, values: list, leaves: tuple) -> list | None:

@@ -50,7 +50,6 @@ i64), its fits the backend's ``fec_fits``, its gauges' rounding and comparison i
 from __future__ import annotations
 
 import dataclasses
-import math
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -151,21 +150,13 @@ def _rounded(x: float) -> float:
 
 def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None:
     """(predicted CER, R², slope, points) of the line through log10(counts[i] / total) for
-    the bins i = 1..15 with a count, or None with fewer than MIN_POINTS of them."""
-    pts = [(i, math.log10(counts[i] / total)) for i in range(1, BINS) if counts[i] > 0]
-    n = len(pts)
-    if n < MIN_POINTS:
-        return None
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    icpt = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for _, y in pts)
-    ss_res = sum((y - icpt - slope * x) ** 2 for x, y in pts)
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0  # a flat line explains nothing
-    cer = sum(10.0 ** min(0.0, icpt + slope * i) for i in PREDICTED)
-    return min(cer, 1.0), r2, slope, n
+    the bins i = 1..15 with a count, or None with fewer than MIN_POINTS of them: the
+    fallback's ``fec_line`` (the one fit: the C kernel's fec_fit in Python's numbers).
+    Imported when first needed (counts past the kernel's doubles), as link_errors imports
+    burst_one: importing it loads the whole fallback package."""
+    from agent._fallback.detect import fec_line
+
+    return fec_line(counts, total)
 
 
 def _fits(d_all: list[int], units: int, lanes: bool, codewords: int) -> list:

@@ -698,23 +698,12 @@ def _ring_script(lanes: bool) -> list[tuple[int, dict]]:
             ts += 250_000_000
 
     n = 0
-    for _ in range(25):
-        bucket(n, False)
-        n += 1
-    ts += 3 * NS
-    for _ in range(12):
-        bucket(n, False)
-        n += 1
-    for _ in range(2):
-        bucket(n, True)
-        n += 1
-    for _ in range(14):
-        bucket(n, False)
-        n += 1
-    ts += 15 * NS
-    for _ in range(3):
-        bucket(n, False)
-        n += 1
+    # (seconds of gap before, buckets, with the tail)
+    for gap, buckets, tail in ((0, 25, False), (3, 12, False), (0, 2, True), (0, 14, False), (15, 3, False)):
+        ts += gap * NS
+        for _ in range(buckets):
+            bucket(n, tail)
+            n += 1
     return out
 
 
