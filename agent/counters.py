@@ -14,6 +14,7 @@ those indices, so unchanged counters cost no Python work.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,15 +107,17 @@ class Batch:
 
     ``values`` is the source's whole cumulative-value array (u64, wrap- and
     reset-corrected, so it never goes down for a counter); only ``indices`` changed.
-    ``deltas[i]`` and ``flags[i]`` belong to ``indices[i]``.
+    ``deltas[i]`` and ``flags[i]`` belong to ``indices[i]``. The engine gives ``indices`` as
+    an ``array('I')`` and ``deltas`` as an ``array('q')`` (no Python int made per change: the C
+    loops read them in place); any sequence of ints is taken as well.
     """
 
     source: str
     ts_ns: int
     table: CounterTable
-    indices: list[int]
+    indices: Sequence[int]
     values: array
-    deltas: list[int]
+    deltas: Sequence[int]
     flags: bytes
     snapshot: bool = False  # True: every counter of the table, sent as a full snapshot
 
@@ -125,7 +128,7 @@ class Batch:
             yield specs[i], paths[i], values[i], self.deltas[n], self.flags[n]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StateUpdate:
     """A non-counter value that is sent on change: oper-status, insight events, agent health."""
 

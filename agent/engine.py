@@ -418,9 +418,9 @@ class Engine:
             self.store.set_states(states)
             self._tell("on_state", states)
         if n:
-            idx = runner.out_idx[:n].tolist()
+            idx = runner.out_idx[:n]  # (copies: the runner's arrays are reused by the next read)
             flags = bytes(runner.out_flags[:n])
-            batch = Batch(source.name, ts_ns, runner.published, idx, values, runner.out_delta[:n].tolist(), flags)
+            batch = Batch(source.name, ts_ns, runner.published, idx, values, runner.out_delta[:n], flags)
             # The first read of a counter is its baseline, not a change seen on the wire.
             fresh = flags.translate(_IS_NEW).count(1)
             jumps = flags.translate(_IS_JUMP).count(1)

@@ -246,7 +246,8 @@ class _Tick:
         k = _backend.reader.diff(self.values, self.prev, self.acc, self.known, t.widths, t.kinds, self.oi,
                                  self.od, self.of)
         if self.runner is not None:
-            batch = Batch("asic", ts, t, self.oi[:k].tolist(), self.values, self.od[:k].tolist(), bytes(self.of[:k]))
+            # (as agent/engine.py hands a batch over: the arrays' copies, read in place by feed_add)
+            batch = Batch("asic", ts, t, self.oi[:k], self.values, self.od[:k], bytes(self.of[:k]))
             self.runner.on_batch(batch)
             self.runner.end_pass(ts)
         self.costs.append((time.perf_counter() - t0) * 1e3)

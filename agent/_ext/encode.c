@@ -89,10 +89,10 @@ static PyObject *write_response(int64_t ts, const char *prefix, Py_ssize_t prefi
 PyDoc_STRVAR(encode_updates_doc,
 "encode_updates(ts_ns, indices, values, containers, prefixes, paths, max_updates) -> list[bytes]\n\n"
 "One serialized gnmi.SubscribeResponse per container that has changed counters (split\n"
-"every max_updates updates). indices: changed counter indices; values: u64 buffer of\n"
-"every counter; containers: u32 buffer, container id of every counter; prefixes:\n"
-"list of serialized prefix Paths by container id; paths: list of serialized relative\n"
-"Paths by counter index. Notifications come in order of first appearance.");
+"every max_updates updates). indices: changed counter indices (a u32 array, or a sequence\n"
+"of ints); values: u64 buffer of every counter; containers: u32 buffer, container id of\n"
+"every counter; prefixes: list of serialized prefix Paths by container id; paths: list of\n"
+"serialized relative Paths by counter index. Notifications come in order of first appearance.");
 
 static PyObject *encode_updates(PyObject *self, PyObject *args)
 {
@@ -106,8 +106,8 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "max_updates must be at least 1");
         return NULL;
     }
-    PyObject *indices = PySequence_Fast(indices_obj, "indices must be a sequence");
-    if (indices == NULL)
+    swtel_ints indices;
+    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0)
         return NULL;
     static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
     PyObject *objs[2] = {values_obj, containers_obj};
@@ -124,8 +124,7 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     const uint32_t *cont = (const uint32_t *)cbuf->buf;
     Py_ssize_t nvalues = vbuf->len / 8, ncounters = cbuf->len / 4;
     Py_ssize_t nprefix = PyList_GET_SIZE(prefixes), npaths = PyList_GET_SIZE(paths);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(indices);
-    PyObject **items = PySequence_Fast_ITEMS(indices);
+    Py_ssize_t n = indices.n;
 
     result = PyList_New(0);
     if (result == NULL || n == 0)
@@ -142,7 +141,7 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     }
     /* Validate and count updates per container (counting sort keeps index order). */
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t i = PyLong_AsSsize_t(items[k]);
+        Py_ssize_t i = swtel_ints_index(&indices, k);
         if (i == -1 && PyErr_Occurred())
             goto fail;
         if (i < 0 || i >= nvalues || i >= ncounters || i >= npaths) {
@@ -214,7 +213,7 @@ done:
     PyMem_Free(written);
     swtel_release_buffers(views, 2);
 done_indices:
-    Py_DECREF(indices);
+    swtel_ints_release(&indices);
     return result;
 }
 

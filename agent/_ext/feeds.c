@@ -9,8 +9,8 @@
 PyDoc_STRVAR(feed_add_doc,
 "feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None,\n"
 "         vcols=None, rows=None, width=0, spill=0) -> (touched, discarded, tops, masks)\n\n"
-"indices, deltas (sequences of ints) and flags (u8) are one batch's changes; values\n"
-"(u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
+"indices, deltas (u32 and i64 arrays, or sequences of ints) and flags (u8) are one\n"
+"batch's changes; values (u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
 "a counter no detector reads), keys (a sequence per counter: the (sem, sub) key, or\n"
 "None) and levels (u8 per counter: 0 a counter, 1 a queue's level, 2 another level) map\n"
 "each counter, and bits (u32 per counter) its semantic's bit. accs is the list of\n"
@@ -59,18 +59,17 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "vcols and rows go together, with a positive width");
         return NULL;
     }
-    PyObject *idx = PySequence_Fast(idx_obj, "indices must be a sequence");
-    if (idx == NULL)
+    swtel_ints idx, deltas;
+    if (swtel_ints_get(idx_obj, &idx, 'I', "indices must be a sequence") < 0)
         return NULL;
-    PyObject *deltas = PySequence_Fast(delta_obj, "deltas must be a sequence");
-    if (deltas == NULL) {
-        Py_DECREF(idx);
+    if (swtel_ints_get(delta_obj, &deltas, 'q', "deltas must be a sequence") < 0) {
+        swtel_ints_release(&idx);
         return NULL;
     }
     PyObject *keys = PySequence_Fast(keys_obj, "keys must be a sequence");
     if (keys == NULL) {
-        Py_DECREF(idx);
-        Py_DECREF(deltas);
+        swtel_ints_release(&idx);
+        swtel_ints_release(&deltas);
         return NULL;
     }
     PyObject *touched = NULL, *discarded = NULL, *tops = NULL, *masks = NULL, *result = NULL;
@@ -89,8 +88,8 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             swtel_release_buffers(&hb, 1);
         goto out;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(idx), ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
-    if (PySequence_Fast_GET_SIZE(deltas) < n || b[0].len < n) {
+    Py_ssize_t n = idx.n, ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
+    if (deltas.n < n || b[0].len < n) {
         PyErr_SetString(PyExc_ValueError, "deltas and flags must hold one item per index");
         goto release;
     }
@@ -114,7 +113,8 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     const uint64_t *values = b[1].buf;
     const int32_t *slot_of = b[2].buf;
     const uint32_t *bits = b[4].buf;
-    PyObject **items = PySequence_Fast_ITEMS(idx), **dvals = PySequence_Fast_ITEMS(deltas);
+    const int64_t *dbuf = deltas.buf; /* (else the deltas are objects: dvals) */
+    PyObject **dvals = dbuf == NULL ? PySequence_Fast_ITEMS(deltas.fast) : NULL;
     PyObject **kvals = PySequence_Fast_ITEMS(keys);
     touched = PyList_New(0);
     discarded = PyList_New(0);
@@ -127,7 +127,7 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         goto release;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t i = PyLong_AsSsize_t(items[k]);
+        Py_ssize_t i = swtel_ints_index(&idx, k);
         if (i == -1 && PyErr_Occurred())
             goto release;
         if (i < 0 || i >= ncounters) {
@@ -179,10 +179,13 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             }
             continue;
         }
-        PyObject *d = dvals[k];
         if (vcols != NULL && vcols[i] >= 0 && vcols[i] < width) {
             int overflow = 1;
-            long long x = PyLong_CheckExact(d) ? PyLong_AsLongLongAndOverflow(d, &overflow) : 0;
+            long long x = 0;
+            if (dbuf != NULL)
+                x = dbuf[k], overflow = 0;
+            else if (PyLong_CheckExact(dvals[k]))
+                x = PyLong_AsLongLongAndOverflow(dvals[k], &overflow);
             if (x == -1 && PyErr_Occurred())
                 goto release;
             if (!overflow) {
@@ -198,16 +201,35 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             /* not an int within int64, or a sum past it: into the dict, the row's reader told */
             mask[slot] |= (uint32_t)spill;
         }
-        int zero = PyObject_Not(d);
-        if (zero < 0)
-            goto release;
-        if (zero)
+        if (dbuf != NULL && dbuf[k] == 0)
             continue;
         Py_hash_t h = hashes ? (Py_hash_t)hashes[i] : 0;
-        PyObject *old = ACC_GET(acc, key, h);
+        PyObject *old = ACC_GET(acc, key, h), *sum;
         if (old == NULL && PyErr_Occurred())
             goto release;
-        PyObject *sum = old == NULL ? (Py_INCREF(d), d) : PyNumber_Add(old, d);
+        if (dbuf != NULL) {
+            /* an i64 delta: added in C while the sum stays within int64 (no int made for the delta) */
+            int overflow = 1;
+            long long was = old != NULL && PyLong_CheckExact(old) ? PyLong_AsLongLongAndOverflow(old, &overflow) : 0;
+            long long total;
+            if (old == NULL)
+                sum = PyLong_FromLongLong(dbuf[k]);
+            else if (!overflow && !__builtin_add_overflow(was, (long long)dbuf[k], &total))
+                sum = PyLong_FromLongLong(total);
+            else {
+                PyObject *d = PyLong_FromLongLong(dbuf[k]);
+                sum = d == NULL ? NULL : PyNumber_Add(old, d);
+                Py_XDECREF(d);
+            }
+        } else {
+            PyObject *d = dvals[k];
+            int zero = PyObject_Not(d);
+            if (zero < 0)
+                goto release;
+            if (zero)
+                continue;
+            sum = old == NULL ? (Py_INCREF(d), d) : PyNumber_Add(old, d);
+        }
         if (sum == NULL || ACC_SET(acc, key, sum, h) < 0) {
             Py_XDECREF(sum);
             goto release;
@@ -246,8 +268,8 @@ out:
     Py_XDECREF(masks);
     Py_XDECREF(touched);
     Py_XDECREF(discarded);
-    Py_DECREF(idx);
-    Py_DECREF(deltas);
+    swtel_ints_release(&idx);
+    swtel_ints_release(&deltas);
     Py_DECREF(keys);
     return result;
 }

@@ -39,6 +39,41 @@ void swtel_release_buffers(Py_buffer *views, int n)
         PyBuffer_Release(&views[i]);
 }
 
+int swtel_ints_get(PyObject *obj, swtel_ints *s, char kind, const char *what)
+{
+    Py_ssize_t size = kind == 'I' ? 4 : 8;
+    s->fast = NULL;
+    s->buf = NULL;
+    if (PyObject_CheckBuffer(obj) && PyObject_GetBuffer(obj, &s->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        const char *f = s->view.format != NULL ? s->view.format : "B";
+        if (*f == '@' || *f == '=')
+            f++;
+        /* i64: 'q', or 'l' where a long is 8 bytes; u32: 'I', or 'L' where a long is 4 */
+        int same = s->view.itemsize == size && f[1] == '\0' &&
+                   (kind == 'I' ? (*f == 'I' || *f == 'L') : (*f == 'q' || *f == 'l'));
+        if (same) {
+            s->buf = s->view.buf;
+            s->n = s->view.len / size;
+            return 0;
+        }
+        PyBuffer_Release(&s->view); /* a buffer of other items: read as a sequence */
+    }
+    PyErr_Clear();
+    s->fast = PySequence_Fast(obj, what);
+    if (s->fast == NULL)
+        return -1;
+    s->n = PySequence_Fast_GET_SIZE(s->fast);
+    return 0;
+}
+
+void swtel_ints_release(swtel_ints *s)
+{
+    if (s->buf != NULL)
+        PyBuffer_Release(&s->view);
+    Py_CLEAR(s->fast);
+    s->buf = NULL;
+}
+
 static struct PyModuleDef swtel_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "agent._swtel",

@@ -68,4 +68,27 @@ typedef struct {
 int swtel_get_buffers(PyObject *const *objs, Py_buffer *views, const swtel_bufspec *specs, int n);
 void swtel_release_buffers(Py_buffer *views, int n);
 
+/* A sequence of ints as a loop reads it: a typed buffer (kind 'I': u32 items, as array('I');
+ * kind 'q': i64 items, as array('q')) read in place, or any other sequence of Python ints
+ * through PySequence_Fast. The engine hands a batch's indices and deltas over as arrays, so
+ * no Python int is made per change; tests and callers may still pass lists. */
+typedef struct {
+    Py_buffer view;
+    PyObject *fast;  /* the PySequence_Fast list or tuple, when not a buffer of that kind */
+    const void *buf; /* the buffer's items, when it is one */
+    Py_ssize_t n;
+} swtel_ints;
+
+/* 0, or -1 with an exception set (nothing held then). */
+int swtel_ints_get(PyObject *obj, swtel_ints *s, char kind, const char *what);
+void swtel_ints_release(swtel_ints *s);
+
+/* Item k as an index (kind 'I'), or -1 with an exception set when an object item is not an int. */
+static inline Py_ssize_t swtel_ints_index(const swtel_ints *s, Py_ssize_t k)
+{
+    if (s->buf != NULL)
+        return (Py_ssize_t)((const uint32_t *)s->buf)[k];
+    return PyLong_AsSsize_t(PySequence_Fast_ITEMS(s->fast)[k]);
+}
+
 #endif

@@ -109,7 +109,7 @@ def _plain_fields(cls: type) -> tuple[str, ...] | None:
     ``__init__`` would, without calling it (a Python call per gauge otherwise). None else."""
     if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen or cls.__new__ is not object.__new__:
         return None
-    if hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__ or "__init__" not in cls.__dict__:
+    if hasattr(cls, "__post_init__") or "__init__" not in cls.__dict__:
         return None
     fields = dataclasses.fields(cls)
     if not all(f.init and not f.kw_only for f in fields) or len(fields) != 5:

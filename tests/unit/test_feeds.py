@@ -87,8 +87,11 @@ def _random_batch(rng: random.Random, n: int) -> tuple[list[int], list[int], byt
 
 @pytest.mark.parametrize("seed", range(40))
 @pytest.mark.parametrize("hashed", [False, True])
-def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed, hashed):
-    """With and without the keys' hashes (the feed book gives them: C then hashes no key)."""
+@pytest.mark.parametrize("form", ["lists", "arrays"])
+def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed, hashed, form):
+    """With and without the keys' hashes (the feed book gives them: C then hashes no key); the
+    indices and deltas as lists, or as the engine hands them over (array('I'), array('q'): C
+    reads them in place and adds an i64 delta without making an int of it)."""
     rng = random.Random(seed)
     table = _table(rng.randrange(1, 9))
     lay = classify.layout(table)
@@ -98,8 +101,9 @@ def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(see
     for _ in range(6):  # several batches into the same accumulations (two reads before a pass)
         indices, deltas, flags, values = _random_batch(rng, len(table))
         want = _reference(indices, deltas, flags, values, lay, states[0])
+        given = (array("I", indices), array("q", deltas)) if form == "arrays" else (indices, deltas)
         for fn, accs in zip(backends, states[1:], strict=True):
-            got = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, *hashes)
+            got = fn(*given, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, *hashes)
             assert tuple(list(x) for x in got) == want
             assert accs == states[0]
     assert any(states[0])  # the batches did reach the accumulations
@@ -203,6 +207,39 @@ def test_fec_bins_go_to_the_rows_and_read_back_as_the_dict_held_them(seed):
     assert spilled and any(any(r) for r in [states[0][1]])  # both ways were taken
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_array_deltas_whose_sums_leave_int64_spill_as_list_ones_do(seed):
+    """i64 deltas (the engine's arrays) near the edges of int64, into rows and into dicts: C
+    reading the arrays in place gives what it and the twin give from lists (a sum past int64
+    goes to the dict, as a Python int, and marks the slot SPILL)."""
+    rng = random.Random(seed)
+    table = _fec_table(rng.randrange(1, 4), rng)
+    lay = classify.layout(table)
+    backends = [_fallback.feed_add] + ([_backend.reader.feed_add] if _backend.NAME == "C" else [])
+    edge = (2**63 - 1, 2**62 + 7, -(2**63), -(2**62) - 3, 1)
+    results = {}
+    for form in ("lists", "arrays"):
+        for fn in backends:
+            accs, rows = [{} for _ in lay.ports], array("q", bytes(8 * lay.vwidth * len(lay.ports)))
+            r = random.Random(seed)
+            outs = []
+            for _ in range(4):
+                indices = sorted(r.sample(range(len(table)), r.randrange(1, len(table) + 1)))
+                deltas = [r.choice(edge) for _ in indices]
+                flags = bytes(F_CHANGED for _ in indices)
+                values = array("Q", bytes(8 * len(table)))
+                if form == "arrays":
+                    indices, deltas = array("I", indices), array("q", deltas)
+                outs.append(fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs,
+                               None, lay.vcols, rows, lay.vwidth, classify.SPILL))
+            results[(form, fn.__module__)] = (outs, accs, list(rows))
+    first = next(iter(results.values()))
+    assert all(v == first for v in results.values())
+    outs, accs, _rows = first
+    assert any(m & classify.SPILL for out in outs for m in out[3])  # sums did leave int64
+    assert any(abs(v) >= 2**63 for acc in accs for v in acc.values())  # ... and were kept exact
+
+
 def test_a_table_rebuilt_before_the_pass_keeps_the_rows_deltas():
     """The source's table changes between two reads of one pass (a port came): what the old
     rows held goes to the feeds' dicts (SPILL), so the pass's sample still has every delta; the
@@ -227,3 +264,17 @@ def test_a_table_rebuilt_before_the_pass_keeps_the_rows_deltas():
     feed.prev_ts = 50
     book.flush()
     assert not any(book.sources["asic"].rows) and feed.acc == {}
+
+
+def test_a_layouts_keys_are_one_object_per_semantic_and_sub():
+    """Equal keys of different ports are the same tuple (the per-change loop's dict updates
+    touch a few hot keys, not one object per counter), and still equal what classify says."""
+    table = _table(4)
+    lay = classify.layout(table)
+    by_value: dict = {}
+    for spec, key in zip(table.specs, lay.keys, strict=True):
+        hit = classify.classify(spec)
+        assert (hit is None and key is None) or key == hit[1:]
+        if key is not None:
+            assert by_value.setdefault(key, key) is key
+    assert len(by_value) < sum(k is not None for k in lay.keys)  # (four ports share their keys)

@@ -4,6 +4,7 @@ origin, relative unique paths, ns timestamps, typed values, deletes, sync)."""
 
 from __future__ import annotations
 
+import random
 from array import array
 
 import pytest
@@ -140,6 +141,26 @@ def test_large_container_is_split_not_merged():
     msgs = _decode(encode.encode_batch(make_batch(table, list(range(25)), 5), "t", max_updates=10))
     assert [len(m.update.update) for m in msgs] == [10, 10, 5]
     assert len({m.update.prefix.SerializeToString() for m in msgs}) == 1
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_indices_as_the_engines_array_encode_as_a_list_does(backend):
+    """The engine hands a batch's indices over as array('I'): C reads them in place; the bytes
+    are those of the same indices as a list (and of any other sequence of ints)."""
+    b = BACKENDS[backend]
+    rng = random.Random(3)
+    n = 40
+    values = array("Q", (rng.randrange(1 << 64) for _ in range(n)))
+    containers = array("I", (i % 3 for i in range(n)))
+    prefixes = [gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=f"c{i}")]).SerializeToString() for i in range(3)]
+    paths = [gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=f"leaf{i}")]).SerializeToString() for i in range(n)]
+    idx = sorted(rng.sample(range(n), 25))
+    want = b.encode_updates(7, idx, values, containers, prefixes, paths, 4)
+    assert b.encode_updates(7, array("I", idx), values, containers, prefixes, paths, 4) == want
+    assert b.encode_updates(7, tuple(idx), values, containers, prefixes, paths, 4) == want
+    assert b.encode_updates(7, array("H", idx), values, containers, prefixes, paths, 4) == want  # (read as items)
+    with pytest.raises(IndexError):
+        b.encode_updates(7, array("I", [n]), values, containers, prefixes, paths, 4)
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))

@@ -506,3 +506,32 @@ def test_a_port_whose_bins_stop_reads_an_empty_window_then_starts_afresh():
         det.sample("swp1", t, NS // 10, acc, owned)
         det.end_pass(t)
     assert {u.leaf for u in det.states()} == set(GAUGES)
+
+
+def test_the_kernel_makes_state_updates_without_calling_init():
+    """StateUpdate (a frozen dataclass with slots) qualifies for the kernel's way of making one
+    (object.__new__, then each field set as its __init__ would): one Python call less per gauge
+    at ~1,100 gauges a tick (1,024 sim ports). A class that would not be made right is refused."""
+    import dataclasses
+
+    from agent.counters import StateUpdate
+    from agent.insights.link_degrading import _UPDATE_FIELDS, _plain_fields
+
+    assert _UPDATE_FIELDS == tuple(f.name for f in dataclasses.fields(StateUpdate))
+    made = object.__new__(StateUpdate)
+    for name, value in zip(_UPDATE_FIELDS, (5, Container(OPENCONFIG, "/x"), "leaf", 1.5, "insights"), strict=True):
+        object.__setattr__(made, name, value)
+    assert made == StateUpdate(5, Container(OPENCONFIG, "/x"), "leaf", 1.5, "insights")
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+        b: int
+        c: int
+        d: int
+        e: int
+
+        def __post_init__(self) -> None:  # work its __init__ does: the kernel must call it
+            raise ValueError
+
+    assert _plain_fields(Checked) is None
