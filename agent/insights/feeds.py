@@ -49,16 +49,16 @@ class Feed:
         self.changed = 0  # the semantics in acc, as classify.BITS
         # ``dispatch`` split (by _split, when split_of is not the current list): detectors
         # with a kernel (Detector.batch) and the others
-        self.kernels: list[Detector] = []
-        self.plain: list[Detector] = []
+        self.kernels: tuple[Detector, ...] = ()
+        self.plain: tuple[Detector, ...] = ()
         self.split_of: list[Detector] | None = None
         self.lazy_bits = 0  # the semantics of the lazy detectors (classify.BITS)
         self.lazy_of: list[Detector] | None = None
-        self.lazy_kernels: list[Detector] = []  # the lazy detectors with a kernel
+        self.lazy_kernels: tuple[Detector, ...] = ()  # the lazy detectors with a kernel
         # which samples the flush visits after the kernels (_split): every one (a plain detector
         # without a level gate), those past a gated one's gate, those moving a plain lazy one's
         self.always = False
-        self.gated: list[Detector] = []
+        self.gated: tuple[Detector, ...] = ()
         self.lazy_plain_bits = 0
         #: where its FEC bins' deltas are (classify.Layout.vcols): (rows, its first word there, the
         #: key per column), or None; a sample's 8th item (read through :func:`merged`)
@@ -105,6 +105,9 @@ class FeedBook:
         self.dirty: list[Feed] = []
         #: ports whose sources are to be elected again
         self.elect: set[str] = set()
+        #: the feeds' detector tuples, one object per distinct one (_split); emptied when the
+        #: detectors are built again, so old ones are not kept
+        self.shared: dict[tuple, tuple] = {}
         #: the per-change loop: the backend's (bench/bench_insights.py sets the twin beside it)
         self.feed_add = _backend.reader.feed_add
 
@@ -235,7 +238,7 @@ class FeedBook:
                 feed.interval += 0.2 * (dt - feed.interval)
             live.append((feed, dt, top, changed))
             if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
-                _split(feed)
+                _split(feed, self.shared)
             if feed.kernels or feed.lazy_kernels:
                 sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1, feed.row)
                 for det in feed.kernels:
@@ -335,13 +338,20 @@ def _spill(feed: Feed) -> int:
     return moved
 
 
-def _split(feed: Feed) -> None:
+def _split(feed: Feed, shared: dict[tuple, tuple]) -> None:
     """The feed's detectors for every sample, as the kernel ones and the others, and the
-    semantics of its lazy ones (redone when an election gives it new lists)."""
-    feed.kernels = [d for d in feed.dispatch if d.batch is not None]
-    feed.plain = [d for d in feed.dispatch if d.batch is None]
+    semantics of its lazy ones (redone when an election gives it new lists). The lists are
+    tuples taken from ``shared`` (FeedBook.shared): the feeds of one source, a thousand at 1,024
+    ports, then read the same few objects each pass, in cache, not one list each."""
+
+    def one(items: list[Detector]) -> tuple[Detector, ...]:
+        t = tuple(items)
+        return shared.setdefault(t, t)
+
+    feed.kernels = one([d for d in feed.dispatch if d.batch is not None])
+    feed.plain = one([d for d in feed.dispatch if d.batch is None])
     feed.split_of = feed.dispatch
-    feed.lazy_kernels = [d for d in feed.lazy if d.batch is not None]
+    feed.lazy_kernels = one([d for d in feed.lazy if d.batch is not None])
     feed.lazy_bits = feed.lazy_plain_bits = 0
     for det in feed.lazy:
         feed.lazy_bits |= det.sem_bits
@@ -349,4 +359,4 @@ def _split(feed: Feed) -> None:
             feed.lazy_plain_bits |= det.sem_bits
     feed.lazy_of = feed.lazy
     feed.always = any(d.level_gate is None for d in feed.plain)
-    feed.gated = [d for d in feed.plain if d.level_gate is not None]
+    feed.gated = one([d for d in feed.plain if d.level_gate is not None])

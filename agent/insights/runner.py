@@ -49,6 +49,7 @@ class InsightsRunner:
 
     # ------------------------------------------------------------ configuration
     def _build_detectors(self) -> None:
+        self._feeds.shared.clear()  # (the feeds split their lists again with the election below)
         for name, cls in REGISTRY.items():
             section = getattr(self.cfg, name)
             on = self.cfg.enabled and section.enabled

@@ -278,3 +278,43 @@ def test_a_layouts_keys_are_one_object_per_semantic_and_sub():
         if key is not None:
             assert by_value.setdefault(key, key) is key
     assert len(by_value) < sum(k is not None for k in lay.keys)  # (four ports share their keys)
+
+
+def test_feeds_share_their_detector_tuples_and_forget_them_when_detectors_are_rebuilt():
+    """The flush splits each feed's detectors into tuples taken from FeedBook.shared: the feeds
+    of one source hold the same objects (read each pass, in cache). A reload that builds a
+    detector again empties it: no tuple keeps an old detector."""
+    from agent.config import Insights
+    from agent.insights import InsightsRunner
+
+    class Quiet:
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    table = _table(3)
+    runner = InsightsRunner(Insights(), log=Quiet())
+    values = array("Q", bytes(8 * len(table)))
+    every = list(range(len(table)))
+    for n in range(3):
+        for i in every:
+            values[i] += 1000 * (n + 1)
+        runner.on_batch(Batch("asic", (n + 1) * 10**8, table, every, values, [1000] * len(every),
+                              bytes([F_NEW if n == 0 else F_CHANGED]) * len(every)))
+        runner.end_pass((n + 1) * 10**8)
+    feeds = [f for p in runner._ports.values() for f in p.feeds]
+    assert len(feeds) == 3 and feeds[0].kernels and all(f.kernels is feeds[0].kernels for f in feeds)
+    assert all(f.plain is feeds[0].plain and f.gated is feeds[0].gated for f in feeds)
+    before = feeds[0].kernels
+    cfg = Insights()
+    cfg.throughput_dip.dip_ratio = 0.5  # (a changed section: built again)
+    runner.reconfigure(cfg)
+    assert not runner._feeds.shared
+    for n in range(3, 5):
+        for i in every:
+            values[i] += 1000
+        runner.on_batch(Batch("asic", (n + 1) * 10**8, table, every, values, [1000] * len(every),
+                              bytes([F_CHANGED]) * len(every)))
+        runner.end_pass((n + 1) * 10**8)
+    live = set(map(id, runner.detectors.values()))
+    assert all(id(d) in live for t in runner._feeds.shared for d in t)
+    assert feeds[0].kernels is not before and all(f.kernels is feeds[0].kernels for f in feeds)
