@@ -204,6 +204,7 @@ class _Tick:
                 if feed_add.__module__.startswith("agent._fallback"):  # the detectors' kernels too
                     from agent import _fallback
 
+                    self.runner._feeds.flush_first = _fallback.flush_first
                     for det in self.runner.detectors.values():
                         for attr in ("kernel", "fits", "changes", "lanes_of"):  # (link_degrading has four)
                             if hasattr(det, attr):

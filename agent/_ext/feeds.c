@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 
+#include "structmember.h" /* PyMemberDef: a Feed's slots (flush_first) */
+
 PyDoc_STRVAR(feed_add_doc,
 "feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None,\n"
 "         vcols=None, rows=None, width=0, spill=0) -> (touched, discarded, tops, masks)\n\n"
@@ -274,7 +276,372 @@ out:
     return result;
 }
 
+/* ------------------------------------------------------------------ the flush's first loop */
+
+/* A Feed's slots (agent/insights/feeds.py: a class with __slots__), read and written where
+ * the slots' member descriptors say they are, as Python's own attribute access does (the
+ * descriptors are looked up once per class, and must be object slots). */
+enum {
+    F_PENDING, F_TOP, F_CHANGED, F_TS, F_PREV_TS, F_DEAD, F_DISCARD, F_ACC, F_INTERVAL, F_PORT, F_SPLIT_OF,
+    F_DISPATCH, F_LAZY_OF, F_LAZY, F_KERNELS, F_LAZY_KERNELS, F_OWNED, F_ROW, F_ALWAYS, F_LAZY_PLAIN_BITS,
+    F_GATED, F_NFIELDS
+};
+static const char *const feed_fields[F_NFIELDS] = {
+    "pending", "top", "changed", "ts", "prev_ts", "dead", "discard", "acc", "interval", "port", "split_of",
+    "dispatch", "lazy_of", "lazy", "kernels", "lazy_kernels", "owned", "row", "always", "lazy_plain_bits",
+    "gated",
+};
+
+#ifndef Py_T_OBJECT_EX /* (structmember.h's names before 3.12) */
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
+
+typedef struct {
+    PyTypeObject *type; /* (a borrowed identity: the class is checked again through its version tag) */
+    unsigned int tag;
+    Py_ssize_t off[F_NFIELDS];
+} feed_layout;
+
+static feed_layout feed_layout_cache; /* the last class seen (one Feed class in practice) */
+
+/* The offsets of a feed's slots in its class: 0, or -1 with an exception set. */
+static int feed_offsets(PyTypeObject *type, const feed_layout **out)
+{
+    feed_layout *lay = &feed_layout_cache;
+    if (lay->type == type && lay->tag == type->tp_version_tag && type->tp_version_tag != 0) {
+        *out = lay;
+        return 0;
+    }
+    feed_layout fresh = {type, 0, {0}};
+    for (int f = 0; f < F_NFIELDS; f++) {
+        PyObject *d = PyObject_GetAttrString((PyObject *)type, feed_fields[f]);
+        if (d == NULL)
+            return -1;
+        int ok = Py_TYPE(d) == &PyMemberDescr_Type &&
+                 ((PyMemberDescrObject *)d)->d_member->type == Py_T_OBJECT_EX &&
+                 !(((PyMemberDescrObject *)d)->d_member->flags & Py_READONLY) &&
+                 PyType_IsSubtype(type, PyDescr_TYPE(d));
+        if (ok)
+            fresh.off[f] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) {
+            PyErr_Format(PyExc_TypeError, "flush_first: %s.%s must be a slot", type->tp_name, feed_fields[f]);
+            return -1;
+        }
+    }
+    /* the version tag changes when the class's attributes do (it is 0 when the class has none
+     * assigned: then the offsets are looked up again each call) */
+    fresh.tag = PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
+    *lay = fresh;
+    *out = lay;
+    return 0;
+}
+
+#define SLOT(feed, lay, f) (*(PyObject **)((char *)(feed) + (lay)->off[f]))
+
+/* A slot's value (borrowed), or NULL with AttributeError when it was never set. */
+static PyObject *feed_get(PyObject *feed, const feed_layout *lay, int f)
+{
+    PyObject *v = SLOT(feed, lay, f);
+    if (v == NULL)
+        PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%s'", Py_TYPE(feed)->tp_name,
+                     feed_fields[f]);
+    return v;
+}
+
+/* slot = v (a new reference taken: steals v). */
+static void feed_put(PyObject *feed, const feed_layout *lay, int f, PyObject *v)
+{
+    Py_XSETREF(SLOT(feed, lay, f), v);
+}
+
+/* obj.name(arg) for a list's append, a set's add, a dict's clear: the exact types in C. */
+static int call_append(PyObject *list, PyObject *item)
+{
+    if (PyList_CheckExact(list))
+        return PyList_Append(list, item);
+    PyObject *r = PyObject_CallMethod(list, "append", "O", item);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static int call_add(PyObject *set, PyObject *item)
+{
+    if (PySet_CheckExact(set))
+        return PySet_Add(set, item);
+    PyObject *r = PyObject_CallMethod(set, "add", "O", item);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static int call_clear(PyObject *acc)
+{
+    if (PyDict_CheckExact(acc)) {
+        PyDict_Clear(acc);
+        return 0;
+    }
+    PyObject *r = PyObject_CallMethod(acc, "clear", NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* det.batch.append(sample), noting det in kernels when its batch was empty: 0, or -1. */
+static int to_batch(PyObject *det, PyObject *sample, PyObject *kernels, PyObject *batch_name)
+{
+    PyObject *entries = PyObject_GetAttr(det, batch_name);
+    if (entries == NULL)
+        return -1;
+    int full = PyObject_IsTrue(entries);
+    int r = full < 0 ? -1 : 0;
+    if (r == 0 && !full)
+        r = call_append(kernels, det);
+    if (r == 0)
+        r = call_append(entries, sample);
+    Py_DECREF(entries);
+    return r;
+}
+
+/* x & y true (Python's & of two ints, or whatever they are): 1, 0, or -1. */
+static int and_true(PyObject *x, PyObject *y)
+{
+    PyObject *both = PyNumber_And(x, y);
+    if (both == NULL)
+        return -1;
+    int r = PyObject_IsTrue(both);
+    Py_DECREF(both);
+    return r;
+}
+
+PyDoc_STRVAR(flush_first_doc,
+"flush_first(dirty, live, kernels, visit, called, elect, split, shared) -> None\n\n"
+"The insights flush's first loop (agent/insights/feeds.py FeedBook.flush): each feed of\n"
+"dirty (Feed objects, whose slots are read and written) ends its pass. A live one is\n"
+"appended to live as (feed, dt, top, changed) and its sample, (port, ts, dt, acc, owned,\n"
+"changed, place, row), to the batch of each of its kernel detectors (each detector whose\n"
+"batch was empty appended to kernels); visit gets the places with a Python detector to call,\n"
+"called the ports visited for a gated detector, elect the ports of feeds with their first\n"
+"interval; split(feed, shared) redoes a feed's detector lists when an election changed them.\n"
+"The same steps, in the same order, as the twin's Python loop.");
+
+static PyObject *flush_first(PyObject *self, PyObject *args)
+{
+    static PyObject *s_batch, *s_sem_bits, *s_level_gate, *s_ports, *zero, *fifth;
+    PyObject *dirty, *live, *kernels, *visit, *called, *elect, *split, *shared;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOO", &PyList_Type, &dirty, &live, &kernels, &visit, &called, &elect, &split,
+                          &shared))
+        return NULL;
+    if (s_batch == NULL) {
+        s_batch = PyUnicode_InternFromString("batch");
+        s_sem_bits = PyUnicode_InternFromString("sem_bits");
+        s_level_gate = PyUnicode_InternFromString("level_gate");
+        s_ports = PyUnicode_InternFromString("ports");
+        zero = PyLong_FromLong(0);
+        fifth = PyFloat_FromDouble(0.2);
+        if (!s_batch || !s_sem_bits || !s_level_gate || !s_ports || !zero || !fifth)
+            return NULL;
+    }
+    Py_ssize_t nlive = PyObject_Length(live);
+    if (nlive < 0)
+        return NULL;
+    const feed_layout *lay = NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(dirty); k++) {
+        PyObject *feed = PyList_GET_ITEM(dirty, k);
+        if (lay == NULL || Py_TYPE(feed) != lay->type) {
+            if (feed_offsets(Py_TYPE(feed), &lay) < 0)
+                return NULL;
+        }
+        Py_INCREF(feed); /* (held while its slots change under it) */
+        PyObject *top = NULL, *changed = NULL, *ts = NULL, *dt = NULL, *sample = NULL, *place = NULL;
+        int ok = 0;
+        feed_put(feed, lay, F_PENDING, Py_NewRef(Py_False));
+        PyObject *t0 = feed_get(feed, lay, F_TOP), *c0 = t0 ? feed_get(feed, lay, F_CHANGED) : NULL;
+        PyObject *s0 = c0 ? feed_get(feed, lay, F_TS) : NULL, *prev = s0 ? feed_get(feed, lay, F_PREV_TS) : NULL;
+        if (prev == NULL)
+            goto next;
+        top = Py_NewRef(t0);
+        changed = Py_NewRef(c0);
+        ts = Py_NewRef(s0);
+        Py_INCREF(prev);
+        feed_put(feed, lay, F_TOP, Py_NewRef(zero));
+        feed_put(feed, lay, F_CHANGED, Py_NewRef(zero));
+        feed_put(feed, lay, F_PREV_TS, Py_NewRef(ts));
+        PyObject *dead = feed_get(feed, lay, F_DEAD);
+        int gone = dead == NULL ? -1 : PyObject_IsTrue(dead);
+        if (gone == 0) {
+            int had = PyObject_IsTrue(prev);
+            gone = had < 0 ? -1 : !had;
+        }
+        if (gone == 0) {
+            PyObject *discard = feed_get(feed, lay, F_DISCARD);
+            gone = discard == NULL ? -1 : PyObject_IsTrue(discard);
+        }
+        if (gone != 0) {
+            if (gone > 0) {
+                feed_put(feed, lay, F_DISCARD, Py_NewRef(Py_False));
+                PyObject *acc = feed_get(feed, lay, F_ACC);
+                ok = acc != NULL && call_clear(acc) == 0;
+            }
+            Py_DECREF(prev);
+            goto next;
+        }
+        dt = PyNumber_Subtract(ts, prev);
+        Py_DECREF(prev);
+        if (dt == NULL)
+            goto next;
+        int ahead = PyObject_RichCompareBool(dt, zero, Py_GT);
+        if (ahead <= 0) {
+            if (ahead == 0) {
+                PyObject *acc = feed_get(feed, lay, F_ACC);
+                ok = acc != NULL && call_clear(acc) == 0;
+            }
+            goto next;
+        }
+        PyObject *interval = feed_get(feed, lay, F_INTERVAL);
+        if (interval == NULL)
+            goto next;
+        if (interval == Py_None) {
+            PyObject *first = PyNumber_Float(dt), *port = feed_get(feed, lay, F_PORT);
+            if (first == NULL)
+                goto next;
+            feed_put(feed, lay, F_INTERVAL, first);
+            if (port == NULL || call_add(elect, port) < 0)
+                goto next;
+        } else if (PyFloat_CheckExact(interval) && PyLong_CheckExact(dt)) {
+            /* interval + 0.2 * (dt - interval): the same three float operations as Python's */
+            double d = PyLong_AsDouble(dt), iv = PyFloat_AS_DOUBLE(interval);
+            if (d == -1.0 && PyErr_Occurred())
+                goto next;
+            PyObject *moved = PyFloat_FromDouble(iv + 0.2 * (d - iv));
+            if (moved == NULL)
+                goto next;
+            feed_put(feed, lay, F_INTERVAL, moved);
+        } else {
+            PyObject *diff = PyNumber_Subtract(dt, interval), *step = NULL, *moved = NULL;
+            if (diff != NULL)
+                step = PyNumber_Multiply(fifth, diff);
+            if (step != NULL)
+                moved = PyNumber_InPlaceAdd(interval, step);
+            Py_XDECREF(diff);
+            Py_XDECREF(step);
+            if (moved == NULL)
+                goto next;
+            feed_put(feed, lay, F_INTERVAL, moved);
+        }
+        PyObject *entry = PyTuple_Pack(4, feed, dt, top, changed);
+        if (entry == NULL || call_append(live, entry) < 0) {
+            Py_XDECREF(entry);
+            goto next;
+        }
+        Py_DECREF(entry);
+        place = PyLong_FromSsize_t(nlive++);
+        if (place == NULL)
+            goto next;
+        PyObject *split_of = feed_get(feed, lay, F_SPLIT_OF), *dispatch = feed_get(feed, lay, F_DISPATCH);
+        PyObject *lazy_of = feed_get(feed, lay, F_LAZY_OF), *lazy = feed_get(feed, lay, F_LAZY);
+        if (split_of == NULL || dispatch == NULL || lazy_of == NULL || lazy == NULL)
+            goto next;
+        if (split_of != dispatch || lazy_of != lazy) {
+            PyObject *r = PyObject_CallFunctionObjArgs(split, feed, shared, NULL);
+            if (r == NULL)
+                goto next;
+            Py_DECREF(r);
+        }
+        PyObject *kern = feed_get(feed, lay, F_KERNELS), *lazy_kern = feed_get(feed, lay, F_LAZY_KERNELS);
+        if (kern == NULL || lazy_kern == NULL)
+            goto next;
+        Py_INCREF(kern);
+        Py_INCREF(lazy_kern);
+        int any = PyObject_IsTrue(kern);
+        if (any == 0)
+            any = PyObject_IsTrue(lazy_kern);
+        int bad = any < 0;
+        if (any > 0) {
+            PyObject *port = feed_get(feed, lay, F_PORT), *acc = feed_get(feed, lay, F_ACC);
+            PyObject *owned = feed_get(feed, lay, F_OWNED), *row = feed_get(feed, lay, F_ROW);
+            sample = port && acc && owned && row ? PyTuple_Pack(8, port, ts, dt, acc, owned, changed, place, row)
+                                                 : NULL;
+            PyObject *dets = sample == NULL ? NULL : PySequence_Fast(kern, "kernels must be a sequence");
+            bad = dets == NULL;
+            for (Py_ssize_t j = 0; !bad && j < PySequence_Fast_GET_SIZE(dets); j++)
+                bad = to_batch(PySequence_Fast_ITEMS(dets)[j], sample, kernels, s_batch) < 0;
+            Py_XDECREF(dets);
+            dets = bad ? NULL : PySequence_Fast(lazy_kern, "lazy_kernels must be a sequence");
+            bad = bad || dets == NULL;
+            for (Py_ssize_t j = 0; !bad && j < PySequence_Fast_GET_SIZE(dets); j++) {
+                PyObject *det = PySequence_Fast_ITEMS(dets)[j], *bits = PyObject_GetAttr(det, s_sem_bits);
+                int hit = bits == NULL ? -1 : and_true(bits, changed);
+                Py_XDECREF(bits);
+                bad = hit < 0 || (hit > 0 && to_batch(det, sample, kernels, s_batch) < 0);
+            }
+            Py_XDECREF(dets);
+        }
+        Py_DECREF(kern);
+        Py_DECREF(lazy_kern);
+        if (bad)
+            goto next;
+        /* the places visited after the kernels: as the twin's loop says why */
+        PyObject *always = feed_get(feed, lay, F_ALWAYS), *lazy_plain = feed_get(feed, lay, F_LAZY_PLAIN_BITS);
+        PyObject *gated = feed_get(feed, lay, F_GATED), *port = feed_get(feed, lay, F_PORT);
+        if (always == NULL || lazy_plain == NULL || gated == NULL || port == NULL)
+            goto next;
+        int every = PyObject_IsTrue(always);
+        if (every == 0)
+            every = and_true(changed, lazy_plain);
+        if (every < 0)
+            goto next;
+        if (every) {
+            if (call_append(visit, place) < 0)
+                goto next;
+            int has = PyObject_IsTrue(gated);
+            if (has < 0 || (has && call_add(called, port) < 0))
+                goto next;
+            ok = 1;
+            goto next;
+        }
+        Py_INCREF(gated);
+        Py_INCREF(port);
+        PyObject *dets = PySequence_Fast(gated, "gated must be a sequence");
+        bad = dets == NULL;
+        for (Py_ssize_t j = 0; !bad && j < PySequence_Fast_GET_SIZE(dets); j++) {
+            PyObject *det = PySequence_Fast_ITEMS(dets)[j];
+            PyObject *gate = PyObject_GetAttr(det, s_level_gate);
+            int pass = gate == NULL ? -1 : PyObject_RichCompareBool(top, gate, Py_GE);
+            Py_XDECREF(gate);
+            if (pass == 0) {
+                PyObject *ports = PyObject_GetAttr(det, s_ports);
+                pass = ports == NULL ? -1 : PySequence_Contains(ports, port);
+                Py_XDECREF(ports);
+            }
+            if (pass == 0)
+                pass = PySequence_Contains(called, port);
+            if (pass < 0)
+                bad = 1;
+            else if (pass) {
+                bad = call_append(visit, place) < 0 || call_add(called, port) < 0;
+                break;
+            }
+        }
+        Py_XDECREF(dets);
+        Py_DECREF(gated);
+        Py_DECREF(port);
+        ok = !bad;
+    next:
+        Py_XDECREF(top);
+        Py_XDECREF(changed);
+        Py_XDECREF(ts);
+        Py_XDECREF(dt);
+        Py_XDECREF(sample);
+        Py_XDECREF(place);
+        Py_DECREF(feed);
+        if (!ok && PyErr_Occurred())
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef swtel_feeds_methods[] = {
     {"feed_add", feed_add, METH_VARARGS, feed_add_doc},
+    {"flush_first", flush_first, METH_VARARGS, flush_first_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -75,3 +75,62 @@ def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: 
             acc[key] = acc.get(key, 0) + d
             mask[slot] |= bits[i]
     return touched, discarded, [top[slot] for slot in touched], [mask[slot] for slot in touched]
+
+
+def flush_first(dirty: list, live: list, kernels: list, visit: list, called: set, elect: set, split,
+                shared: dict) -> None:
+    """The flush's first loop (agent/insights/feeds.py FeedBook.flush; C: agent/_ext/feeds.c):
+    each feed of ``dirty`` (Feed objects) ends its pass. A live one is appended to ``live`` as
+    (feed, dt, top, changed) and its sample, (port, ts, dt, acc, owned, changed, place, row), to
+    the batch of each of its kernel detectors (each detector whose batch was empty appended to
+    ``kernels``); ``visit`` gets the places with a Python detector to call, ``called`` the ports
+    visited for a gated detector, ``elect`` the ports of feeds with their first interval;
+    ``split(feed, shared)`` redoes a feed's detector lists when an election changed them."""
+    for feed in dirty:
+        feed.pending = False
+        top, changed, ts, prev = feed.top, feed.changed, feed.ts, feed.prev_ts
+        feed.top = feed.changed = 0
+        feed.prev_ts = ts
+        if feed.dead or not prev or feed.discard:
+            feed.discard = False
+            feed.acc.clear()
+            continue
+        dt = ts - prev
+        if dt <= 0:
+            feed.acc.clear()
+            continue
+        if feed.interval is None:
+            feed.interval = float(dt)
+            elect.add(feed.port)
+        else:
+            feed.interval += 0.2 * (dt - feed.interval)
+        live.append((feed, dt, top, changed))
+        if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
+            split(feed, shared)
+        if feed.kernels or feed.lazy_kernels:
+            sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1, feed.row)
+            for det in feed.kernels:
+                entries = det.batch
+                if not entries:
+                    kernels.append(det)
+                entries.append(sample)
+            for det in feed.lazy_kernels:
+                if det.sem_bits & changed:  # as the flush's lazy loop would call it
+                    entries = det.batch
+                    if not entries:
+                        kernels.append(det)
+                    entries.append(sample)
+        # A gated detector's ``ports`` changes only in its own call for that port: its gate
+        # reads here as in the flush's second loop, unless a place before this one calls it for
+        # the port (two sources' feeds of one port): such a place is visited, its gate read there.
+        if feed.always or changed & feed.lazy_plain_bits:
+            visit.append(len(live) - 1)
+            if feed.gated:
+                called.add(feed.port)
+        else:
+            port = feed.port
+            for det in feed.gated:
+                if top >= det.level_gate or port in det.ports or port in called:
+                    visit.append(len(live) - 1)
+                    called.add(port)
+                    break

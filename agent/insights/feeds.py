@@ -110,6 +110,8 @@ class FeedBook:
         self.shared: dict[tuple, tuple] = {}
         #: the per-change loop: the backend's (bench/bench_insights.py sets the twin beside it)
         self.feed_add = _backend.reader.feed_add
+        #: the flush's first loop (every feed that changed ends its pass): the backend's
+        self.flush_first = _backend.reader.flush_first
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
@@ -212,60 +214,15 @@ class FeedBook:
         one those in which one of its semantics changed), in one call; the others are then called
         per sample as before, and a kernel detector reports what a sample found at that sample's
         place, so events keep their order. A sample carries its place in the pass as its 7th
-        item: only the samples a kernel named are visited for it."""
+        item: only the samples a kernel named are visited for it. The first loop, which ends each
+        feed's pass and lists the samples and places, is the backend's ``flush_first`` (C:
+        agent/_ext/feeds.c; its twin in agent/_fallback/feeds.py says what it does)."""
         dirty, self.dirty = self.dirty, []
         live: list[tuple[Feed, int, int, int]] = []
         kernels: list[Detector] = []  # those with samples this pass
         visit: list[int] = []  # the places with a Python detector to call (the kernels' come later)
         called: set[str] = set()  # the ports of the places visited for a gated detector
-        for feed in dirty:
-            feed.pending = False
-            top, changed, ts, prev = feed.top, feed.changed, feed.ts, feed.prev_ts
-            feed.top = feed.changed = 0
-            feed.prev_ts = ts
-            if feed.dead or not prev or feed.discard:
-                feed.discard = False
-                feed.acc.clear()
-                continue
-            dt = ts - prev
-            if dt <= 0:
-                feed.acc.clear()
-                continue
-            if feed.interval is None:
-                feed.interval = float(dt)
-                self.elect.add(feed.port)
-            else:
-                feed.interval += 0.2 * (dt - feed.interval)
-            live.append((feed, dt, top, changed))
-            if feed.split_of is not feed.dispatch or feed.lazy_of is not feed.lazy:
-                _split(feed, self.shared)
-            if feed.kernels or feed.lazy_kernels:
-                sample = (feed.port, ts, dt, feed.acc, feed.owned, changed, len(live) - 1, feed.row)
-                for det in feed.kernels:
-                    entries = det.batch
-                    if not entries:
-                        kernels.append(det)
-                    entries.append(sample)  # type: ignore[union-attr]
-                for det in feed.lazy_kernels:
-                    if det.sem_bits & changed:  # as the lazy loop below would call it
-                        entries = det.batch
-                        if not entries:
-                            kernels.append(det)
-                        entries.append(sample)  # type: ignore[union-attr]
-            # A gated detector's ``ports`` changes only in its own call for that port: its gate
-            # reads here as in the loop below, unless a place before this one calls it for the
-            # port (two sources' feeds of one port): such a place is visited, its gate read there.
-            if feed.always or changed & feed.lazy_plain_bits:
-                visit.append(len(live) - 1)
-                if feed.gated:
-                    called.add(feed.port)
-            else:
-                port = feed.port
-                for det in feed.gated:
-                    if top >= det.level_gate or port in det.ports or port in called:  # type: ignore[operator]
-                        visit.append(len(live) - 1)
-                        called.add(port)
-                        break
+        self.flush_first(dirty, live, kernels, visit, called, self.elect, _split, self.shared)
         # per place in ``live``: the kernel detectors with something to report there -> the index
         # of the sample in their batch
         due: dict[int, dict[Detector, int]] = {}

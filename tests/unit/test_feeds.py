@@ -318,3 +318,105 @@ def test_feeds_share_their_detector_tuples_and_forget_them_when_detectors_are_re
     live = set(map(id, runner.detectors.values()))
     assert all(id(d) in live for t in runner._feeds.shared for d in t)
     assert feeds[0].kernels is not before and all(f.kernels is feeds[0].kernels for f in feeds)
+
+
+class _Det:
+    """A detector as flush_first reads one: its batch (None: no kernel), semantics, gate, ports."""
+
+    def __init__(self, name: str, kernel: bool, sem_bits: int, level_gate: int | None, ports: set[str]) -> None:
+        self.name, self.sem_bits, self.level_gate, self.ports = name, sem_bits, level_gate, ports
+        self.batch: list | None = [] if kernel else None
+
+
+def _random_pass(rng: random.Random) -> tuple[list, list]:
+    """Feeds in every state the first loop tells apart (dead, discarded, first sample, time gone
+    back, a first interval, lists an election changed, gated ports above and below the gate, two
+    feeds of one port), and the detectors they hold."""
+    from agent.insights.feeds import Feed
+
+    dets = [_Det(f"d{k}", rng.random() < 0.5, 1 << rng.randrange(5), rng.choice((None, 100, 1000)),
+                 {f"p{rng.randrange(6)}"}) for k in range(6)]
+    feeds = []
+    for n in range(rng.randrange(1, 30)):
+        f = Feed("asic", f"p{rng.randrange(6)}", frozenset())
+        f.pending = True
+        f.ts = rng.choice((0, 5, 100, 200, 300 + n))
+        f.prev_ts = rng.choice((0, 50, 100, 250))
+        f.top = rng.choice((0, 50, 100, 999, 1000, 5000))
+        f.changed = rng.randrange(1 << 6)
+        f.dead = rng.random() < 0.1
+        f.discard = rng.random() < 0.1
+        f.acc = {("rx-octets", ""): n}
+        f.owned = frozenset({"rx-octets"})
+        f.interval = rng.choice((None, 100.0, 12345.5, 7))  # (an int: Python's arithmetic)
+        f.dispatch = rng.sample(dets, rng.randrange(4))
+        f.lazy = rng.sample(dets, rng.randrange(3))
+        if rng.random() < 0.7:  # split already: a later election gives new lists only now and then
+            _split_for_test(f)
+        f.row = None if rng.random() < 0.5 else ("rows", n, ())
+        feeds.append(f)
+    return feeds, dets
+
+
+def _split_for_test(feed) -> None:
+    from agent.insights.feeds import _split
+
+    _split(feed, {})
+
+
+def _flushed(backend, seed: int) -> dict:
+    from agent.insights.feeds import _split
+
+    feeds, dets = _random_pass(random.Random(seed))
+    live, kernels, visit, called, elect = [], [], [], set(), set()
+    shared: dict = {}
+    backend.flush_first(list(feeds), live, kernels, visit, called, elect, _split, shared)
+    where = {id(f): k for k, f in enumerate(feeds)}
+    slots = ("pending", "top", "changed", "ts", "prev_ts", "discard", "interval", "acc")
+    return {
+        "live": [(where[id(f)], dt, top, ch) for f, dt, top, ch in live],
+        "kernels": [d.name for d in kernels], "visit": visit, "called": called, "elect": elect,
+        "feeds": [tuple(repr(getattr(f, s)) for s in slots) + (f.split_of is f.dispatch,) for f in feeds],
+        "batches": {d.name: [(s[0], s[1], s[2], where[id(next(f for f in feeds if f.acc is s[3]))], s[5], s[6],
+                              s[7]) for s in d.batch] for d in dets if d.batch is not None},
+    }
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_flush_first_in_c_and_the_twin_end_a_pass_alike(seed):
+    """The flush's first loop, C against its Python twin (the loop it replaced), on random feeds:
+    the same live samples, kernel batches, visits, elections, and feeds' state after."""
+    twin = _flushed(_fallback, seed)
+    if _backend.NAME == "C":
+        assert _flushed(_backend.reader, seed) == twin
+
+
+@pytest.mark.parametrize("backend", ["fallback", "backend"])
+def test_flush_first_refuses_feeds_it_cannot_read(backend):
+    from agent.insights.feeds import Feed, _split
+
+    b = _fallback if backend == "fallback" else _backend.reader
+    f = Feed("asic", "p1", frozenset())
+    del f.top  # a slot never set: AttributeError, as Python's attribute access says
+    f.ts, f.prev_ts = 200, 100
+    with pytest.raises(AttributeError):
+        b.flush_first([f], [], [], [], set(), set(), _split, {})
+
+    class Loose:  # no slots (C reads a Feed's slots where their descriptors say)
+        pass
+
+    loose = Loose()
+    for name in ("pending", "top", "changed", "ts", "prev_ts", "dead", "discard"):
+        setattr(loose, name, 0)
+    if backend == "backend" and _backend.NAME == "C":
+        with pytest.raises((TypeError, AttributeError)):
+            b.flush_first([loose], [], [], [], set(), set(), _split, {})
+
+
+def test_the_random_passes_reach_every_outcome():
+    """(What the agreement test above compares is not empty: live samples, kernel batches,
+    visits of both kinds, first intervals, feeds left out.)"""
+    runs = [_flushed(_fallback, seed) for seed in range(60)]
+    assert all(any(r[k] for r in runs) for k in ("live", "kernels", "visit", "called", "elect"))
+    assert any(any(b for b in r["batches"].values()) for r in runs)
+    assert any(len(r["live"]) < len(r["feeds"]) for r in runs)
