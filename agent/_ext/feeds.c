@@ -405,6 +405,12 @@ static int to_batch(PyObject *det, PyObject *sample, PyObject *kernels, PyObject
 /* x & y true (Python's & of two ints, or whatever they are): 1, 0, or -1. */
 static int and_true(PyObject *x, PyObject *y)
 {
+    if (PyLong_CheckExact(x) && PyLong_CheckExact(y)) { /* the common case: two masks within int64 */
+        int ox = 0, oy = 0;
+        long long a = PyLong_AsLongLongAndOverflow(x, &ox), b = PyLong_AsLongLongAndOverflow(y, &oy);
+        if (!ox && !oy)
+            return (a & b) != 0;
+    }
     PyObject *both = PyNumber_And(x, y);
     if (both == NULL)
         return -1;
