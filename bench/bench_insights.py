@@ -205,6 +205,7 @@ class _Tick:
                     from agent import _fallback
 
                     self.runner._feeds.flush_first = _fallback.flush_first
+                    self.runner._feeds.feed_mark = _fallback.feed_mark
                     for det in self.runner.detectors.values():
                         for attr in ("kernel", "fits", "changes", "lanes_of"):  # (link_degrading has four)
                             if hasattr(det, attr):

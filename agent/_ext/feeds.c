@@ -646,8 +646,79 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(feed_mark_doc,
+"feed_mark(feeds, touched, tops, masks, discarded, ts, dirty) -> None\n\n"
+"What feed_add found, onto the feeds (agent/insights/feeds.py FeedBook.add): for each slot\n"
+"touched, its feed (feeds[slot], a Feed) takes the higher of its top and tops[k], ORs\n"
+"masks[k] into its changed, and becomes pending at ts (appended to dirty) unless it already\n"
+"is (then its ts moves on to ts if later); each slot of discarded has its feed's discard set.\n"
+"The same steps as the twin's Python loop.");
+
+static PyObject *feed_mark(PyObject *self, PyObject *args)
+{
+    PyObject *feeds, *touched, *tops, *masks, *discarded, *ts, *dirty;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OO!", &PyList_Type, &feeds, &PyList_Type, &touched, &PyList_Type, &tops,
+                          &PyList_Type, &masks, &PyList_Type, &discarded, &ts, &PyList_Type, &dirty))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(touched);
+    if (PyList_GET_SIZE(tops) != n || PyList_GET_SIZE(masks) != n) {
+        PyErr_SetString(PyExc_ValueError, "touched, tops and masks must be as long");
+        return NULL;
+    }
+    const feed_layout *lay = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        PyObject *slots = pass == 0 ? touched : discarded;
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(slots); k++) {
+            Py_ssize_t slot = PyLong_AsSsize_t(PyList_GET_ITEM(slots, k));
+            if (slot == -1 && PyErr_Occurred())
+                return NULL;
+            if (slot < 0 || slot >= PyList_GET_SIZE(feeds)) {
+                PyErr_Format(PyExc_IndexError, "slot %zd out of feeds", slot);
+                return NULL;
+            }
+            PyObject *feed = PyList_GET_ITEM(feeds, slot);
+            if ((lay == NULL || Py_TYPE(feed) != lay->type) && feed_offsets(Py_TYPE(feed), &lay) < 0)
+                return NULL;
+            if (pass == 1) {
+                feed_put(feed, lay, F_DISCARD, Py_NewRef(Py_True));
+                continue;
+            }
+            PyObject *top = PyList_GET_ITEM(tops, k), *was = feed_get(feed, lay, F_TOP);
+            int higher = was == NULL ? -1 : PyObject_RichCompareBool(top, was, Py_GT);
+            if (higher < 0)
+                return NULL;
+            if (higher)
+                feed_put(feed, lay, F_TOP, Py_NewRef(top));
+            PyObject *changed = feed_get(feed, lay, F_CHANGED);
+            PyObject *both = changed == NULL ? NULL : PyNumber_Or(changed, PyList_GET_ITEM(masks, k));
+            if (both == NULL)
+                return NULL;
+            feed_put(feed, lay, F_CHANGED, both);
+            PyObject *pending = feed_get(feed, lay, F_PENDING);
+            int is = pending == NULL ? -1 : PyObject_IsTrue(pending);
+            if (is < 0)
+                return NULL;
+            if (!is) {
+                feed_put(feed, lay, F_PENDING, Py_NewRef(Py_True));
+                feed_put(feed, lay, F_TS, Py_NewRef(ts));
+                if (PyList_Append(dirty, feed) < 0)
+                    return NULL;
+                continue;
+            }
+            PyObject *at = feed_get(feed, lay, F_TS);
+            int later = at == NULL ? -1 : PyObject_RichCompareBool(ts, at, Py_GT);
+            if (later < 0)
+                return NULL;
+            if (later) /* two reads before a pass: one sample covering both */
+                feed_put(feed, lay, F_TS, Py_NewRef(ts));
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef swtel_feeds_methods[] = {
     {"feed_add", feed_add, METH_VARARGS, feed_add_doc},
     {"flush_first", flush_first, METH_VARARGS, flush_first_doc},
+    {"feed_mark", feed_mark, METH_VARARGS, feed_mark_doc},
     {NULL, NULL, 0, NULL},
 };

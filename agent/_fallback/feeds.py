@@ -134,3 +134,29 @@ def flush_first(dirty: list, live: list, kernels: list, visit: list, called: set
                     visit.append(len(live) - 1)
                     called.add(port)
                     break
+
+
+def feed_mark(feeds: list, touched: list, tops: list, masks: list, discarded: list, ts: int, dirty: list) -> None:
+    """What feed_add found, onto the feeds (agent/insights/feeds.py FeedBook.add; C:
+    agent/_ext/feeds.c): each touched slot's feed takes the higher top, ORs in the semantics
+    that changed, and becomes pending at ``ts`` (in ``dirty``) unless it is (then its ts moves on
+    to ``ts`` if later); each discarded slot's feed has its sample discarded."""
+    if not len(touched) == len(tops) == len(masks):
+        raise ValueError("touched, tops and masks must be as long")
+    for slot, top, changed in zip(touched, tops, masks, strict=True):
+        if not 0 <= slot < len(feeds):
+            raise IndexError(f"slot {slot} out of feeds")
+        feed = feeds[slot]
+        if top > feed.top:
+            feed.top = top
+        feed.changed |= changed
+        if not feed.pending:
+            feed.pending = True
+            feed.ts = ts
+            dirty.append(feed)
+        elif ts > feed.ts:  # two reads before a pass: one sample covering both
+            feed.ts = ts
+    for slot in discarded:
+        if not 0 <= slot < len(feeds):
+            raise IndexError(f"slot {slot} out of feeds")
+        feeds[slot].discard = True

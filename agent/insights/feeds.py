@@ -110,13 +110,16 @@ class FeedBook:
         self.shared: dict[tuple, tuple] = {}
         #: the per-change loop: the backend's (bench/bench_insights.py sets the twin beside it)
         self.feed_add = _backend.reader.feed_add
-        #: the flush's first loop (every feed that changed ends its pass): the backend's
+        #: ... what it found onto the feeds, and the flush's first loop (every feed that changed
+        #: ends its pass): the backend's
+        self.feed_mark = _backend.reader.feed_mark
         self.flush_first = _backend.reader.flush_first
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
         """One batch of changes into the feeds of the ports it concerns. The per-change loop
-        is the backend's ``feed_add`` (C, or its Python twin): Python runs per port touched."""
+        is the backend's ``feed_add`` (C, or its Python twin), and so is ``feed_mark``, which puts
+        what it found per port touched onto the feeds."""
         src = self.sources.get(batch.source)
         if src is None or src.table is not batch.table:
             src = self.adopt(batch.source, batch.table)
@@ -133,21 +136,7 @@ class FeedBook:
             touched, discarded, tops, masks = self.feed_add(
                 batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
                 [f.acc for f in feeds], src.hashes)
-        ts = batch.ts_ns
-        dirty = self.dirty
-        for slot, top, changed in zip(touched, tops, masks, strict=True):
-            feed = feeds[slot]
-            if top > feed.top:
-                feed.top = top
-            feed.changed |= changed
-            if not feed.pending:
-                feed.pending = True
-                feed.ts = ts
-                dirty.append(feed)
-            elif ts > feed.ts:  # two reads before a pass: one sample covering both
-                feed.ts = ts
-        for slot in discarded:
-            feeds[slot].discard = True
+        self.feed_mark(feeds, touched, tops, masks, discarded, batch.ts_ns, self.dirty)
 
     def adopt(self, source: str, table: CounterTable) -> SourceFeeds:
         """A source's (new) table: carry its ports' feeds over by name."""

@@ -420,3 +420,38 @@ def test_the_random_passes_reach_every_outcome():
     assert all(any(r[k] for r in runs) for k in ("live", "kernels", "visit", "called", "elect"))
     assert any(any(b for b in r["batches"].values()) for r in runs)
     assert any(len(r["live"]) < len(r["feeds"]) for r in runs)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_feed_mark_in_c_and_the_twin_agree(seed):
+    """What feed_add found, put onto the feeds by C and by the twin (the loop it replaced):
+    the same tops (higher only), semantics ORed, pending feeds and their times, dirty order,
+    discards, over two batches of one pass (the second's time later, equal or earlier)."""
+    from agent.insights.feeds import Feed
+
+    def run(backend) -> list:
+        rng = random.Random(seed)
+        feeds = []
+        for n in range(rng.randrange(1, 12)):
+            f = Feed("asic", f"p{n}", frozenset())
+            f.top, f.changed = rng.choice((0, 10, 1 << 70)), rng.randrange(8)
+            f.pending = rng.random() < 0.3
+            f.ts = rng.choice((0, 100, 300))
+            feeds.append(f)
+        dirty: list = []
+        for ts in (200, rng.choice((100, 200, 300))):
+            touched = rng.sample(range(len(feeds)), rng.randrange(len(feeds) + 1))
+            tops = [rng.choice((0, 5, 10, 50, 1 << 71)) for _ in touched]
+            masks = [rng.randrange(1 << 4) | (1 << 65 if rng.random() < 0.1 else 0) for _ in touched]
+            discarded = rng.sample(touched, rng.randrange(len(touched) + 1))
+            backend.feed_mark(feeds, touched, tops, masks, discarded, ts, dirty)
+        return [[(f.top, f.changed, f.pending, f.ts, f.discard) for f in feeds], [feeds.index(f) for f in dirty]]
+
+    twin = run(_fallback)
+    assert twin[1] or seed % 5  # (feeds became pending)
+    if _backend.NAME == "C":
+        assert run(_backend.reader) == twin
+        with pytest.raises(IndexError):
+            _backend.reader.feed_mark([], [0], [0], [0], [], 1, [])
+        with pytest.raises(ValueError):
+            _backend.reader.feed_mark([], [0], [], [0], [], 1, [])
