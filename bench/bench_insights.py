@@ -206,6 +206,7 @@ class _Tick:
 
                     self.runner._feeds.flush_first = _fallback.flush_first
                     self.runner._feeds.feed_mark = _fallback.feed_mark
+                    self.runner._feeds.flush_clear = _fallback.flush_clear
                     for det in self.runner.detectors.values():
                         for attr in ("kernel", "fits", "changes", "lanes_of"):  # (link_degrading has four)
                             if hasattr(det, attr):

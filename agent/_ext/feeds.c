@@ -716,9 +716,37 @@ static PyObject *feed_mark(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(flush_clear_doc,
+"flush_clear(live) -> None\n\n"
+"The end of the flush: the accumulation of each live feed (live: flush_first's (feed, dt, top,\n"
+"changed) entries) emptied, every sample of the pass having been read.");
+
+static PyObject *flush_clear(PyObject *self, PyObject *args)
+{
+    PyObject *live;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &live))
+        return NULL;
+    const feed_layout *lay = NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(live); k++) {
+        PyObject *entry = PyList_GET_ITEM(live, k);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1) {
+            PyErr_Format(PyExc_TypeError, "live[%zd] must be a (feed, ...) tuple", k);
+            return NULL;
+        }
+        PyObject *feed = PyTuple_GET_ITEM(entry, 0);
+        if ((lay == NULL || Py_TYPE(feed) != lay->type) && feed_offsets(Py_TYPE(feed), &lay) < 0)
+            return NULL;
+        PyObject *acc = feed_get(feed, lay, F_ACC);
+        if (acc == NULL || call_clear(acc) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef swtel_feeds_methods[] = {
     {"feed_add", feed_add, METH_VARARGS, feed_add_doc},
     {"flush_first", flush_first, METH_VARARGS, flush_first_doc},
     {"feed_mark", feed_mark, METH_VARARGS, feed_mark_doc},
+    {"flush_clear", flush_clear, METH_VARARGS, flush_clear_doc},
     {NULL, NULL, 0, NULL},
 };

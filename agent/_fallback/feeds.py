@@ -160,3 +160,10 @@ def feed_mark(feeds: list, touched: list, tops: list, masks: list, discarded: li
         if not 0 <= slot < len(feeds):
             raise IndexError(f"slot {slot} out of feeds")
         feeds[slot].discard = True
+
+
+def flush_clear(live: list) -> None:
+    """The end of the flush (C: agent/_ext/feeds.c): each live feed's accumulation emptied,
+    every sample of the pass having been read."""
+    for entry in live:
+        entry[0].acc.clear()

@@ -114,6 +114,7 @@ class FeedBook:
         #: ends its pass): the backend's
         self.feed_mark = _backend.reader.feed_mark
         self.flush_first = _backend.reader.flush_first
+        self.flush_clear = _backend.reader.flush_clear
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
@@ -248,8 +249,7 @@ class FeedBook:
                         det.changed = changed
                         det.sample(feed.port, feed.ts, dt, merged(acc, feed.row) if det.reads_rows else acc,
                                    feed.owned)
-        for entry in live:
-            entry[0].acc.clear()
+        self.flush_clear(live)
         for src in self.sources.values():
             if src.written:  # every sample of the pass has been read: the rows start again at 0
                 src.written = False

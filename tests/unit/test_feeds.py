@@ -373,10 +373,15 @@ def _flushed(backend, seed: int) -> dict:
     backend.flush_first(list(feeds), live, kernels, visit, called, elect, _split, shared)
     where = {id(f): k for k, f in enumerate(feeds)}
     slots = ("pending", "top", "changed", "ts", "prev_ts", "discard", "interval", "acc")
+    before = [dict(f.acc) for f in feeds]
+    backend.flush_clear(live)  # (the flush's end: the live feeds' accumulations emptied, no other)
+    assert [f.acc for f in feeds] == [{} if any(e[0] is f for e in live) else a
+                                      for f, a in zip(feeds, before, strict=True)]
     return {
         "live": [(where[id(f)], dt, top, ch) for f, dt, top, ch in live],
         "kernels": [d.name for d in kernels], "visit": visit, "called": called, "elect": elect,
         "feeds": [tuple(repr(getattr(f, s)) for s in slots) + (f.split_of is f.dispatch,) for f in feeds],
+        "before": before,
         "batches": {d.name: [(s[0], s[1], s[2], where[id(next(f for f in feeds if f.acc is s[3]))], s[5], s[6],
                               s[7]) for s in d.batch] for d in dets if d.batch is not None},
     }
