@@ -62,6 +62,7 @@ from agent.config import Insights  # noqa: E402
 from agent.counters import GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable  # noqa: E402
 from agent.insights import InsightsRunner  # noqa: E402
 from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path  # noqa: E402
+from agent.runner import freeze_long_lived  # noqa: E402
 from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
 
 FILLER = 100 - len(ASIC)  # counters no detector reads, to ~100 per port
@@ -308,14 +309,15 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
         ways["before (per port), timed per detector"] = _Tick(on.table, None, True, None, speeds, timed=True,
                                                                before=True)
     raw = array("Q", bytes(8 * len(on.table)))
+    threshold = gc.get_threshold()
     try:
         for n in range(ticks):
             if n == WARM:
                 # Seven runners share this process; an agent has one. Past the warm-up their
                 # state is frozen out of the cyclic collector, so no row pays for scanning the
-                # others' heaps (each row still pays its own garbage).
-                gc.collect()
-                gc.freeze()
+                # others' heaps (each row still pays its own garbage), and the collector is set
+                # as the agent sets it (agent/runner.py freeze_long_lived).
+                freeze_long_lived()
             time.sleep(0.1)  # the sim's clock is real time: a 100 ms poll's worth of change
             _backend.reader.asic_read(h, gen, raw)
             ts = time.time_ns()
@@ -325,6 +327,7 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
     finally:
         _backend.reader.asic_close(h)
         gc.unfreeze()
+        gc.set_threshold(*threshold)
     out = {}
     for name, way in ways.items():
         steady = sorted(way.costs[WARM:])  # past the baseline and the first samples

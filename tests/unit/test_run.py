@@ -129,3 +129,33 @@ def test_the_daemon_loads_neither_rich_nor_pyroute2():
     assert "rich" not in loaded, out.stdout
     if _backend.NAME == "C":
         assert loaded == [], out.stdout
+
+
+def test_freezing_the_long_lived_state_sets_the_collector_as_the_agent_runs():
+    """After ready (and each reload) the agent freezes what lives as long as the config and
+    raises the collector's first threshold (agent/runner.py GC_GEN0): a tick's short-lived
+    samples and gauge updates are freed by their counts before it is reached. Cyclic garbage
+    made after the freeze is still collected."""
+    import gc
+    import weakref
+
+    from agent import runner
+
+    before = gc.get_threshold()
+    try:
+        runner.freeze_long_lived()
+        assert gc.get_threshold()[0] == runner.GC_GEN0 > before[0]
+        assert gc.get_freeze_count() > 0
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle, made after the freeze
+        gone = weakref.ref(a)
+        del a, b
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
