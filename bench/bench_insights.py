@@ -202,12 +202,10 @@ class _Tick:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:
                 self.runner._feeds.feed_add = feed_add
-                if feed_add.__module__.startswith("agent._fallback"):  # the detectors' kernels too
+                if feed_add.__module__.startswith("agent._fallback"):  # the twins, the detectors' kernels too
                     from agent import _fallback
 
-                    self.runner._feeds.flush_first = _fallback.flush_first
-                    self.runner._feeds.feed_mark = _fallback.feed_mark
-                    self.runner._feeds.flush_clear = _fallback.flush_clear
+                    self.runner._feeds.use(_fallback)
                     for det in self.runner.detectors.values():
                         for attr in ("kernel", "fits", "changes", "lanes_of"):  # (link_degrading has four)
                             if hasattr(det, attr):

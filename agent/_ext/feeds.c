@@ -459,7 +459,6 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         }
         Py_INCREF(feed); /* (held while its slots change under it) */
         PyObject *top = NULL, *changed = NULL, *ts = NULL, *dt = NULL, *sample = NULL, *place = NULL;
-        int ok = 0;
         feed_put(feed, lay, F_PENDING, Py_NewRef(Py_False));
         PyObject *t0 = feed_get(feed, lay, F_TOP), *c0 = t0 ? feed_get(feed, lay, F_CHANGED) : NULL;
         PyObject *s0 = c0 ? feed_get(feed, lay, F_TS) : NULL, *prev = s0 ? feed_get(feed, lay, F_PREV_TS) : NULL;
@@ -486,7 +485,8 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
             if (gone > 0) {
                 feed_put(feed, lay, F_DISCARD, Py_NewRef(Py_False));
                 PyObject *acc = feed_get(feed, lay, F_ACC);
-                ok = acc != NULL && call_clear(acc) == 0;
+                if (acc != NULL)
+                    call_clear(acc); /* (an error stays set: seen below) */
             }
             Py_DECREF(prev);
             goto next;
@@ -499,7 +499,8 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         if (ahead <= 0) {
             if (ahead == 0) {
                 PyObject *acc = feed_get(feed, lay, F_ACC);
-                ok = acc != NULL && call_clear(acc) == 0;
+                if (acc != NULL)
+                    call_clear(acc);
             }
             goto next;
         }
@@ -602,7 +603,6 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
             int has = PyObject_IsTrue(gated);
             if (has < 0 || (has && call_add(called, port) < 0))
                 goto next;
-            ok = 1;
             goto next;
         }
         Py_INCREF(gated);
@@ -631,7 +631,6 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         Py_XDECREF(dets);
         Py_DECREF(gated);
         Py_DECREF(port);
-        ok = !bad;
     next:
         Py_XDECREF(top);
         Py_XDECREF(changed);
@@ -640,7 +639,7 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         Py_XDECREF(sample);
         Py_XDECREF(place);
         Py_DECREF(feed);
-        if (!ok && PyErr_Occurred())
+        if (PyErr_Occurred()) /* every failure above leaves its exception set */
             return NULL;
     }
     Py_RETURN_NONE;

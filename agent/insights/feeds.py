@@ -108,13 +108,14 @@ class FeedBook:
         #: the feeds' detector tuples, one object per distinct one (_split); emptied when the
         #: detectors are built again, so old ones are not kept
         self.shared: dict[tuple, tuple] = {}
-        #: the per-change loop: the backend's (bench/bench_insights.py sets the twin beside it)
-        self.feed_add = _backend.reader.feed_add
-        #: ... what it found onto the feeds, and the flush's first loop (every feed that changed
-        #: ends its pass): the backend's
-        self.feed_mark = _backend.reader.feed_mark
-        self.flush_first = _backend.reader.flush_first
-        self.flush_clear = _backend.reader.flush_clear
+        self.use(_backend.reader)
+
+    def use(self, backend) -> None:
+        """The per-change loop (``feed_add``), what it found put onto the feeds (``feed_mark``),
+        and the flush's first and last loops, from ``backend``: agent._swtel or its twins,
+        agent._fallback (bench/bench_insights.py runs both side by side)."""
+        self.feed_add, self.feed_mark = backend.feed_add, backend.feed_mark
+        self.flush_first, self.flush_clear = backend.flush_first, backend.flush_clear
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
