@@ -71,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check a config file without running the agent")
     val.add_argument("file", nargs="?", default=None, help="config file (default /etc/swtel/swtel.yaml)")
+    val.add_argument("-c", "--config", default=None, help="config file, as run, status and top take it")
+    val.add_argument("--user", default=None,
+                     help="when run as root: warn about files this user cannot read "
+                          "(default swtel, the unit's User=)")
 
     st = sub.add_parser("status", help="ask a running agent over its control socket",
                         description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy.")

@@ -527,11 +527,19 @@ def file_problem(path: str, kind: str | None) -> str | None:
 
 
 def check_files(problems: list[str], where: str, *paths: str | None) -> None:
+    before = len(problems)
     for label, path in zip(("ca", "cert", "key"), paths, strict=False):
         if path:
             problem = file_problem(path, _PEM_KIND[label])
             if problem:
                 problems.append(f"{where}.{label}: {problem}")
+    cert, key = (tuple(paths) + (None, None, None))[1:3]
+    if cert and key and len(problems) == before:  # each file is fine alone: are they a pair?
+        from agent.tls import pair_problem
+
+        problem = pair_problem(cert, key)
+        if problem:
+            problems.append(f"{where}.key: {problem}")
 
 
 # ---------------------------------------------------------------- entry points

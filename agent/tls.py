@@ -29,6 +29,32 @@ def read_pem(path: str | None, what: str) -> bytes | None:
     return data
 
 
+def pair_problem(cert: str, key: str) -> str | None:
+    """Why ``cert`` and ``key`` cannot serve together (the key is not the certificate's), or
+    None. gRPC would only say the listener or the handshake failed; OpenSSL names the cause."""
+    import ssl
+
+    try:
+        with open(key, "rb") as fh:
+            head = fh.read(65536)
+    except OSError as exc:
+        return f"key cannot be read: {exc.strerror}"
+    if b"ENCRYPTED" in head:  # PKCS#8 "ENCRYPTED PRIVATE KEY" or PEM's "Proc-Type: 4,ENCRYPTED"
+        return "key is encrypted: the agent needs an unencrypted key (openssl pkey -in KEY -out KEY.plain)"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        # password: an encrypted key must fail here, never prompt on a terminal
+        ctx.load_cert_chain(cert, key, password=lambda: b"")
+    except ssl.SSLError as exc:
+        reason = (exc.reason or str(exc)).lower()
+        if "mismatch" in reason:
+            return "key does not match certificate (they are not a pair: check which key signed it)"
+        return f"certificate and key cannot be loaded together: {exc.reason or exc}"
+    except OSError as exc:
+        return f"certificate and key cannot be read: {exc.strerror or exc}"
+    return None
+
+
 def channel_credentials(
     ca: str | None, cert: str | None = None, key: str | None = None
 ) -> grpc.ChannelCredentials:

@@ -556,8 +556,16 @@ def test_tls_files_must_be_readable_pem_of_the_right_kind(tmp_path, key):
                         f"exporters: {{dialout: [{{address: 'h:1', tls: {tls}}}]}}\n"):
             problems = problems_of(section)
             assert any(f"tls.{key}: " in p and fragment in p for p in problems), (bad, problems)
+    # well-formed PEM that is no certificate and key pair is refused as a pair; a real pair passes
+    problems = problems_of(f"exporters: {{server: {{listen: '127.0.0.1:50051', tls: "
+                           f"{{ca: {cert}, cert: {cert}, key: {pkey}}}}}}}\n")
+    assert any("tls.key: certificate and key cannot be loaded together" in p for p in problems), problems
+    from tests.gnmi_helpers import make_pki
+
+    pki = make_pki(tmp_path / "pki")
     assert config.parse(f"exporters: {{server: {{listen: '127.0.0.1:50051', tls: "
-                        f"{{ca: {cert}, cert: {cert}, key: {pkey}}}}}}}\n").exporters.server.tls.key == str(pkey)
+                        f"{{ca: {pki.ca}, cert: {pki.server_cert}, key: {pki.server_key}}}}}}}\n"
+                        ).exporters.server.tls.key == str(pki.server_key)
 
 
 def test_password_file_must_be_a_readable_regular_file(tmp_path):
