@@ -192,6 +192,7 @@ class SourceRunner:
             "longest_stall": self.longest_stall,
             "jumps": self.jumps,
             "ports": len(self.source.ports),
+            "selects_ports": self.source.selects_ports,
             **self.source.info(),
         }
 
@@ -216,6 +217,7 @@ class Engine:
         self.listener_errors = 0
         self._next_health = 0.0
         self._health_sent: dict[tuple[Container, str], Any] = {}
+        self._portless: set[str] = set()  # sources logged as selecting no port
         self._ledger = PortLedger()  # which sources hold which interface (agent/ports.py)
         self._drops: list[tuple[str, int, set[Container], set[str]]] = []  # flushed after each pass
         self._seen_gen = -1
@@ -591,6 +593,7 @@ class Engine:
         """Every HEALTH_PERIOD_S, each source's interval, measured refresh cadence, read
         cost and overruns go out as on-change values under swtel:/agent/sources/..."""
         self._next_health = now + HEALTH_PERIOD_S
+        self._note_portless()
         ts_ns = time.time_ns()
         updates = []
         for r in self._runners:
@@ -609,6 +612,24 @@ class Engine:
         if updates:
             self.store.set_states(updates)
             self._tell("on_state", updates)
+
+    def _note_portless(self) -> None:
+        """One log line for every source that has read but selects no port (an interface
+        glob matching nothing, a plugin with no port), and one when it has ports again;
+        ``swtel status`` turns it red after the health grace (agent/control/client.py)."""
+        for r in self._runners:
+            source = r.source
+            if not source.selects_ports or not r.attempts or source.starting:
+                continue
+            if not source.ports and r.name not in self._portless:
+                self._portless.add(r.name)
+                log.warning("source selects no port", source=r.name,
+                            interfaces=list(getattr(source.section, "interfaces", []) or []),
+                            hint="check the source's interfaces globs (Cumulus names ports swpN) "
+                                 "or the plugin's ports; health turns red after control.health_grace")
+            elif source.ports and r.name in self._portless:
+                self._portless.discard(r.name)
+                log.info("source selects ports again", source=r.name, ports=len(source.ports))
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:

@@ -94,6 +94,9 @@ class Agent:
         )
         if _backend.FALLBACK_REASON and not _backend.FORCED:
             log.warning("using the pure-Python reader", reason=_backend.FALLBACK_REASON)
+        if not self.exporters:
+            log.warning("no exporter configured: nothing leaves this switch",
+                        hint="add exporters.dialout, server, otlp or remote_write (docs/config.md)")
         if self.control is not None:
             self.control.start()
         self.engine.start()

@@ -128,6 +128,8 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
       ``failed`` or ``stopped``), or that has been down (a tunnel not registered, an OTLP
       receiver unreachable or rejecting every point) for longer than ``grace_s``.
     * The tick loop has stopped (``tick.loop_error``): nothing is polled any more.
+    * A source that reads ports selects none (an interface glob matching nothing, a plugin
+      with no port) once the agent has been up longer than ``grace_s``.
     """
     now_ns = int(status.get("now_ns") or time.time_ns())
     started_ns = now_ns - int(float(status.get("uptime_s") or 0) * 1e9)
@@ -152,6 +154,12 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
             problems.append(f"source {name}: {_tail(str(src['fault']), 200)}")
     if grace_s is None:
         grace_s = float((status.get("config") or {}).get("health_grace_s") or 60.0)
+    for name, src in sorted((status.get("sources") or {}).items()):
+        # a glob that matches nothing reads fine and streams nothing: red once the grace is over
+        if (src.get("selects_ports") and src.get("ports") == 0 and src.get("last_ok_ns") is not None
+                and now_ns - started_ns > grace_s * 1e9):
+            problems.append(f"source {name}: selects no port (check its interfaces; "
+                            f"up {_fmt_s((now_ns - started_ns) / 1e9)}, grace {_fmt_s(grace_s)})")
     loop_error = (status.get("tick") or {}).get("loop_error")
     if loop_error:
         problems.append(f"tick loop stopped: {_tail(str(loop_error))}")
@@ -314,6 +322,9 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
         lines += _table(rows)
 
     exporters = status.get("exporters") or {}
+    if not exporters:
+        lines.append("exporters: none configured: nothing leaves this switch "
+                     "(add exporters.dialout, server, otlp or remote_write)")
     if exporters:
         lines.append("exporters:")
         rows = [["name", "kind", "state", "queue", "sent", "dropped", "reconnects", "last error"]]

@@ -72,6 +72,9 @@ class Source:
     doc: ClassVar[str] = ""
     #: True when the table depends on the set of network links.
     uses_links: ClassVar[bool] = True
+    #: True when the source reads ports (interfaces, a plugin's ports, RDMA ports): one that
+    #: selects none is reported in status and, after the health grace, makes health red
+    selects_ports: ClassVar[bool] = True
     #: ``swtel validate`` only: ``validate_check(section, where, problems, cfg)``, see ``check``
     validate_check: ClassVar[Any] = None
 

@@ -47,6 +47,7 @@ class EventsSource(Source):
     config_class = EventsConfig
     doc = "how many insights events are open, by severity (a gauge every exporter carries)"
     uses_links = False
+    selects_ports = False  # the detectors' event counts: no port to select
 
     @classmethod
     def doc_paths(cls) -> list[str]:

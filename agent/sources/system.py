@@ -46,6 +46,7 @@ class SystemSource(Source):
             out.append(doc_row("system", leaf, f"swtel:{container.path}/{leaf}", "gauge" if kind == 1 else "counter"))
         return out + [""]
     uses_links = False
+    selects_ports = False  # the switch's own CPU and memory: no port to select
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import status_json
 from tests.namespaces import UDP_OVERHEAD, AgentProcess, sh, veth_pair
 
 pytestmark = pytest.mark.root
@@ -209,11 +210,29 @@ def test_disabling_ethtool_by_reload_deletes_its_containers(tmp_path):
 
 
 def test_a_source_selecting_no_interface_says_so(tmp_path):
+    """`Ethernet*` on a switch whose ports are swpN: both sources read nothing, log it, and
+    health turns red once control.health_grace is over (issue 38 item 5)."""
     with veth_pair() as pair:
-        agent = AgentProcess(pair.b, _config(tmp_path, ["swp99"]), tmp_path)
+        cfg = _config(tmp_path, ["Ethernet*"]).replace("group: null}", "group: null, health_grace: 1s}")
+        assert "health_grace: 1s" in cfg
+        agent = AgentProcess(pair.b, cfg, tmp_path)
         try:
             agent.wait_ready()
             agent.wait_for(lambda: "source selects no interface" in agent.log.read_text(), what="warning")
+            for source in ("netdev", "ethtool"):
+                agent.wait_for(lambda s=source: any(
+                    "source selects no port" in line and f"source={s}" in line
+                    for line in agent.log.read_text().splitlines()), what=f"{source}'s log line")
+
+            def red():
+                code, doc = status_json(tmp_path)
+                problems = doc.get("health", {}).get("problems", [])
+                return code == 1 and problems and all("selects no port" in p for p in problems) and problems
+
+            problems = agent.wait_for(red, what="health red after the grace")
+            assert sorted(p.split(":")[0] for p in problems) == ["source ethtool", "source netdev"]
+            code, doc = status_json(tmp_path)
+            assert doc["sources"]["netdev"]["ports"] == 0 and doc["sources"]["netdev"]["selects_ports"]
         finally:
             assert agent.stop() == 0
 
