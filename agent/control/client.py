@@ -245,9 +245,14 @@ def status_main(args: Any) -> int:
 
 
 def _tail(text: str, limit: int = 80) -> str:
-    """The useful end of a long error (``... Connection refused``), on one line."""
+    """A long error on one line, cut in the middle: its start names the gRPC status code and
+    the peer (``UNAVAILABLE: ipv4:127.0.0.1:4317``), its end the cause (``Connection
+    refused``); cutting either end loses half the story."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else "..." + text[-(limit - 3):]
+    if len(text) <= limit:
+        return text
+    head = max(1, (limit - 3) // 2)
+    return text[:head].rstrip() + "..." + text[-(limit - 3 - head):].lstrip()
 
 
 def _fmt_s(seconds: float | None) -> str:

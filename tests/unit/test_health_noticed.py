@@ -66,3 +66,12 @@ def test_an_agent_without_exporters_warns_at_start(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert res.returncode == 0, res.stderr + res.stdout
     assert "no exporter configured: nothing leaves this switch" in res.stdout + res.stderr
+
+
+def test_a_long_error_keeps_its_code_peer_and_cause():
+    error = ("UNAVAILABLE: ipv4:127.0.0.1:4317: " + "Failed to connect to remote host: " * 5
+             + "Connection refused")
+    cut = client._tail(error)
+    assert len(cut) <= 80
+    assert cut.startswith("UNAVAILABLE: ipv4:127.0.0.1:4317") and cut.endswith("Connection refused")
+    assert client._tail("short error") == "short error"
