@@ -33,6 +33,18 @@ class AgentBusy(ControlError):
     """The agent answered, but has no connection to spare (too many clients)."""
 
 
+def _group_hint(st: os.stat_result) -> str:
+    """What to do about a socket this user may not open: join its group."""
+    try:
+        import grp
+
+        group = grp.getgrgid(st.st_gid).gr_name
+    except (KeyError, ImportError):
+        group = str(st.st_gid)
+    return (f"the socket is group {group}'s: add yourself to it (sudo usermod -aG {group} "
+            "$USER, then log in again) or run as root")
+
+
 def _why_not(path: str, exc: BaseException) -> str:
     """Why nothing (or not a swtel agent) answered on ``path``, in words."""
     try:
@@ -46,7 +58,7 @@ def _why_not(path: str, exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return f"no agent answered: {path} is a stale socket (nothing listens on it; an agent that exited?)"
     if isinstance(exc, PermissionError):
-        return f"no agent answered: {path}: permission denied (a member of the socket's group?)"
+        return f"no agent answered: {path}: permission denied ({_group_hint(st)})"
     if isinstance(exc, TimeoutError | socket.timeout):
         return f"no agent answered on {path} in time"
     if isinstance(exc, ProtocolError):

@@ -363,15 +363,18 @@ class DialoutExporter(ReconnectingSender, Exporter):
     def _hint(self, error: str, reached: bool) -> str | None:
         text = error.lower()
         if "certificate" in text or "handshake" in text or "ssl" in text:
+            mtls = ("" if self.cfg.tls.cert else
+                    "; or the collector wants a client certificate (mTLS): set tls.cert and tls.key")
             return (f"TLS handshake failed: the collector's certificate is not trusted by "
                     f"tls.ca={self.cfg.tls.ca!r} or does not match "
-                    f"server_name={self.cfg.tls.server_name or self.cfg.address.host!r}")
+                    f"server_name={self.cfg.tls.server_name or self.cfg.address.host!r}{mtls}")
         if "unimplemented" in text:
             return f"the collector does not serve {self.method}; check protocol (nokia|sonic)"
         if "unauthenticated" in text or "permission_denied" in text:
             return "the collector refused the credentials; check username and password_file"
         if not reached and not self.cfg.insecure and "connect" in text:
-            return "connection or TLS handshake failed (check address, tls.ca, tls.server_name)"
+            return ("connection or TLS handshake failed (check address, tls.ca, tls.server_name"
+                    + (")" if self.cfg.tls.cert else "; tls.cert and tls.key if the collector wants mTLS)"))
         return None
 
     def _session(self, s: _Session) -> None:
