@@ -545,28 +545,51 @@ def check_files(problems: list[str], where: str, *paths: str | None) -> None:
 # ---------------------------------------------------------------- entry points
 
 
-def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> Any:
-    """Parse and validate YAML text; raise :class:`ConfigError` listing every problem.
-    ``plugin_file`` (``swtel validate``): also check the enabled ASIC plugin's file as the
-    agent does before loading it (the agent itself runs on with that source unhealthy)."""
+def _yaml(text: str, path: str | None, where_prefix: str = "") -> Any:
+    """The YAML document of one file (``where_prefix`` names the file in its errors)."""
     if len(text) > MAX_FILE_BYTES:
         raise ConfigError([f"{path or 'config'}: larger than {MAX_FILE_BYTES // 1024} KiB"])
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
         problem = str(getattr(exc, "problem", None) or exc)
-        raise ConfigError([f"{where}: {problem if len(problem) <= 200 else problem[:197] + '...'}"]) from None
+        raise ConfigError([f"{where_prefix}{where}: "
+                           f"{problem if len(problem) <= 200 else problem[:197] + '...'}"]) from None
     except RecursionError:  # not expected with MAX_DEPTH; never a traceback all the same
-        raise ConfigError(["YAML: nesting too deep"]) from None
+        raise ConfigError([f"{where_prefix}YAML: nesting too deep"]) from None
+
+
+def nvue_patch(data: Any) -> bool:
+    """True when a document is an NVUE patch file (``nv config patch``: a list of ``set`` /
+    ``unset`` mappings), the snippet that writes a swtel config, not a swtel config itself."""
+    return (isinstance(data, list) and bool(data)
+            and all(isinstance(item, dict) and set(item) <= {"set", "unset"} for item in data))
+
+
+def parse(text: str, path: str | None = None, *, plugin_file: bool = False) -> Any:
+    """Parse and validate YAML text; raise :class:`ConfigError` listing every problem.
+    ``plugin_file`` (``swtel validate``): also check the enabled ASIC plugin's file as the
+    agent does before loading it (the agent itself runs on with that source unhealthy)."""
+    return _from_data(_yaml(text, path), path, plugin_file=plugin_file)
+
+
+def _from_data(data: Any, path: str | None, *, plugin_file: bool = False,
+               origins: dict[str, str] | None = None) -> Any:
+    """Validate a loaded document. ``origins``: YAML path -> "FILE, line N" of the keys a
+    conf.d file set, so that their problems name the file that caused them."""
+    if nvue_patch(data):
+        raise ConfigError([f"{path or 'config'}: this is an NVUE patch file (for `nv config patch`), "
+                           "not a swtel config: `swtel validate` on it checks the swtel config its "
+                           "snippet writes"])
     problems: list[str] = []
     cfg = _build(_schema()["Config"], data, "", problems)
     # The cross-field rules run even when some values were refused (those keep their
     # defaults), so that every problem of a file is reported at once.
     _check(cfg, problems, plugin_file)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError([_attribute(p, origins) for p in problems] if origins else problems)
     cfg.path = path
     return cfg
 
@@ -603,6 +626,104 @@ def read_text(path: str) -> str:
         raise ConfigError([f"{path}: not UTF-8 text ({exc.reason})"]) from None
 
 
+CONF_D = "conf.d"  # beside the main file: fragments merged over it, in name order
+
+
+def fragments(path: str) -> list[str]:
+    """The conf.d fragments of a main config file: ``<its directory>/conf.d/*.yaml``, in name
+    order (NVUE's snippet owns one whole file there; an operator may add others)."""
+    directory = os.path.join(os.path.dirname(os.path.abspath(path)), CONF_D)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        raise ConfigError([f"{directory}: {exc.strerror}"]) from None
+    return [os.path.join(directory, n) for n in sorted(names)
+            if n.endswith(".yaml") and not n.startswith(".")]
+
+
 def load(path: str, *, plugin_file: bool = False) -> Any:
-    """Read and validate a config file (``plugin_file``: see :func:`parse`)."""
-    return parse(read_text(path), path, plugin_file=plugin_file)
+    """Read and validate a config file and its conf.d fragments (``plugin_file``: see
+    :func:`parse`). Each fragment is a mapping merged over what came before: a key it sets
+    replaces the earlier value, mappings merge key by key, lists are replaced whole."""
+    data = _yaml(read_text(path), path)
+    extra = fragments(path)
+    if not extra:
+        return _from_data(data, path, plugin_file=plugin_file)
+    if nvue_patch(data) or not isinstance(data, dict | None):
+        return _from_data(data, path, plugin_file=plugin_file)  # its own clear problem
+    merged: dict[str, Any] = dict(data or {})
+    origins: dict[str, str] = {}
+    problems: list[str] = []
+    for frag in extra:
+        name = os.path.join(CONF_D, os.path.basename(frag))
+        text = read_text(frag)
+        doc = _yaml(text, frag, f"{name}: ")
+        if doc is None:
+            continue  # an empty fragment (all comments) sets nothing
+        if not isinstance(doc, dict):
+            hint = (" (it is an NVUE patch file: `nv config patch` it, do not copy it here)"
+                    if nvue_patch(doc) else "")
+            problems.append(f"{name}: expected a mapping of keys, as in swtel.yaml, "
+                            f"got a {type(doc).__name__}{hint}")
+            continue
+        lines = key_lines(text)
+        _merge(merged, doc, "", origins, name, lines)
+    if problems:
+        raise ConfigError(problems)
+    return _from_data(merged, path, plugin_file=plugin_file, origins=origins)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any], where: str, origins: dict[str, str],
+           name: str, lines: dict[str, int]) -> None:
+    """``over`` into ``base``: mappings merge, anything else (lists too) is replaced."""
+    for key, value in over.items():
+        sub = f"{where}.{key}" if where else str(key)
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = dict(base[key])
+            _merge(base[key], value, sub, origins, name, lines)
+            continue
+        base[key] = value
+        for path in [p for p in origins if p == sub or p.startswith((sub + ".", sub + "["))]:
+            del origins[path]  # an earlier file's value there is gone
+        line = lines.get(sub)
+        origins[sub] = f"{name}, line {line}" if line else name
+        for path, line in lines.items():  # the value's own keys and items, for precise lines
+            if path.startswith((sub + ".", sub + "[")):
+                origins[path] = f"{name}, line {line}"
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """YAML path (``exporters.dialout[0].address``) -> the line of its key, for errors."""
+    try:
+        root = yaml.compose(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, RecursionError):
+        return {}
+    out: dict[str, int] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = f"{where}.{key.value}" if where else str(key.value)
+                out[sub] = key.start_mark.line + 1
+                walk(value, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                sub = f"{where}[{i}]"
+                out[sub] = item.start_mark.line + 1
+                walk(item, sub)
+
+    walk(root, "")
+    return out
+
+
+def _attribute(problem: str, origins: dict[str, str]) -> str:
+    """Prefix a problem whose YAML path a conf.d file set with that file and line."""
+    where = problem.split(":", 1)[0].split(" ", 1)[0]
+    best = ""
+    for path in origins:
+        if (where == path or where.startswith(path + ".") or where.startswith(path + "[")) \
+                and len(path) > len(best):
+            best = path
+    return f"{origins[best]}: {problem}" if best else problem

@@ -42,6 +42,9 @@ def validate_main(args: Any) -> int:
         print(printable(f"two config files given ({file} and -c {option}): name one"), file=sys.stderr)
         return 2
     path = file or option or config.DEFAULT_PATH
+    snippets = nvue_snippets(path)
+    if snippets is not None:
+        return _validate_snippets(path, snippets)
     try:
         cfg = config.load(path, plugin_file=True)
     except config.ConfigError as exc:
@@ -54,6 +57,49 @@ def validate_main(args: Any) -> int:
     found += unreadable_for(cfg, getattr(args, "user", None) or SERVICE_USER)
     for warning in found:
         print(printable(f"warning: {warning}"), file=sys.stderr)
+    print("OK")
+    return 0
+
+
+def nvue_snippets(path: str) -> list[tuple[str, str, str]] | None:
+    """When ``path`` is an NVUE patch file: its flexible snippets that write a swtel config
+    (name, target file, content); None when it is not a patch file."""
+    try:
+        data = yaml.load(config.read_text(path), Loader=config._Loader)  # noqa: S506 - SafeLoader subclass
+    except (config.ConfigError, yaml.YAMLError, RecursionError):
+        return None  # not readable as YAML: the normal load reports why
+    if not config.nvue_patch(data):
+        return None
+    out = []
+    for item in data:
+        snippets = (((item.get("set") or {}).get("system") or {}).get("config") or {}).get("snippet") or {}
+        if not isinstance(snippets, dict):
+            continue
+        for name, snippet in snippets.items():
+            if isinstance(snippet, dict) and str(snippet.get("file", "")).startswith("/etc/swtel/"):
+                out.append((str(name), str(snippet["file"]), str(snippet.get("content") or "")))
+    return out
+
+
+def _validate_snippets(path: str, snippets: list[tuple[str, str, str]]) -> int:
+    """An NVUE patch file: say so, and check the swtel config each snippet writes."""
+    print(printable(f"{path} is an NVUE patch file (for `nv config patch`), not a swtel config; "
+                    f"checking the swtel config its {len(snippets)} snippet(s) write"), file=sys.stderr)
+    if not snippets:
+        print(printable(f"{path}: no snippet writes a file under /etc/swtel/"), file=sys.stderr)
+        return 1
+    bad = 0
+    for name, target, content in snippets:
+        where = f"snippet {name} ({target})"
+        try:
+            config.parse(content, where, plugin_file=True)
+        except config.ConfigError as exc:
+            bad += 1
+            for problem in exc.problems:
+                print(printable(f"{where}: {problem}"), file=sys.stderr)
+    if bad:
+        print(printable(f"{path}: {bad} snippet(s) with problems"), file=sys.stderr)
+        return 1
     print("OK")
     return 0
 

@@ -290,16 +290,6 @@ def test_packaged_comments_show_the_real_defaults():
         assert getattr(srv, key) == getattr(default_srv, key), key
 
 
-def test_nvue_snippet_appended_to_the_packaged_file_is_valid():
-    """NVUE appends its snippet to the existing /etc/swtel/swtel.yaml."""
-    snippet = yaml.safe_load((REPO / "packaging" / "nvue-snippet.yaml").read_text())
-    content = snippet[0]["set"]["system"]["config"]["snippet"]["swtel-config"]["content"]
-    with pytest.raises(ConfigError) as info:
-        config.parse(PACKAGED.read_text() + content)
-    # Only the example's TLS files are missing on this machine.
-    assert info.value.problems and all("no such file '/etc/swtel/" in p for p in info.value.problems)
-
-
 def _keys(cls, prefix=""):
     """Every YAML key as a dotted path; list items as ``name[].key``."""
     hints = get_type_hints(cls)
