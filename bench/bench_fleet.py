@@ -62,7 +62,7 @@ class VictoriaMetrics:
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("victoria-metrics")
         if binary is None:
-            raise SystemExit("victoria-metrics is not installed (Debian's package; .ci/setup installs it)")
+            raise SystemExit("victoria-metrics is not installed (Debian's package; .ci/setup-test installs it)")
         with socket.socket() as s:  # a free port on loopback
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]

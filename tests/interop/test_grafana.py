@@ -24,9 +24,9 @@ RULES = ROOT / "packaging" / "prometheus" / "swtel-rules.yml"
 DASHBOARD = ROOT / "packaging" / "grafana" / "swtel-dashboard.json"
 PROMETHEUS = shutil.which("prometheus")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or not shutil.which("promtool"),
-                                      reason="Debian's prometheus is not installed (.ci/setup installs it)")
+                                      reason="Debian's prometheus is not installed (.ci/setup-test installs it)")
 needs_victoria = pytest.mark.skipif(shutil.which("victoria-metrics") is None,
-                                    reason="Debian's victoria-metrics is not installed (.ci/setup installs it)")
+                                    reason="Debian's victoria-metrics is not installed (.ci/setup-test installs it)")
 #: the open events per device: a gauge (sources.events), on every exporter alike
 EVENTS = "Fabric: open swtel events by device"
 #: drop reasons: the simulated switch's per-reason counters, on every device

@@ -4,7 +4,7 @@ engines on loopback: Debian's Prometheus (remote-write receiver), VictoriaMetric
 and vmagent in front of it, checked with PromQL / MetricsQL against the kernel's exact veth
 counts and the simulated switch's reference model, and across a 30 s outage of the engine.
 
-The engines come from Debian's packages, which .ci/setup installs: a missing one fails the
+The engines come from Debian's packages, which .ci/setup-test installs: a missing one fails the
 test that needs it (CI must not pass by skipping them)."""
 
 from __future__ import annotations
@@ -447,7 +447,7 @@ def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         pytest.fail(f"{name} is not installed: Debian's package ({'prometheus' if name == 'prometheus' else 'victoria-metrics'}) "
-                    "is needed here, and .ci/setup installs it")
+                    "is needed here, and .ci/setup-test installs it")
     return path
 
 
