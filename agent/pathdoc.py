@@ -39,7 +39,10 @@ def render() -> str:
                           ("refresh-cadence-ms", "measured: mean time between reads that saw a change"),
                           ("last-read-us", "cost of the last read + diff"),
                           ("overruns", "ticks skipped because a poll overran"),
-                          ("errors", "read errors")):
+                          ("errors", "errors: failed reads and unexpected exceptions of its calls"),
+                          ("last-error", "the last error, in words (\"\": none yet)"),
+                          ("fault", "why the source is unhealthy now (an exception of its calls, backed "
+                                    "off until a good read; \"\": healthy)")):
         out.append(doc_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
     for det in registry.DETECTORS:  # the values a detector derives (link_degrading's gauges)
         out += det.plugin.doc_paths()
