@@ -694,7 +694,14 @@ class Engine:
             "listener_errors": self.listener_errors,
             "loop_error": self.loop_error,
             "sources": {r.name: r.status() for r in self._runners},
+            "escaped_names": self.escaped_names(),
         }
+
+    def escaped_names(self) -> list[dict[str, Any]]:
+        """The links whose kernel names are not text, with the escaped name their paths use."""
+        links = self._links  # replaced whole by the tick thread, never changed in place
+        return [{"ifindex": link.ifindex, "name": link.name, "kernel_name": repr(link.raw)}
+                for link in sorted(links.values(), key=lambda x: x.ifindex) if link.escaped]
 
 
 def _few(names: list[str], most: int = 20) -> list[str]:

@@ -269,6 +269,7 @@ class Agent:
                 "health_grace_s": float(self.cfg.control.health_grace),
             },
             "sources": eng["sources"],
+            "escaped_names": eng["escaped_names"],
             "exporters": {k: e.status() for k, e in self.exporters.items()},
             "events": self.events(),
             "tick": {
