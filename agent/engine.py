@@ -21,6 +21,7 @@ from agent.counters import (
     F_JUMP,
     F_NEW,
     SWTEL_ORIGIN,
+    UNENCODABLE,
     Batch,
     Container,
     CounterTable,
@@ -695,6 +696,7 @@ class Engine:
             "loop_error": self.loop_error,
             "sources": {r.name: r.status() for r in self._runners},
             "escaped_names": self.escaped_names(),
+            "unencodable": UNENCODABLE.count,
         }
 
     def escaped_names(self) -> list[dict[str, Any]]:

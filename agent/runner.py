@@ -277,6 +277,7 @@ class Agent:
                 "overruns": eng["overruns"],
                 "loop_error": eng["loop_error"],
                 "listener_errors": eng["listener_errors"],
+                "unencodable": eng["unencodable"],
                 **self._own_cost(),
             },
         }
