@@ -208,8 +208,14 @@ class SourceRunner:
             "longest_stall": self.longest_stall,
             "jumps": self.jumps,
             "ports": len(self.source.ports),
-            **self.source.info(),
+            **self._info(),
         }
+
+    def _info(self) -> dict[str, Any]:
+        try:
+            return self.source.info()
+        except Exception as exc:  # noqa: BLE001 - status answers whatever a source's info() does
+            return {"info_error": repr(exc)[:300]}
 
 
 class Engine:
@@ -292,7 +298,12 @@ class Engine:
                 source.bind_listeners(lambda: self.listeners)
             fresh = SourceRunner(source, cfg.interval_of(name))
             if runner is not None:
-                fresh.inherit(runner)
+                try:
+                    fresh.inherit(runner)
+                except Exception as exc:  # noqa: BLE001 - the reloaded source starts afresh instead
+                    log.error("source could not take over its state on reload", source=name, error=repr(exc),
+                              where=_where(exc))
+                    fresh = SourceRunner(source, cfg.interval_of(name))
             runners.append(fresh)
         return runners
 
@@ -364,7 +375,7 @@ class Engine:
         ts_ns = time.time_ns()
         for name, runner in old.items():
             if not any(r is runner for r in self._runners):
-                runner.source.close()
+                self._guard(runner, "close", runner.source.close)
             if name not in still:
                 self._retire(runner, ts_ns)
         gone = self._elect(ts_ns)  # ranks may have changed, a source may be gone

@@ -214,3 +214,17 @@ def test_close_and_interrupt_raising_do_not_stop_the_others_closing(tmp_path, fa
         engine.stop()
     assert closed == ["netdev"]
     assert "injected fault in close" in str(fake_runner.fault)
+
+
+def test_status_answers_when_a_source_info_raises(tmp_path, fake, monkeypatch):
+    engine = _engine(tmp_path)
+    engine._runners = engine._make_runners(engine.cfg)  # built, not started: status alone
+    fake_runner = _runner(engine, FakeSource.name)
+
+    def boom() -> dict:
+        raise Boom("injected fault in info")
+
+    monkeypatch.setattr(fake_runner.source, "info", boom)
+    sources = engine.status()["sources"]
+    assert "injected fault in info" in sources[FakeSource.name]["info_error"]
+    assert "info_error" not in sources["netdev"]
