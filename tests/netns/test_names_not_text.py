@@ -1,8 +1,8 @@
 """An interface renamed at run time to a name that is not UTF-8 (``swp\\xff``: any root tool
 can) with the agent running netdev and ethtool: the agent stays up and healthy, the name is
 escaped once (``swp%FF``, docs/paths.md) and streamed on its own path, ethtool reads it by its
-own bytes, and every exporter keeps delivering the other ports: JSON lines, gNMI Get and the
-control socket's ``ports`` (what ``swtel top`` draws)."""
+own bytes, and every exporter keeps delivering the other ports: JSON lines, dial-out, gNMI Get
+and the control socket's ``ports`` (what ``swtel top`` draws)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from agent.control.client import request
 from tests.helpers import status_json
 from tests.namespaces import AgentProcess, sh, veth_pair
+from tests.netns.test_dialout_veth import CollectorProcess
 
 pytestmark = pytest.mark.root
 
@@ -22,6 +23,7 @@ RAW = b"swp\xff"
 ESCAPED = "swp%FF"
 WAIT_S = 30.0  # generous: a busy machine; every wait ends as soon as its condition holds
 GNMI_PORT = 50051  # the namespace is ours: its loopback has no other listener
+COLLECTOR_PORT = 50052
 
 # A gNMI Get of every interface's in-pkts, run inside the namespace (the server listens on its
 # loopback): one JSON line {interface name: in-pkts}.
@@ -64,6 +66,7 @@ def _config(tmp_path) -> str:
         "exporters:\n"
         f"  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
         f"  server: {{listen: '127.0.0.1:{GNMI_PORT}', insecure: true}}\n"
+        f"  dialout: [{{name: col, address: '127.0.0.1:{COLLECTOR_PORT}', insecure: true}}]\n"
         f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
     )
 
@@ -91,6 +94,7 @@ def test_a_name_that_is_not_utf8_is_escaped_and_nothing_else_stops(tmp_path):
         sh("ip", "link", "add", odd, "type", "veth", "peer", "name", peer, ns=pair.b)
         for name in (odd, peer):
             sh("ip", "link", "set", name, "up", ns=pair.b)
+        col = CollectorProcess(pair.b, COLLECTOR_PORT, tmp_path / "col.jsonl")
         agent = AgentProcess(pair.b, _config(tmp_path), tmp_path)
         sock = str(tmp_path / "swtel.sock")
         try:
@@ -115,6 +119,12 @@ def test_a_name_that_is_not_utf8_is_escaped_and_nothing_else_stops(tmp_path):
             pair.send_udp(7, 64)
             agent.wait_for(lambda: _sum_deltas(agent.records(), _in_pkts(pair.b_if), mark) >= 7, WAIT_S,
                            "traffic on the other port after the rename")
+            # dial-out: the collector gets the escaped name and the other port's new traffic
+            agent.wait_for(lambda: any(ln.get("path") == escaped for ln in col.lines()), WAIT_S,
+                           "the escaped name at the dial-out collector")
+            kernel = int(sh("cat", f"/sys/class/net/{pair.b_if}/statistics/rx_packets", ns=pair.b).stdout)
+            agent.wait_for(lambda: max([ln["value"] for ln in col.lines() if ln.get("path") == _in_pkts(pair.b_if)],
+                                       default=0) >= kernel, WAIT_S, "the other port's traffic at the collector")
             # gNMI Get answers with every port, the escaped one on its own key
             got = _gnmi_get(pair.b, tmp_path)
             assert {pair.b_if, ESCAPED, peer} <= set(got), got
@@ -133,6 +143,7 @@ def test_a_name_that_is_not_utf8_is_escaped_and_nothing_else_stops(tmp_path):
             assert agent.proc.poll() is None
         finally:
             assert agent.stop() == 0
+            col.stop()
         records = agent.records()
         # every path the exporters wrote is text, and no other spelling of the name appeared
         assert all(r["path"].isprintable() for r in records)
