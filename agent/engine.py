@@ -449,7 +449,12 @@ class Engine:
             # zeroed, so diffing it would credit resets and fake values. Skip this sample.
             return
         ts_ns = self._sample_time(source, ts_ns)
-        n = runner.diff(time.monotonic())
+        try:
+            n = runner.diff(time.monotonic())
+        except (ValueError, TypeError, OverflowError) as exc:  # values that do not fit the source's table
+            self._source_failed(runner, "read", exc, {"ports": _few(source.ports), "values": len(source.values),
+                                                      "counters": len(runner.table or ())})
+            return
         runner.reads += 1
         runner.last_ok_ns = ts_ns
         rebuilt, runner.republish = runner.republish, False
