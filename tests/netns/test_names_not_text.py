@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from agent.control.client import request
-from tests.helpers import status_json
+from tests.helpers import status_json, swtel_status
 from tests.namespaces import AgentProcess, sh, veth_pair
 from tests.netns.test_dialout_veth import CollectorProcess
 
@@ -136,6 +136,8 @@ def test_a_name_that_is_not_utf8_is_escaped_and_nothing_else_stops(tmp_path):
             code, status = status_json(tmp_path)
             assert code == 0, status.get("health")
             assert [(e["name"], e["kernel_name"]) for e in status["escaped_names"]] == [(ESCAPED, repr(RAW))]
+            text = swtel_status(tmp_path).stdout  # what a person reads lists it too
+            assert f"interface names escaped (not text): {ESCAPED} = {RAW!r}" in text, text
             for name in ("netdev", "ethtool"):
                 src = status["sources"][name]
                 assert src["fault"] is None and src["failures"] == 0, (name, src)
