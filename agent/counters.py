@@ -13,8 +13,9 @@ those indices, so unchanged counters cost no Python work.
 
 from __future__ import annotations
 
+import threading
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,3 +142,97 @@ class StateUpdate:
     @property
     def path(self) -> str:
         return self.container.full(self.leaf)
+
+
+# ---------------------------------------------------------------- what can be encoded
+
+class Unencodable:
+    """Values left out of a message because they cannot be encoded (a path or a string that
+    is not UTF-8): one such value is dropped and counted, never the message or the stream.
+    Names from the kernel are escaped where links are parsed, so this stays 0 unless a source
+    hands over raw bytes; counted across the exporters (status: tick.unencodable)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        self._rate: Any = None
+
+    def add(self, n: int, example: str) -> None:
+        from agent import logs  # here: the data model alone (a plugin's helper) loads no logging
+
+        with self._lock:
+            self.count += n
+            if self._rate is None:
+                self._rate = logs.RateLimiter(60.0)
+        self._rate.log(logs.get("encode"), "error", "unencodable", "value not encodable: dropped", values=n,
+                       example=ascii(example)[:200], total=self.count)
+
+
+UNENCODABLE = Unencodable()
+
+
+def text_ok(value: str) -> bool:
+    """``value`` encodes as UTF-8 (no lone surrogate, as a surrogate-escaped name holds)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _state_ok(u: StateUpdate) -> bool:
+    v = u.value
+    return text_ok(u.container.path) and text_ok(u.leaf) and (not isinstance(v, str) or text_ok(v))
+
+
+def unencodable(table: CounterTable) -> frozenset[int]:
+    """Indices of ``table``'s counters whose path cannot be encoded (cached per table)."""
+    bad = table.cache.get("unencodable")
+    if bad is None:
+        ok_container: dict[Container, bool] = {}
+        ok_leaf: dict[str, bool] = {}
+        out = []
+        for i, s in enumerate(table.specs):
+            c = ok_container.get(s.container)
+            if c is None:
+                c = ok_container[s.container] = text_ok(s.container.path)
+            leaf = ok_leaf.get(s.leaf)
+            if leaf is None:
+                leaf = ok_leaf[s.leaf] = text_ok(s.leaf)
+            if not (c and leaf):
+                out.append(i)
+        bad = table.cache["unencodable"] = frozenset(out)
+    return bad
+
+
+def encodable_indices(table: CounterTable, indices: Any) -> Any:
+    """``indices`` without the counters whose path cannot be encoded (dropped and counted)."""
+    bad = unencodable(table)
+    if not bad:
+        return indices
+    kept = [i for i in indices if i not in bad]
+    if len(kept) != len(indices):
+        dropped = next(i for i in indices if i in bad)
+        UNENCODABLE.add(len(indices) - len(kept), table.specs[dropped].container.full(table.specs[dropped].leaf))
+    return kept
+
+
+def encodable_states(updates: Iterable[StateUpdate]) -> list[StateUpdate]:
+    """``updates`` without those whose path or text value cannot be encoded (dropped and counted)."""
+    updates = list(updates)
+    kept = [u for u in updates if _state_ok(u)]
+    if len(kept) != len(updates):
+        bad = next(u for u in updates if not _state_ok(u))
+        UNENCODABLE.add(len(updates) - len(kept), bad.container.full(bad.leaf))
+    return kept
+
+
+def encodable_containers(containers: Iterable[Container]) -> list[Container]:
+    """``containers`` without those whose path cannot be encoded (dropped and counted)."""
+    containers = list(containers)
+    kept = [c for c in containers if text_ok(c.path)]
+    if len(kept) != len(containers):
+        UNENCODABLE.add(len(containers) - len(kept), next(c.path for c in containers if not text_ok(c.path)))
+    return kept

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from agent.counters import (
     F_JUMP,
     F_NEW,
     SWTEL_ORIGIN,
+    UNENCODABLE,
     Batch,
     Container,
     CounterTable,
@@ -51,6 +53,8 @@ HEALTH_PERIOD_S = 5.0  # how often per-source health is re-published (on change 
 JUMP_WINDOW_MIN_S = 10.0
 # a source's own sample time further than this from the agent's clock is refused
 MAX_CLOCK_SKEW_NS = 5_000_000_000
+# a source whose call raised is polled again after its interval doubled per failure, at most this
+FAULT_BACKOFF_MAX_S = 30.0
 
 
 def _containers(table: CounterTable) -> frozenset[Container]:
@@ -105,10 +109,21 @@ class SourceRunner:
         self.last_duration_us = 0.0
         self.changes = 0
         self._change_times: deque[float] = deque(maxlen=32)
+        #: what the last unexpected exception of a call into the source was (None: its last
+        #: poll went well); a fault of the source like its own ``fault``, for health
+        self.fault: str | None = None
+        self.failures = 0  # consecutive polls that raised: the back-off's exponent
 
     @property
     def name(self) -> str:
         return self.source.name
+
+    def backoff_s(self) -> float:
+        """How long a faulted source waits before its next poll: its interval doubled per
+        consecutive failure, bounded (a bug on every call must not cost a tick each)."""
+        if not self.failures:
+            return 0.0
+        return min(FAULT_BACKOFF_MAX_S, max(self.interval_s, self.interval_s * 2.0 ** min(self.failures, 32)))
 
     def adopt_table(self) -> tuple[list[Container], set[str]]:
         """The source rebuilt its table: carry each surviving counter's state over by
@@ -186,15 +201,22 @@ class SourceRunner:
             "changes": self.changes,
             "errors": self.source.errors,
             "last_error": self.source.last_error,
-            "fault": self.source.fault,
+            "fault": self.source.fault or self.fault,
+            "failures": self.failures,
             "clock_refused": self.source.clock_refused,
             "overruns": self.overruns,
             "longest_stall": self.longest_stall,
             "jumps": self.jumps,
             "ports": len(self.source.ports),
             "selects_ports": self.source.selects_ports,
-            **self.source.info(),
+            **self._info(),
         }
+
+    def _info(self) -> dict[str, Any]:
+        try:
+            return self.source.info()
+        except Exception as exc:  # noqa: BLE001 - status answers whatever a source's info() does
+            return {"info_error": repr(exc)[:300]}
 
 
 class Engine:
@@ -240,12 +262,13 @@ class Engine:
     def stop(self) -> None:
         self._stop.set()
         for r in list(self._runners):
-            r.source.interrupt()  # a plugin call in flight returns now, not at its timeout
+            # a plugin call in flight returns now, not at its timeout
+            self._guard(r, "interrupt", r.source.interrupt)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
         self.links.stop()
         for r in self._runners:
-            r.source.close()
+            self._guard(r, "close", r.source.close)
 
     def reload(self, cfg: Config) -> None:
         """Apply a new config on the tick thread at its next pass."""
@@ -259,7 +282,7 @@ class Engine:
             if section is None or not section.enabled:
                 continue
             runner = (keep or {}).get(name)
-            if runner is not None and section == runner.source.section:
+            if runner is not None and section == runner.source.section and not isinstance(runner.source, _Failed):
                 runner.interval_s = cfg.interval_of(name)
                 runner.source.cfg = cfg
                 runners.append(runner)
@@ -269,11 +292,20 @@ class Engine:
             except OSError as exc:
                 log.error("source unavailable", source=name, error=str(exc))
                 continue
+            except Exception as exc:  # noqa: BLE001 - one source's bug must not stop the agent
+                where = _where(exc)
+                log.error("source failed to start", source=name, error=repr(exc), where=where)
+                source = _Failed(cfg, name, f"start: {exc!r} at {where}")
             if hasattr(source, "bind_listeners"):  # reads the listeners' state (sources/events.py)
                 source.bind_listeners(lambda: self.listeners)
             fresh = SourceRunner(source, cfg.interval_of(name))
             if runner is not None:
-                fresh.inherit(runner)
+                try:
+                    fresh.inherit(runner)
+                except Exception as exc:  # noqa: BLE001 - the reloaded source starts afresh instead
+                    log.error("source could not take over its state on reload", source=name, error=repr(exc),
+                              where=_where(exc))
+                    fresh = SourceRunner(source, cfg.interval_of(name))
             runners.append(fresh)
         return runners
 
@@ -290,7 +322,7 @@ class Engine:
                     # removed port leaves all their tables together and gets one delete.
                     self._seen_gen = gen
                     for runner in self._runners:
-                        if runner.source.uses_links:
+                        if runner.source.uses_links and not runner.failures:  # a faulted one waits
                             runner.next_due = min(runner.next_due, now)
                 for runner in self._runners:
                     # A source due a hair after this pass is polled in it: two sources whose
@@ -299,6 +331,8 @@ class Engine:
                     if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
                         self._poll(runner, now)
                         self._schedule(runner, now)
+                        if runner.failures:  # backed off: the others keep their schedules
+                            runner.next_due = max(runner.next_due, now + runner.backoff_s())
                 self._flush_drops()
                 self._first_attempt_done()
                 self._end_pass()
@@ -343,7 +377,7 @@ class Engine:
         ts_ns = time.time_ns()
         for name, runner in old.items():
             if not any(r is runner for r in self._runners):
-                runner.source.close()
+                self._guard(runner, "close", runner.source.close)
             if name not in still:
                 self._retire(runner, ts_ns)
         gone = self._elect(ts_ns)  # ranks may have changed, a source may be gone
@@ -375,8 +409,19 @@ class Engine:
         t0 = time.perf_counter()
         ts_ns = time.time_ns()
         gen = self._seen_gen
-        if not runner.link_gen_valid or source.needs_setup or (source.uses_links and gen != runner.link_gen):
-            source.setup(self._links)
+        try:
+            wants_setup = not runner.link_gen_valid or source.needs_setup or (
+                source.uses_links and gen != runner.link_gen)
+        except Exception as exc:  # noqa: BLE001 - needs_setup is the source's code too
+            self._source_failed(runner, "setup", exc, self._links_context(source))
+            return
+        if wants_setup:
+            try:
+                source.setup(self._links)
+            except Exception as exc:  # noqa: BLE001 - isolate the source: the others keep polling
+                runner.attempts += 1  # a reported failure: the first snapshot does not wait on it
+                self._source_failed(runner, "setup", exc, self._links_context(source))
+                return
             runner.link_gen = gen
             runner.link_gen_valid = True
             if source.uses_links and not source.ports and self._rate.allow(("no-ports", source.name)):
@@ -398,12 +443,20 @@ class Engine:
             source.note_error(str(exc))
             self._rate.log(log, "warning", ("read", source.name), "read failed", source=source.name, error=str(exc))
             return
+        except Exception as exc:  # noqa: BLE001 - isolate the source: the others keep polling
+            self._source_failed(runner, "read", exc, {"ports": _few(source.ports)})
+            return
         if got == NO_DATA:
             # Nothing was read (a plugin whose layout changed again): the buffer may be freshly
             # zeroed, so diffing it would credit resets and fake values. Skip this sample.
             return
         ts_ns = self._sample_time(source, ts_ns)
-        n = runner.diff(time.monotonic())
+        try:
+            n = runner.diff(time.monotonic())
+        except (ValueError, TypeError, OverflowError) as exc:  # values that do not fit the source's table
+            self._source_failed(runner, "read", exc, {"ports": _few(source.ports), "values": len(source.values),
+                                                      "counters": len(runner.table or ())})
+            return
         runner.reads += 1
         runner.last_ok_ns = ts_ns
         rebuilt, runner.republish = runner.republish, False
@@ -415,7 +468,14 @@ class Engine:
                 self._announce(runner, values, ts_ns, set(runner.out_idx[:n].tolist()))
         else:
             self.store.touch_source(source.name, ts_ns)
-        states = source.states(ts_ns)
+        try:
+            states = source.states(ts_ns)
+        except Exception as exc:  # noqa: BLE001 - the read's values still go out, below
+            states = None
+            self._source_failed(runner, "states", exc, {"ports": _few(source.ports)})
+        else:
+            if runner.failures:  # a whole good poll: the fault is over, the schedule is its own again
+                self._source_recovered(runner)
         if states:
             self.store.set_states(states)
             self._tell("on_state", states)
@@ -433,6 +493,37 @@ class Engine:
         runner.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
+
+    def _source_failed(self, runner: SourceRunner, what: str, exc: Exception, context: dict[str, Any]) -> None:
+        """An unexpected exception from a call into a source (a bug, or input it did not
+        expect): counted, logged with what it was given, the source faulted and backed off."""
+        where = _where(exc)
+        message = f"{what}: {exc!r} at {where}"[:500]
+        runner.source.note_error(message)
+        runner.fault = message
+        runner.failures += 1
+        self._rate.log(log, "error", ("fault", runner.name, what), "source failed", source=runner.name,
+                       call=what, error=repr(exc)[:300], where=where, retry_in_s=round(runner.backoff_s(), 3),
+                       **context)
+
+    def _source_recovered(self, runner: SourceRunner) -> None:
+        log.info("source recovered", source=runner.name, after_failures=runner.failures)
+        runner.fault, runner.failures = None, 0
+        for what in ("setup", "read", "states"):
+            self._rate.forget(("fault", runner.name, what))
+
+    def _guard(self, runner: SourceRunner, what: str, call: Callable[[], Any]) -> None:
+        """``close`` or ``interrupt``: a source's exception there is its fault, not the agent's."""
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - the other sources still close
+            self._source_failed(runner, what, exc, {})
+
+    def _links_context(self, source: Source) -> dict[str, Any]:
+        """What a link-based source's setup was given: the links' names (printable: escaped)."""
+        if not source.uses_links:
+            return {}
+        return {"links": _few(sorted(link.name for link in self._links.values()))}
 
     def _elect(self, ts_ns: int) -> set[Container]:
         """Elect again what each path carries (agent/ports.py elect) after a source's table or
@@ -605,6 +696,8 @@ class Engine:
                 ("last-read-us", round(r.last_duration_us)),
                 ("overruns", r.overruns),
                 ("errors", r.source.errors),
+                ("last-error", r.source.last_error or ""),
+                ("fault", r.source.fault or r.fault or ""),
             ):
                 if value is not None and self._health_sent.get((c, leaf)) != value:
                     self._health_sent[(c, leaf)] = value
@@ -639,4 +732,45 @@ class Engine:
             "listener_errors": self.listener_errors,
             "loop_error": self.loop_error,
             "sources": {r.name: r.status() for r in self._runners},
+            "escaped_names": self.escaped_names(),
+            "unencodable": UNENCODABLE.count,
         }
+
+    def escaped_names(self) -> list[dict[str, Any]]:
+        """The links whose kernel names are not text, with the escaped name their paths use."""
+        links = self._links  # replaced whole by the tick thread, never changed in place
+        return [{"ifindex": link.ifindex, "name": link.name, "kernel_name": repr(link.raw)}
+                for link in sorted(links.values(), key=lambda x: x.ifindex) if link.escaped]
+
+
+def _few(names: list[str], most: int = 20) -> list[str]:
+    """The first ``most`` names of a list for a log line (and how many more)."""
+    return names if len(names) <= most else [*names[:most], f"... {len(names) - most} more"]
+
+
+def _where(exc: BaseException) -> str:
+    """Where an exception was raised: the innermost frame's file, line and function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    f = frames[-1]
+    return f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}"
+
+
+class _Failed(Source):
+    """Stands in for a source whose construction raised: no counters, its fault in status and
+    health until a reload builds it again."""
+
+    uses_links = False
+
+    def __init__(self, cfg: Config, name: str, fault: str) -> None:
+        self.name = name  # type: ignore[misc] - the failed source's own name
+        super().__init__(cfg)
+        self.fault = fault
+        self.note_error(fault)
+
+    def setup(self, links: dict[int, Link]) -> None:
+        pass
+
+    def read(self) -> int:
+        return NO_DATA

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import itertools
+import os
 import select as _select
 import socket
 import struct
@@ -28,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agent import _backend, logs
+from agent.pathgrammar import escape_name, unescape_name
 
 log = logs.get("links")
 
@@ -56,22 +58,39 @@ _seq = itertools.count(1)
 @dataclass(frozen=True)
 class Link:
     ifindex: int
+    #: the interface's name as every path, log line and status shows it: the kernel's bytes,
+    #: escaped where they are not plain text (agent/pathgrammar.py escape_name, docs/paths.md)
     name: str
     oper_status: str  # OpenConfig enum name
     admin_up: bool
     kind: str = ""  # IFLA_INFO_KIND: veth, bridge, bond, ... ("" for physical)
     carrier_changes: int = 0  # IFLA_CARRIER_CHANGES: OpenConfig carrier-transitions
+    raw: bytes = b""  # the kernel's name, byte for byte (b"": the same as ``name``)
+
+    @property
+    def kernel_name(self) -> bytes:
+        """The name to hand the kernel (an ethtool ioctl's ifr_name): its own bytes."""
+        return self.raw or unescape_name(self.name)
+
+    @property
+    def escaped(self) -> bool:
+        """The kernel's name is not plain text: ``name`` is its escaped form."""
+        return bool(self.raw) and self.raw != self.name.encode()
 
 
 def _link(fields: tuple[int, int, int, str, int, str, int]) -> Link:
     _msg_type, ifindex, flags, name, operstate, kind, carrier_changes = fields
+    # The parsers decode the name with the file system's codec (surrogateescape): its
+    # bytes come back exactly, and are escaped here, once, for both backends.
+    raw = os.fsencode(name)
     return Link(
         ifindex=ifindex,
-        name=name or f"if{ifindex}",
+        name=escape_name(raw) or f"if{ifindex}",
         oper_status=_OPER[operstate] if 0 <= operstate < len(_OPER) else "UNKNOWN",
         admin_up=bool(flags & IFF_UP),
-        kind=kind,
+        kind=escape_name(os.fsencode(kind)),
         carrier_changes=carrier_changes,
+        raw=raw,
     )
 
 

@@ -21,6 +21,18 @@ extension paths carry `origin: swtel` (shown here as `swtel:/...`). The prefix a
 carries `target` (config `target`, default the hostname). `X` is the interface name,
 `N` a priority, queue or traffic class.
 
+Names from the kernel are bytes, not text: an interface's (`ip link set swp1 name
+$'swp\\xff'` is allowed), an RDMA device's or port's directory. Where such a name is not
+plain text, each byte of a sequence that is not UTF-8, of a control character (C0, DEL,
+C1, U+2028/U+2029, the bidirectional marks, embeddings and isolates) and of `%` itself is
+written `%XX` (upper-case hex), once, where the links are parsed: `swp\\xff` is `swp%FF`
+in every path, log line, status and exporter, and the agent still hands the kernel the
+original bytes. The form is stable (the bytes alone decide it) and reversible, and never
+another interface's name: Linux refuses `%` in a final interface name. `swtel status`
+lists the escaped names with their bytes. `]`, `=` and `\\` are text: the path grammar
+escapes `]` and `\\` inside a key value (`[name=a\\]b]`), and a gNMI key carries the name
+as it is.
+
 Names a driver table does not know are still streamed, as
 `swtel:{interface_path('X')}/ethtool/<name>`, with the name lowercased and
 `_`/CamelCase turned into `-` (`HwIfInOctets` -> `hw-if-in-octets`). A counter the
@@ -39,7 +51,10 @@ def render() -> str:
                           ("refresh-cadence-ms", "measured: mean time between reads that saw a change"),
                           ("last-read-us", "cost of the last read + diff"),
                           ("overruns", "ticks skipped because a poll overran"),
-                          ("errors", "read errors")):
+                          ("errors", "errors: failed reads and unexpected exceptions of its calls"),
+                          ("last-error", "the last error, in words (\"\": none yet)"),
+                          ("fault", "why the source is unhealthy now (an exception of its calls, backed "
+                                    "off until a good read; \"\": healthy)")):
         out.append(doc_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
     for det in registry.DETECTORS:  # the values a detector derives (link_degrading's gauges)
         out += det.plugin.doc_paths()

@@ -12,6 +12,7 @@ exporters and ``gnmi/paths`` all use it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 #: one path element: (name, keys)
@@ -69,6 +70,42 @@ def unescape_key(text: str) -> str:
         out.append(text[i])
         i += 1
     return "".join(out)
+
+
+# ---------------------------------------------------------------- names that are bytes
+
+#: what :func:`escape_name` escapes, in a name decoded with ``surrogateescape``: the escape
+#: character itself, C0 controls, DEL, C1 controls, the line and paragraph separators, the
+#: bidirectional marks, embeddings and isolates (text shown in another order than it is
+#: stored), and each byte that is not UTF-8: fixed ranges, so no Unicode version changes it
+_NAME_UNSAFE = re.compile("[%\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\udc80-\udcff]+")
+_NAME_ESCAPED = re.compile("%([0-9A-F]{2})")
+
+
+def escape_name(raw: bytes) -> str:
+    """A name the kernel gives as bytes (an interface's, an RDMA device's, a sysfs file's) as
+    the printable text every path, log line and status uses: each byte of ``%``, of a control
+    character (C0, DEL, C1, U+2028/9, the bidirectional controls) and of a sequence that is
+    not UTF-8 becomes ``%XX`` (upper-case hex); the rest is the name's UTF-8 text, unchanged
+    (``swp\xff`` -> ``swp%FF``).
+
+    Stable (the bytes alone decide it, not the locale or the Unicode version) and reversible
+    (:func:`unescape_name`). It never collides with a real interface's name: an escaped name
+    holds ``%``, and the kernel refuses ``%`` in a final name (it is its ``%d`` template).
+    ``]``, ``=`` and ``/`` are text and stay: the path grammar escapes them in key values."""
+    text = raw.decode("utf-8", "surrogateescape")
+    if not _NAME_UNSAFE.search(text):
+        return text
+    return _NAME_UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogateescape")),
+                            text)
+
+
+def unescape_name(name: str) -> bytes:
+    """The bytes :func:`escape_name` made ``name`` from (``swp%FF`` -> ``b"swp\xff"``)."""
+    parts = _NAME_ESCAPED.split(name)
+    # split alternates text and the hex of one escaped byte
+    return b"".join(bytes.fromhex(part) if i % 2 else part.encode("utf-8", "surrogateescape")
+                    for i, part in enumerate(parts))
 
 
 # ---------------------------------------------------------------- parsing

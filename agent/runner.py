@@ -272,6 +272,7 @@ class Agent:
                 "health_grace_s": float(self.cfg.control.health_grace),
             },
             "sources": eng["sources"],
+            "escaped_names": eng["escaped_names"],
             "exporters": {k: e.status() for k, e in self.exporters.items()},
             "events": self.events(),
             "tick": {
@@ -279,6 +280,7 @@ class Agent:
                 "overruns": eng["overruns"],
                 "loop_error": eng["loop_error"],
                 "listener_errors": eng["listener_errors"],
+                "unencodable": eng["unencodable"],
                 **self._own_cost(),
             },
         }

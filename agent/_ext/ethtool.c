@@ -55,7 +55,7 @@ static int stats_count(int fd, const char *ifname, uint32_t *count)
     return rc;
 }
 
-PyDoc_STRVAR(drvinfo_doc, "ethtool_drvinfo(fd, ifname: str) -> (driver, version, fw_version, bus_info, n_stats)");
+PyDoc_STRVAR(drvinfo_doc, "ethtool_drvinfo(fd, ifname: str | bytes) -> (driver, version, fw_version, bus_info, n_stats)");
 
 static PyObject *ethtool_drvinfo(PyObject *self, PyObject *args)
 {
@@ -109,7 +109,7 @@ static int gstats_take(const struct ethtool_stats *es, size_t room, uint32_t wan
     return 0;
 }
 
-PyDoc_STRVAR(strings_doc, "ethtool_strings(fd, ifname: str) -> list[str]\n\n"
+PyDoc_STRVAR(strings_doc, "ethtool_strings(fd, ifname: str | bytes) -> list[str]\n\n"
                           "The ETH_SS_STATS names, in GSTATS order.");
 
 static PyObject *ethtool_strings(PyObject *self, PyObject *args)

@@ -36,11 +36,11 @@ def _call(fd: int, ifname: str | bytes, buf: bytearray) -> None:
     try:
         _ethtool(fd, ifname, buf)
     except OSError as exc:
-        name = ifname.decode() if isinstance(ifname, bytes) else ifname
+        name = os.fsdecode(ifname) if isinstance(ifname, bytes) else ifname
         raise OSError(exc.errno, os.strerror(exc.errno), name) from None
 
 
-def ethtool_drvinfo(fd: int, ifname: str) -> tuple[str, str, str, str, int]:
+def ethtool_drvinfo(fd: int, ifname: str | bytes) -> tuple[str, str, str, str, int]:
     buf = bytearray(_DRVINFO.size)
     struct.pack_into("=I", buf, 0, _ETHTOOL_GDRVINFO)
     _call(fd, ifname, buf)
@@ -52,7 +52,7 @@ def ethtool_drvinfo(fd: int, ifname: str) -> tuple[str, str, str, str, int]:
     return text(f[1]), text(f[2]), text(f[3]), text(f[4]), f[8]
 
 
-def _stats_count(fd: int, ifname: str) -> int:
+def _stats_count(fd: int, ifname: str | bytes) -> int:
     buf = bytearray(struct.pack("=IIQI", _ETHTOOL_GSSET_INFO, 0, 1 << _ETH_SS_STATS, 0))
     try:
         _call(fd, ifname, buf)
@@ -62,7 +62,7 @@ def _stats_count(fd: int, ifname: str) -> int:
     return length if mask & (1 << _ETH_SS_STATS) else 0
 
 
-def ethtool_strings(fd: int, ifname: str) -> list[str]:
+def ethtool_strings(fd: int, ifname: str | bytes) -> list[str]:
     count = _stats_count(fd, ifname)
     if count == 0:
         return []

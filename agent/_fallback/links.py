@@ -80,10 +80,11 @@ def _cstring(payload: bytes) -> bytes:
     return payload.split(b"\0", 1)[0] + b"\0"
 
 
-def _canonical(data: bytes, off: int, length: int) -> bytes:
+def _canonical(data: bytes, off: int, length: int) -> tuple[bytes, bytes]:
     """The link message at off rebuilt with only the first usable IFLA_IFNAME,
     IFLA_OPERSTATE, IFLA_LINKINFO (holding only its IFLA_INFO_KIND) and
-    IFLA_CARRIER_CHANGES, so pyroute2 decodes nothing it could misread."""
+    IFLA_CARRIER_CHANGES, so pyroute2 decodes nothing it could misread; and the name's
+    own bytes (pyroute2 versions differ on a name that is not UTF-8: some replace bytes)."""
     body_start = off + _NLMSG.size + _IFINFO_LEN
     kept: dict[int, bytes] = {}
     for rta_type, payload in _attrs(data, body_start, off + length):
@@ -104,7 +105,8 @@ def _canonical(data: bytes, off: int, length: int) -> bytes:
     body = data[off + _NLMSG.size : body_start] + b"".join(kept.values())
     header = bytearray(data[off : off + _NLMSG.size])
     struct.pack_into("=I", header, 0, _NLMSG.size + len(body))
-    return bytes(header) + body
+    name = kept.get(IFLA_IFNAME, b"")[_RTA.size:].split(b"\0", 1)[0]
+    return bytes(header) + body, name
 
 
 def _text(value: str | bytes | None) -> str:
@@ -121,7 +123,7 @@ def _operstate(value: str | int | None) -> int:
     return OPER_NAMES.index(value) if value in OPER_NAMES else 0
 
 
-def _decode_link(marshal: Any, canonical: bytes) -> LinkTuple:
+def _decode_link(marshal: Any, canonical: bytes, name: bytes) -> LinkTuple:
     msgs = list(marshal.parse(canonical))
     if len(msgs) != 1 or msgs[0]["header"].get("error") is not None:
         raise RuntimeError(f"pyroute2 did not decode a well-formed link message: {msgs!r}")
@@ -131,7 +133,7 @@ def _decode_link(marshal: Any, canonical: bytes) -> LinkTuple:
         msg["header"]["type"],
         msg["index"],
         msg["flags"],
-        _text(msg.get_attr("IFLA_IFNAME")),
+        os.fsdecode(name),  # as the C parser decodes it: the bytes come back with os.fsencode
         _operstate(msg.get_attr("IFLA_OPERSTATE")),
         _text(info.get_attr("IFLA_INFO_KIND")) if info is not None else "",
         msg.get_attr("IFLA_CARRIER_CHANGES") or 0,
@@ -167,5 +169,5 @@ def link_parse(buf) -> tuple[list[LinkTuple], bool]:
         # (RTM_DELLINK there means "left the bridge", not "gone").
         if data[off + _NLMSG.size] != AF_UNSPEC:
             continue
-        links.append(_decode_link(marshal, _canonical(data, off, length)))
+        links.append(_decode_link(marshal, *_canonical(data, off, length)))
     return links, done

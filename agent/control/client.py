@@ -337,6 +337,10 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
                 str(s.get("overruns", 0)),
             ])
         lines += _table(rows)
+    escaped = status.get("escaped_names") or []
+    if escaped:  # interfaces whose kernel names are not text: their paths use the escaped form
+        lines.append("interface names escaped (not text): " + ", ".join(
+            f"{e.get('name')} = {e.get('kernel_name')}" for e in escaped))
 
     exporters = status.get("exporters") or {}
     if not exporters:

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgpack
 
+from agent.pathgrammar import escape_name
+
 MAX_REQUEST = 64 * 1024
 MAX_REPLY = 16 * 1024 * 1024
 _HEADER = struct.Struct(">I")
@@ -28,9 +30,34 @@ class PeerClosed(ProtocolError):
 
 
 def pack(obj: Any) -> bytes:
-    """One frame: length prefix + msgpack body. Unknown types are sent as their str()."""
-    body = msgpack.packb(obj, use_bin_type=True, default=str)
+    """One frame: length prefix + msgpack body. Unknown types are sent as their str(); a
+    string that is not UTF-8 (a surrogate-escaped name) as its escaped form, so one odd
+    name never makes a whole reply unencodable."""
+    try:
+        body = msgpack.packb(obj, use_bin_type=True, default=str)
+    except UnicodeEncodeError:
+        body = msgpack.packb(_text(obj), use_bin_type=True, default=str)
     return _HEADER.pack(len(body)) + body
+
+
+def _text(obj: Any) -> Any:
+    """``obj`` with every string that cannot be encoded as UTF-8 escaped (pathgrammar.escape_name)."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            return escape_name(obj.encode("utf-8", "surrogateescape" if _escaped_bytes(obj) else "backslashreplace"))
+    if isinstance(obj, dict):
+        return {_text(k): _text(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_text(v) for v in obj]
+    return obj
+
+
+def _escaped_bytes(text: str) -> bool:
+    """Every surrogate in ``text`` stands for one byte (surrogateescape's U+DC80..U+DCFF)."""
+    return all(not 0xD800 <= ord(ch) <= 0xDFFF or 0xDC80 <= ord(ch) <= 0xDCFF for ch in text)
 
 
 def unpack_body(body: bytes) -> dict[str, Any]:

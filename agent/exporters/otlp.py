@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent import __version__, logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
-from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable
+from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable, encodable_indices
 from agent.exporters import otlp_names, state_gauges
 from agent.exporters.base import Exporter, check_tls, register
 from agent.exporters.sender import BoundedQueue, PeriodicSender, grpc_channel, rpc_error
@@ -150,7 +150,7 @@ class _Layout:
         for pos, table in enumerate(tables):
             names = names_of(table)
             kinds = table.kinds
-            for i in table.visible:
+            for i in encodable_indices(table, table.visible):  # one odd name never fails a request
                 name, attrs, rank = names[i]
                 key = (name, attrs)
                 old = chosen.get(key)

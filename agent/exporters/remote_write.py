@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent import __version__, logs
 from agent.config import ClientTls, Duration, file_problem, setting
-from agent.counters import CounterTable
+from agent.counters import CounterTable, encodable_indices
 from agent.exporters import otlp_names
 from agent.exporters.base import Exporter, check_auth, check_tls, register
 from agent.exporters.otlp import names_of
@@ -276,7 +276,7 @@ class _Layout:
         chosen: dict[tuple[str, tuple], tuple[int, int, int]] = {}
         for pos, table in enumerate(tables):
             names = names_of(table)
-            for i in table.visible:
+            for i in encodable_indices(table, table.visible):  # one odd name never fails a request
                 name, attrs, rank = names[i]
                 old = chosen.get((name, attrs))
                 if old is None or rank > old[0]:

@@ -21,14 +21,24 @@ from typing import Any
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent import _backend
-from agent.counters import Batch, Container, CounterTable, StateUpdate
+from agent.counters import (
+    Batch,
+    Container,
+    CounterTable,
+    StateUpdate,
+    encodable_containers,
+    encodable_indices,
+    encodable_states,
+    text_ok,
+    unencodable,
+)
 from agent.gnmi import paths
+
+_SYNC = gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()
 
 #: Updates per Notification before a container is split in several (same prefix and
 #: timestamp): keeps one message well below gRPC's 4 MB default receive limit.
 MAX_UPDATES = 1000
-
-_SYNC = gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()
 
 
 @dataclass(frozen=True)
@@ -56,16 +66,20 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
     if cached is None:
         ids: dict[Any, int] = {}
         containers = array("I")
+        # a counter whose path cannot be encoded gets an empty path, never used:
+        # encodable_indices leaves it out of every batch
+        bad = unencodable(table)
         if per_tick:
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container.origin, len(ids)))
             prefixes = [paths.encoded("/", origin, target) for origin in ids]
-            leaf_paths = [paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString() for s in table.specs]
+            leaf_paths = [b"" if i in bad else paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString()
+                          for i, s in enumerate(table.specs)]
         else:
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container, len(ids)))
-            prefixes = [prefix_bytes(c, target) for c in ids]
-            leaf_paths = [paths.encoded(spec.leaf) for spec in table.specs]
+            prefixes = [prefix_bytes(c, target) if text_ok(c.path) else b"" for c in ids]
+            leaf_paths = [b"" if i in bad else paths.encoded(spec.leaf) for i, spec in enumerate(table.specs)]
         cached = TableCodec(prefixes=prefixes, paths=leaf_paths, containers=containers)
         table.cache[key] = cached
     return cached
@@ -74,11 +88,12 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
 def encode_batch(batch: Batch, target: str, max_updates: int = MAX_UPDATES, per_tick: bool = False) -> list[bytes]:
     """One SubscribeResponse per container (or, ``per_tick``, per origin) with changed
     counters (uint_val values), split every ``max_updates`` updates."""
-    if not batch.indices:
+    indices = encodable_indices(batch.table, batch.indices)
+    if not indices:
         return []
     c = codec(batch.table, target, per_tick)
     return _backend.encoder.encode_updates(
-        batch.ts_ns, batch.indices, batch.values, c.containers, c.prefixes, c.paths, max_updates
+        batch.ts_ns, indices, batch.values, c.containers, c.prefixes, c.paths, max_updates
     )
 
 
@@ -117,7 +132,7 @@ def python_value(tv: gnmi_pb2.TypedValue) -> Any:
 def encode_states(updates: Iterable[StateUpdate], target: str) -> list[bytes]:
     """Non-counter values, one Notification per (timestamp, container); ``None`` deletes the leaf."""
     groups: dict[tuple[int, Container], gnmi_pb2.Notification] = {}
-    for u in updates:
+    for u in encodable_states(updates):
         notif = groups.get((u.ts_ns, u.container))
         if notif is None:
             notif = gnmi_pb2.Notification(timestamp=u.ts_ns)
@@ -134,7 +149,7 @@ def encode_states(updates: Iterable[StateUpdate], target: str) -> list[bytes]:
 def encode_deletes(ts_ns: int, containers: Iterable[Container], target: str) -> list[bytes]:
     """Whole containers gone (a port removed): one Notification per origin, prefix without elems."""
     groups: dict[str, gnmi_pb2.Notification] = {}
-    for c in containers:
+    for c in encodable_containers(containers):
         notif = groups.get(c.origin)
         if notif is None:
             notif = gnmi_pb2.Notification(

@@ -471,17 +471,18 @@ class Renderer:
         return self.encoding == gnmi_pb2.PROTO
 
     def counters(self, c: Counters) -> list[bytes]:
-        if not c.indices:
+        indices = encode.encodable_indices(c.table, c.indices)  # one bad path never fails the reply
+        if not indices:
             return []
         if self.proto:
             codec = encode.codec(c.table, self.target)
             return _backend.encoder.encode_updates(
-                c.ts_ns, c.indices, c.values, codec.containers, codec.prefixes, codec.paths,
+                c.ts_ns, indices, c.values, codec.containers, codec.prefixes, codec.paths,
                 encode.MAX_UPDATES,
             )
         groups: dict[Container, list[int]] = {}
         specs = c.table.specs
-        for i in c.indices:
+        for i in indices:
             groups.setdefault(specs[i].container, []).append(i)
         out = []
         step = encode.MAX_UPDATES  # split big containers as the PROTO encoder does
@@ -499,7 +500,7 @@ class Renderer:
         if self.proto:
             return encode.encode_states(updates, self.target)
         groups: dict[tuple[int, Container], gnmi_pb2.Notification] = {}
-        for u in updates:
+        for u in encode.encodable_states(updates):
             key = (u.ts_ns, u.container)
             notif = groups.get(key)
             if notif is None:

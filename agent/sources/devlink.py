@@ -22,6 +22,7 @@ poll is timed and the figures are in status (``poll_us``).
 from __future__ import annotations
 
 import errno
+import os
 import time
 from array import array
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from agent import _backend
 from agent.config import Duration, setting
 from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.links import Link, select
-from agent.pathgrammar import format_elem, interface_path
+from agent.pathgrammar import escape_name, format_elem, interface_path
 from agent.sources.base import (
     NO_DATA,
     GenlSocket,
@@ -202,8 +203,10 @@ class DevlinkSource(Source):
         devports = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_PORT_GET)) if m[CMD] == PORT_NEW]
         sbs = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_SB_GET)) if m[CMD] == SB_NEW]
         self._devices = sorted({f"{m[BUS]}/{m[DEV]}" for m in devports + sbs})
-        self._ports = {(m[BUS], m[DEV], m[PORT]): m[NETDEV] for m in devports
-                       if m[PORT] is not None and m[NETDEV] in selected}
+        # a port's netdev name as the links name it (escaped where it is not text)
+        netdev = {m[NETDEV]: escape_name(os.fsencode(m[NETDEV])) for m in devports if m[NETDEV] is not None}
+        self._ports = {(m[BUS], m[DEV], m[PORT]): netdev[m[NETDEV]] for m in devports
+                       if m[PORT] is not None and netdev.get(m[NETDEV]) in selected}
         handles = sorted({(m[BUS], m[DEV], m[SB]) for m in sbs if None not in (m[BUS], m[DEV], m[SB])})
         pool_msgs = parse(self.io.dump(_backend.reader.DEVLINK_SB_PORT_POOL_GET)) if handles else []
         tc_msgs = parse(self.io.dump(_backend.reader.DEVLINK_SB_TC_POOL_BIND_GET)) if handles else []

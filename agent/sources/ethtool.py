@@ -132,8 +132,9 @@ class EthtoolSource(Source):
         bridges, ...); OSError if the link is gone."""
         reader = _backend.reader
         try:
-            driver = reader.ethtool_drvinfo(self._fd, link.name)[0]
-            names = reader.ethtool_strings(self._fd, link.name)
+            # the kernel's own bytes: a name that is not UTF-8 is escaped in link.name only
+            driver = reader.ethtool_drvinfo(self._fd, link.kernel_name)[0]
+            names = reader.ethtool_strings(self._fd, link.kernel_name)
         except OSError as exc:
             if exc.errno in _VANISHING:
                 raise
@@ -153,7 +154,7 @@ class EthtoolSource(Source):
                 specs.append(CounterSpec(container, leaf, 64, kind if wanted else HIDDEN, port.link.name))
         self.table = CounterTable(self.name, specs)
         self.values = array("Q", bytes(8 * len(specs)))
-        self._ifnames = [p.link.name.encode() for p in order]
+        self._ifnames = [p.link.kernel_name for p in order]
         self._counts = array("I", [len(p.names) for p in order])
         self._status = array("i", bytes(4 * len(order)))
         self._quiet = array("I", bytes(4 * len(order)))  # all "moved": the first reads see every port

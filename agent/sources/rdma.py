@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import stat
 import time
 from array import array
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from agent import _backend
 from agent.config import CounterFilter, setting
 from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
-from agent.pathgrammar import rdma_port_path
+from agent.pathgrammar import escape_name, rdma_port_path
 from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
@@ -99,10 +100,9 @@ class RdmaSource(Source):
         fds: list[int] = []
         files: list[str] = []
         for path, container, name, label in found:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                continue  # write-only or vanished: not a counter we can read
+            fd = _open_counter(path)
+            if fd is None:
+                continue
             fds.append(fd)
             files.append(path)
             width = 32 if name in WIDTH_32 else 64
@@ -120,19 +120,23 @@ class RdmaSource(Source):
         base = os.path.join(sec.root, "class", "infiniband")
         out = []
         for dev in sorted(_listdir(base)):
-            if not any(fnmatch.fnmatchcase(dev, p) for p in sec.devices):
+            # file names are bytes: the ones that are not text are escaped as interface names are
+            dev_name = _text(dev)
+            if not any(fnmatch.fnmatchcase(dev_name, p) for p in sec.devices):
                 continue
             ports_dir = os.path.join(base, dev, "ports")
             for port in sorted(_listdir(ports_dir), key=_num):
+                port_name = _text(port)
                 for sub in _DIRS:
                     folder = os.path.join(ports_dir, port, sub)
                     container = Container(
                         SWTEL_ORIGIN,
-                        f"{rdma_port_path(dev, port)}/{sub.replace('_', '-')}",
+                        f"{rdma_port_path(dev_name, port_name)}/{sub.replace('_', '-')}",
                     )
                     for name in sorted(_listdir(folder)):
-                        if name != "lifespan" and counter_wanted(name, sec.counters.include, sec.counters.exclude):
-                            out.append((os.path.join(folder, name), container, name, f"{dev}/{port}"))
+                        text = _text(name)
+                        if text != "lifespan" and counter_wanted(text, sec.counters.include, sec.counters.exclude):
+                            out.append((os.path.join(folder, name), container, text, f"{dev_name}/{port_name}"))
         return out
 
     def read(self) -> int:
@@ -166,4 +170,27 @@ def _listdir(path: str) -> list[str]:
 
 
 def _num(text: str) -> tuple[int, str]:
-    return (int(text), text) if text.isdigit() else (1 << 30, text)
+    # ASCII digits only: str.isdigit() is True for "²", which int() refuses
+    return (int(text), text) if text.isascii() and text.isdigit() else (1 << 30, text)
+
+
+def _text(name: str) -> str:
+    """A directory entry's name (decoded with surrogateescape) as printable text for paths."""
+    return escape_name(os.fsencode(name))
+
+
+def _open_counter(path: str) -> int | None:
+    """An open fd of a counter file, or None when it is not one. Non-blocking, so a FIFO
+    planted under the root cannot hold the tick thread at open (nor at read: pread on it
+    fails), and regular files only (sysfs attributes are)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None  # write-only or vanished: not a counter we can read
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None

@@ -334,3 +334,32 @@ def test_c_backend_agent_never_imports_pyroute2():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True
     )
     assert out.stdout.split() == ["C", "[]"], out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- names that are not text
+
+
+@pytest.mark.parametrize("raw,shown", [
+    (b"swp\xff", "swp%FF"),  # not UTF-8
+    (b"sw\x01p", "sw%01p"),  # a control character
+    (b"\xc3\xbcp\xe2\x80\xae1", "\u00fcp%E2%80%AE1"),  # UTF-8 text kept, a bidi override escaped
+    (b"x]y\\z=", "x]y\\z="),  # text: the path grammar escapes ']' and '\\' in key values
+    (b"swp1", "swp1"),
+])
+def test_a_kernel_name_is_escaped_once_and_kept_as_bytes_both_backends(raw, shown):
+    from agent.links import _link
+
+    buf = full_link(9, raw, b"veth", IF_OPER_UP, 1)
+    kind, (links, _done) = both(buf)  # both parsers give the same tuple
+    assert kind == "ok" and len(links) == 1
+    link = _link(links[0])
+    assert (link.name, link.raw, link.kernel_name) == (shown, raw, raw)
+    assert link.escaped == (shown != raw.decode("utf-8", "replace"))
+    assert link.name.isprintable()
+
+
+def test_a_test_made_link_hands_the_kernel_its_unescaped_name():
+    from agent.links import Link
+
+    assert Link(3, "swp%FF", "UP", True).kernel_name == b"swp\xff"
+    assert Link(3, "swp1", "UP", True).kernel_name == b"swp1"

@@ -318,3 +318,27 @@ def test_only_the_grammar_spells_an_interface_path():
             if "interfaces/interface[" in node.value and "`" not in node.value:
                 found.append(f"{rel}:{node.lineno}")
     assert not found, found
+
+
+# ---------------------------------------------------------------- names that are bytes
+
+
+@given(st.binary(max_size=24))
+def test_escape_name_is_reversible_and_stable(raw):
+    shown = pg.escape_name(raw)
+    assert pg.unescape_name(shown) == raw
+    assert pg.escape_name(pg.unescape_name(shown)) == shown
+    assert not any(ch in shown for ch in "\x00\x1f\x7f\x85\u2028\u202e") and "\udcff" not in shown
+    shown.encode("utf-8")  # always encodable: no surrogate is left
+    # a name that needed escaping holds '%', which no Linux interface name can: no collision
+    text_ok = "%" not in shown
+    if text_ok:
+        assert shown.encode() == raw
+
+
+@pytest.mark.parametrize("raw,shown", [
+    (b"swp\xff", "swp%FF"), (b"a%b", "a%25b"), (b"\x1b[31m", "%1B[31m"), (b"", ""),
+    ("漢字".encode(), "漢字"), (b"a]b=c", "a]b=c"), (b"\xe2\x80", "%E2%80"), (b"\xc2\x85", "%C2%85"),
+])
+def test_escape_name_examples(raw, shown):
+    assert pg.escape_name(raw) == shown and pg.unescape_name(shown) == raw

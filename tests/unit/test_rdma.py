@@ -138,3 +138,60 @@ def test_reload_changing_a_source_keeps_its_data_and_disabling_it_deletes(tmp_pa
         assert "rdma" not in {b.source for b in engine.store.snapshot_batches()}
     finally:
         engine.stop()
+
+
+def test_rdma_odd_port_and_device_names_are_read_not_fatal(tmp_path):
+    """A port directory named ``²`` (``str.isdigit()`` is True, ``int()`` refuses it) and a
+    device whose name is not UTF-8 are read like any other, under escaped printable names."""
+    import os
+
+    (tmp_path / DEV / "hw_counters").mkdir(parents=True)
+    _write(tmp_path, "hw_counters", "roce_adp_retrans", 1)
+    odd_port = tmp_path / "class/infiniband/mlx5_0/ports/²/hw_counters"
+    odd_port.mkdir(parents=True)
+    (odd_port / "np_cnp_sent").write_text("7\n")
+    odd_dev = os.path.join(os.fsencode(tmp_path), b"class/infiniband/mlx5_\xff/ports/1/hw_counters")
+    os.makedirs(odd_dev)
+    with open(os.path.join(odd_dev, b"out_of_sequence"), "w") as fh:
+        fh.write("3\n")
+    sink = Collect()
+    engine = Engine(_rdma_only(tmp_path), [sink])
+    engine.start()
+    try:
+        wait_until(lambda: sink.changes("roce-adp-retrans") and sink.changes("np-cnp-sent")
+                   and sink.changes("out-of-sequence"), 30, "the first reads of all three ports")
+        _write(tmp_path, "hw_counters", "roce_adp_retrans", 4)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 2, 30, "polling to go on")
+        status = engine.status()["sources"]["rdma"]
+    finally:
+        engine.stop()
+    assert status["fault"] is None and status["errors"] == 0 and status["counters"] == 3
+    paths = {p for b in sink.batches for _s, p, *_ in b.items()}
+    base = "swtel:/rdma/devices/device[name="
+    assert f"{base}mlx5_0]/ports/port[id=²]/hw-counters/np-cnp-sent" in paths
+    assert f"{base}mlx5_%FF]/ports/port[id=1]/hw-counters/out-of-sequence" in paths
+    assert all(p.isprintable() for p in paths)
+
+
+def test_rdma_fifo_as_a_counter_file_does_not_block_the_tick_thread(tmp_path):
+    """A FIFO under the root (no writer: a blocking open never returns) is not a counter: it
+    is skipped, and the real counters beside it are read every poll."""
+    import os
+
+    (tmp_path / DEV / "hw_counters").mkdir(parents=True)
+    _write(tmp_path, "hw_counters", "roce_adp_retrans", 1)
+    os.mkfifo(tmp_path / DEV / "hw_counters" / "np_cnp_sent")
+    (tmp_path / DEV / "hw_counters" / "out_of_buffer").mkdir()  # a directory is not one either
+    sink = Collect()
+    engine = Engine(_rdma_only(tmp_path), [sink])
+    engine.start()
+    try:
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 1, 30, "the first read")
+        _write(tmp_path, "hw_counters", "roce_adp_retrans", 6)
+        wait_until(lambda: len(sink.changes("roce-adp-retrans")) == 2, 30, "the next read")
+        status = engine.status()["sources"]["rdma"]
+    finally:
+        engine.stop()
+    assert not engine._thread.is_alive()  # stopped: it was never stuck in the FIFO
+    assert status["counters"] == 1 and status["errors"] == 0 and status["fault"] is None
+    assert sink.changes("roce-adp-retrans")[1][:2] == (6, 5)
