@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("file", nargs="?", default=None, help="config file (default /etc/swtel/swtel.yaml)")
 
     st = sub.add_parser("status", help="ask a running agent over its control socket",
-                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy.")
+                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy, "
+                                    "4 the agent answered with an error of its own.")
     st.add_argument("--socket", default=None, type=_nonempty,
                     help="control socket (default from config or /run/swtel/swtel.sock)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
