@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
                           "(default swtel, the unit's User=)")
 
     st = sub.add_parser("status", help="ask a running agent over its control socket",
-                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy.")
+                        description="Exit 0 healthy, 1 unhealthy, 2 no agent answered, 3 the agent is busy, "
+                                    "4 the agent answered with an error of its own.")
     st.add_argument("--socket", default=None, type=_nonempty,
                     help="control socket (default from config or /run/swtel/swtel.sock)")
     st.add_argument("--json", action="store_true", help="machine-readable output")

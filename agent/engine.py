@@ -28,6 +28,7 @@ from agent.counters import (
     StateUpdate,
     escape_key,
 )
+from agent.handoff import Handoff
 from agent.links import Link, LinkTracker
 from agent.ports import Moves, PortLedger, deletes, elect, ports_of, relabel
 from agent.sources import REGISTRY, Source
@@ -249,6 +250,9 @@ class Engine:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.loop_error: str | None = None
+        #: other threads' requests for copies of the live state (status): built here between
+        #: passes, so no other thread iterates what this one mutates (agent/handoff.py)
+        self.handoff = Handoff()
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -256,11 +260,13 @@ class Engine:
         self._runners = self._make_runners(self.cfg)
         for listener in self.listeners:
             listener.start(self.store)
+        self.handoff.reopen()
         self._thread = threading.Thread(target=self._loop, name="swtel-tick", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self.handoff.wake.set()  # the idle loop waits on it
         for r in list(self._runners):
             # a plugin call in flight returns now, not at its timeout
             self._guard(r, "interrupt", r.source.interrupt)
@@ -342,10 +348,24 @@ class Engine:
                 for hook in self.tick_hooks:
                     hook()
                 due = min((r.next_due for r in self._runners), default=time.monotonic() + 1.0)
-                self._stop.wait(max(0.0, due - time.monotonic()))
+                self._idle_until(due)
         except BaseException as exc:  # never die silently: logged once, status and run() see it
             self.loop_error = f"{type(exc).__name__}: {exc}"[:500]
             log.error("tick loop failed; the agent stops polling", error=self.loop_error, exc_info=True)
+        finally:
+            self.handoff.close()  # nothing mutates the live state now: status builds it in place
+
+    def _idle_until(self, due: float) -> None:
+        """Wait for the next due source (or a stop); meanwhile build what other threads asked
+        for (status, ports), at once, between passes."""
+        handoff = self.handoff
+        while not self._stop.is_set():
+            handoff.wake.clear()  # cleared before serving: an ask after this wakes the wait below
+            handoff.serve()
+            remaining = due - time.monotonic()
+            if remaining <= 0:
+                return
+            handoff.wake.wait(remaining)
 
     def dead(self) -> bool:
         """The tick loop ended without being asked to (an uncaught error): nothing is polled."""
@@ -629,6 +649,10 @@ class Engine:
         for listener in self.listeners:
             if hasattr(listener, "on_port_speeds"):
                 self._call(listener, "on_port_speeds", merged)
+
+    def source_names(self) -> list[str]:
+        """The sources polled (a copy: safe from any thread)."""
+        return [r.name for r in list(self._runners)]
 
     def port_speeds(self) -> dict[str, int]:
         """Link speed (bits/s) of every port a source knows it for (the ASIC plugin's)."""

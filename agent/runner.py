@@ -80,6 +80,8 @@ class Agent:
         self._stop = threading.Event()
         self._reload_requested = threading.Event()
         self._wake = threading.Event()  # set with either: the main loop acts at once
+        #: the last ports' sums and what they were made from (:meth:`_port_totals`)
+        self._ports_cache: tuple[list, dict[str, int], dict[str, dict[str, Any]], dict] | None = None
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # prime: the next call measures from here
 
@@ -112,8 +114,9 @@ class Agent:
                 log.error("exiting: the tick loop stopped", error=self.engine.loop_error)
                 return 1
             if not ready_sent and self.engine.ready.is_set():
-                self.notifier.ready(f"polling {len(self.engine.status()['sources'])} sources")
-                log.info("ready", sources=sorted(self.engine.status()["sources"]))
+                names = self.engine.source_names()  # not status(): that reads the tick thread's state
+                self.notifier.ready(f"polling {len(names)} sources")
+                log.info("ready", sources=sorted(names))
                 ready_sent = True
                 freeze_at = time.monotonic() + FREEZE_AFTER_S
             if self._reload_requested.is_set():
@@ -255,8 +258,14 @@ class Agent:
         return {"ok": ok, **self.last_reload}
 
     # ------------------------------------------------------------ status
+    # The control socket's handlers run on its threads. What the tick thread mutates (the
+    # sources' state, the event book, the detectors' notes, port speeds) is copied on the tick
+    # thread itself, between passes (engine.handoff: agent/handoff.py); the rest is safe from
+    # any thread: the store's copies (under its lock), the exporters' status() (their own
+    # locks, counters, swapped tuples), this object's own fields (replaced, never mutated).
     def status(self, _req: dict | None = None) -> dict[str, Any]:
-        eng = self.engine.status()
+        tick = self.engine.handoff.ask("status", self._tick_status)
+        eng, events = tick.value
         return {
             "version": __version__,
             "backend": _backend.NAME,
@@ -273,28 +282,51 @@ class Agent:
             },
             "sources": eng["sources"],
             "escaped_names": eng["escaped_names"],
-            "exporters": {k: e.status() for k, e in self.exporters.items()},
-            "events": self.events(),
+            "exporters": {k: e.status() for k, e in list(self.exporters.items())},
+            "events": events,
             "tick": {
                 "ticks": eng["ticks"],
                 "overruns": eng["overruns"],
-                "loop_error": eng["loop_error"],
+                "loop_error": self.engine.loop_error or eng["loop_error"],
                 "listener_errors": eng["listener_errors"],
                 "unencodable": eng["unencodable"],
+                "stale_s": tick.stale_s,
                 **self._own_cost(),
             },
         }
 
+    def _tick_status(self) -> tuple[dict[str, Any], dict[str, list]]:
+        """(On the tick thread.) The engine's status and the events, copied."""
+        return self.engine.status(), self.events()
+
     def ports(self, _req: dict | None = None) -> dict[str, Any]:
         """Per-port cumulative totals for ``swtel top`` (it turns two of them into rates)."""
+        tick = self.engine.handoff.ask("ports", lambda: (self.engine.port_speeds(), self.events()))
+        speeds, events = tick.value
+        return {"now_ns": time.time_ns(), "target": self.cfg.target, "ports": self._port_totals(speeds),
+                "events": events, "stale_s": tick.stale_s}
+
+    def _port_totals(self, speeds: dict[str, int]) -> dict[str, dict[str, Any]]:
+        """The store's latest values summed per port, off the tick thread (the store hands out
+        its arrays under its lock and never mutates one it handed out). Summing every counter
+        costs milliseconds at 1,024 ports, so the sums are kept until a source stores new
+        values: clients polling faster than the sources are answered from them."""
         from agent.control.portview import port_totals
 
-        return {"now_ns": time.time_ns(), "target": self.cfg.target,
-                "ports": port_totals(self.engine.store.snapshot_batches(), self.engine.port_speeds()),
-                "events": self.events()}
+        latest = self.engine.store.latest()
+        ident = [(name, id(table), id(values), ts) for name, (table, values, ts) in sorted(latest.items())]
+        cached = self._ports_cache
+        if cached is not None and cached[0] == ident and cached[1] == speeds:
+            return cached[2]
+        totals = port_totals(self.engine.store.snapshot_batches(), speeds)
+        # ``latest`` is kept with the ids, so they cannot be reused by other arrays meanwhile;
+        # the sums are shared by the replies, which never change them
+        self._ports_cache = (ident, speeds, totals, latest)
+        return totals
 
     def events(self) -> dict[str, list]:
-        """Open insight events and the last cleared ones (newest first)."""
+        """Open insight events and the last cleared ones (newest first). Iterates the tick
+        thread's event book: call it on the tick thread (through engine.handoff)."""
         ins = self.insights
         return ins.status() if ins is not None else {"open": [], "recent": []}
 
@@ -314,7 +346,7 @@ class Agent:
             "cpu_system_s": cpu.system,
             "threads": threads,
             "uptime_s": round(time.monotonic() - self.started, 3),
-            "control": dict(self.control.stats) if self.control else None,
+            "control": self.control.stats_copy() if self.control else None,
             "notify": {"sent": self.notifier.sent, "failed": self.notifier.failed},
         }
 

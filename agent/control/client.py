@@ -3,7 +3,8 @@
 Exit codes of ``swtel status``: 0 healthy, 1 unhealthy (see :func:`health_problems`),
 2 no agent answered (absent: no socket, a stale one, not a swtel agent, no answer in time),
 3 the agent is there but busy (every control connection running a command, after retrying
-for :data:`BUSY_RETRY_S`).
+for :data:`BUSY_RETRY_S`), 4 the agent answered with an error of its own (a command that
+failed inside it: :class:`AgentError`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 
 from agent import config as config_mod
 from agent.control.printable import printable
-from agent.control.protocol import MAX_REPLY, ProtocolError, pack, read_frame
+from agent.control.protocol import KIND_BUSY, MAX_REPLY, ProtocolError, pack, read_frame
 
-EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT, EXIT_BUSY = 0, 1, 2, 3
+EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT, EXIT_BUSY, EXIT_AGENT_ERROR = 0, 1, 2, 3, 4
 STALE_INTERVALS = 3  # a source is unhealthy after this many intervals without a good poll
 
 
@@ -43,6 +44,18 @@ def _group_hint(st: os.stat_result) -> str:
         group = str(st.st_gid)
     return (f"the socket is group {group}'s: add yourself to it (sudo usermod -aG {group} "
             "$USER, then log in again) or run as root")
+
+
+class AgentError(ControlError):
+    """The agent answered, with an error: the command failed inside it (or, from an agent of
+    another version, the request was refused). An agent that is there, never "no agent"."""
+
+
+def exit_code(exc: ControlError) -> int:
+    """The exit code of ``swtel status`` and ``swtel top`` for a request that failed."""
+    if isinstance(exc, AgentBusy):
+        return EXIT_BUSY
+    return EXIT_AGENT_ERROR if isinstance(exc, AgentError) else EXIT_NO_AGENT
 
 
 def _why_not(path: str, exc: BaseException) -> str:
@@ -118,9 +131,9 @@ def _request_once(path: str, cmd: str, timeout_s: float, args: dict[str, Any]) -
         raise ControlError(f"{path} answered, but not as a swtel agent")
     if not reply.get("ok"):
         error = str(reply.get("error", "error reply without a message"))
-        if error.startswith("busy"):
+        if reply.get("kind") == KIND_BUSY or error.startswith("busy"):  # an agent before kinds: the text
             raise AgentBusy(f"agent on {path} is busy: {error}")
-        raise ControlError(error)
+        raise AgentError(f"the agent on {path} answered with an error: {error}")
     return reply.get("result")
 
 
@@ -142,6 +155,8 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
     * The tick loop has stopped (``tick.loop_error``): nothing is polled any more.
     * A source that reads ports selects none (an interface glob matching nothing, a plugin
       with no port) once the agent has been up longer than ``grace_s``.
+    * The tick loop did not answer the status in time (``tick.stale_s``: the status is an
+      earlier one, that old): a poll is blocking it.
     """
     now_ns = int(status.get("now_ns") or time.time_ns())
     started_ns = now_ns - int(float(status.get("uptime_s") or 0) * 1e9)
@@ -175,6 +190,10 @@ def health_problems(status: dict[str, Any], grace_s: float | None = None) -> lis
     loop_error = (status.get("tick") or {}).get("loop_error")
     if loop_error:
         problems.append(f"tick loop stopped: {_tail(str(loop_error))}")
+    stale_s = (status.get("tick") or {}).get("stale_s")
+    if stale_s is not None:  # the tick thread did not answer: the sources' figures are this old
+        problems.append(f"tick loop busy: it did not answer, this status is {float(stale_s):.1f}s old "
+                        "(a poll blocking the tick thread?)")
     for name, e in sorted((status.get("exporters") or {}).items()):
         if not isinstance(e, dict) or e.get("kind") == "dialout":
             continue
@@ -236,6 +255,9 @@ def status_main(args: Any) -> int:
     except AgentBusy as exc:
         print(f"swtel status: {exc}; it is running, try again", file=sys.stderr)
         return EXIT_BUSY
+    except AgentError as exc:  # the agent is there: its own failure, never "no agent answered"
+        print(f"swtel status: {printable(exc)}", file=sys.stderr)
+        return EXIT_AGENT_ERROR
     except ControlError as exc:
         print(f"swtel status: {printable(exc)}", file=sys.stderr)
         return EXIT_NO_AGENT

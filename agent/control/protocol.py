@@ -1,7 +1,8 @@
 """Control-socket framing: a 4-byte big-endian length, then one msgpack map.
 
 Requests look like ``{"cmd": "status"}``; replies are ``{"ok": true, "result": ...}``
-or ``{"ok": false, "error": "..."}``. Requests are capped at :data:`MAX_REQUEST`;
+or ``{"ok": false, "error": "...", "kind": ...}``, the kind saying whose the error is
+(:data:`KIND_AGENT`, :data:`KIND_REQUEST`, :data:`KIND_BUSY`; an agent before kinds sent none). Requests are capped at :data:`MAX_REQUEST`;
 replies (a status of many ports) at :data:`MAX_REPLY`.
 """
 
@@ -19,6 +20,9 @@ from agent.pathgrammar import escape_name
 MAX_REQUEST = 64 * 1024
 MAX_REPLY = 16 * 1024 * 1024
 _HEADER = struct.Struct(">I")
+KIND_AGENT = "agent"  # a command failed inside the agent (a handler raised; a reply it cannot send)
+KIND_REQUEST = "request"  # the request cannot be answered (malformed, oversized, late, unknown command)
+KIND_BUSY = "busy"  # every connection is running a command: try again
 
 
 class ProtocolError(Exception):

@@ -5,9 +5,9 @@ or hostile client can delay only itself: never the tick loop, never another
 client. Handlers run on the connection's thread.
 
 Rules, per connection: each request frame must arrive whole within
-``timeout_s``; a malformed, oversized or unknown request gets an error reply and
-the connection is closed; a handler that raises gets an error reply and the
-connection stays usable.
+``timeout_s``; a malformed, oversized or unknown request gets an error reply (kind
+``request``) and the connection is closed; a handler that raises gets an error reply of
+kind ``agent`` (the agent is there, and failed) and the connection stays usable.
 
 Idle connections cannot hold the socket: when every slot is taken, the connection
 that has waited longest for a request (idle, or sending one slowly) is closed to
@@ -31,6 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from agent import logs
 from agent.control.protocol import (
+    KIND_AGENT,
+    KIND_BUSY,
+    KIND_REQUEST,
     MAX_REPLY,
     MAX_REQUEST,
     PeerClosed,
@@ -189,7 +192,7 @@ class ControlServer:
             self._count("rejected")
             with contextlib.suppress(OSError):
                 conn.settimeout(0.2)
-                conn.sendall(pack({"ok": False, "error": "busy: too many control connections"}))
+                conn.sendall(pack({"ok": False, "error": "busy: too many control connections", "kind": KIND_BUSY}))
                 _linger(conn, timeout_s=0.0)  # drain only what already arrived: never wait here
             conn.close()
             return
@@ -262,20 +265,27 @@ class ControlServer:
         except Exception as exc:  # a handler bug must not take the socket down
             self._count("errors")
             log.error("control command failed", cmd=cmd, error=str(exc), exc_info=True)
-            reply = {"ok": False, "error": f"{cmd} failed: {exc}"}
+            reply = agent_error(f"{cmd} failed: {exc}")
         try:
             frame = pack(reply)
         except Exception as exc:
-            frame = pack({"ok": False, "error": f"{cmd}: reply not encodable: {exc}"})
+            self._count("errors")
+            frame = pack(agent_error(f"{cmd}: reply not encodable: {exc}"))
         if len(frame) > MAX_REPLY:
-            frame = pack({"ok": False, "error": f"{cmd}: reply of {len(frame)} bytes is too large"})
+            self._count("errors")
+            frame = pack(agent_error(f"{cmd}: reply of {len(frame)} bytes is too large"))
         return self._send(conn, frame)
 
     def _fail(self, conn: socket.socket, error: str) -> bool:
         self._count("errors")
-        if self._send(conn, pack({"ok": False, "error": error})):
+        if self._send(conn, pack({"ok": False, "error": error, "kind": KIND_REQUEST})):
             _linger(conn)
         return False
+
+    def stats_copy(self) -> dict[str, int]:
+        """The counters, copied under the lock the connection threads count under."""
+        with self._lock:
+            return dict(self.stats)
 
     def _count(self, what: str) -> None:
         with self._lock:
@@ -288,6 +298,12 @@ class ControlServer:
             return True
         except OSError:
             return False
+
+
+def agent_error(error: str) -> dict[str, Any]:
+    """The reply to a command that failed inside the agent (a handler that raised, a reply
+    that cannot be sent): the agent is there and says what went wrong with itself."""
+    return {"ok": False, "error": error, "kind": KIND_AGENT}
 
 
 def _linger(conn: socket.socket, limit: int = 4 * MAX_REQUEST, timeout_s: float = 0.5) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.control.client import ControlError, request, socket_path
+from agent.control.client import ControlError, exit_code, request, socket_path
 from agent.control.printable import printable
 
 #: what ``swtel fabric`` writes into its directory beside the agents' sockets (agent/tools/fabric.py)
@@ -368,7 +368,7 @@ def top_main(args: Any) -> int:
         prev = request(path, "ports")
     except ControlError as exc:
         print(f"swtel top: {printable(exc)}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     if plain:
         return _run_plain(path, prev, interval, iterations, args.limit)
     directory = fabric_of(path)  # a socket of a fabric: its device list is a key away
@@ -396,7 +396,7 @@ def _run_plain(path: str, prev: dict, interval: float, iterations: int | None, l
             cur = request(path, "ports")
         except ControlError as exc:
             print(f"swtel top: {printable(exc)}", file=sys.stderr)
-            return 2
+            return exit_code(exc)
         print("\n".join(plain_lines(cur.get("target", "?"), rates(prev, cur), cur.get("events", {}), limit)),
               flush=True)
         prev = cur
@@ -454,7 +454,7 @@ def _run_live(path: str | None, prev: dict | None, interval: float, iterations: 
                     if fabric is None:
                         live.stop()
                         print(f"swtel top: {printable(exc)}", file=sys.stderr)
-                        return 2
+                        return exit_code(exc)
                     path = prev = cur = None  # the device went down: back to the list, which says so
                     poll_fabric(devices)
             live.update(draw(), refresh=True)

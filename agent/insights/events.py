@@ -28,6 +28,10 @@ class EventBook:
         self.history = history  # how many cleared events are kept
         self.open: dict[tuple[str, Any], Event] = {}
         self.recent: deque[Event] = deque()
+        #: ``recent`` as status shows it, each made once when its event cleared (a cleared event
+        #: no longer changes): a status copies this deque instead of rebuilding every dict on
+        #: the tick thread. Shared with the replies, so never mutated, only appended and popped.
+        self._recent_view: deque[dict[str, Any]] = deque()
         self.next_id = 1
         self.updates: list[StateUpdate] = []
         self.raised = 0
@@ -86,6 +90,7 @@ class EventBook:
         self.cleared += 1
         self._emit(ev, ts)
         self.recent.appendleft(ev)
+        self._recent_view.appendleft(ev.as_dict())
         self.log.info("event cleared", id=ev.id, type=ev.type, interfaces=",".join(ev.interfaces),
                       reason=reason, duration_s=round((ev.last_ns - ev.start_ns) / NS, 3),
                       peak=_round(ev.peak), unit=ev.unit)
@@ -95,6 +100,7 @@ class EventBook:
         """Events beyond the history are deleted from gNMI."""
         while len(self.recent) > self.history:
             old = self.recent.pop()
+            self._recent_view.pop()
             c = _container(old.id)
             self.updates += [StateUpdate(ts, c, leaf, None, "insights") for leaf in old.sent]
             old.sent = {}
@@ -125,9 +131,11 @@ class EventBook:
 
     # ------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
+        """Open and recently cleared events, copied: call it on the tick thread (it iterates
+        what the tick thread mutates); the copy may go to any thread."""
         return {
             "open": [ev.as_dict() for ev in self.open_events()],
-            "recent": [ev.as_dict() for ev in self.recent],
+            "recent": list(self._recent_view),
         }
 
     def open_events(self) -> list[Event]:

@@ -100,10 +100,43 @@ def test_handler_error_is_reported_and_connection_survives(make_server):
     srv = make_server()
     with connect(srv.path) as s:
         reply = roundtrip(s, {"cmd": "boom"})
-        assert reply == {"ok": False, "error": "boom failed: handler exploded"}
+        assert reply == {"ok": False, "error": "boom failed: handler exploded", "kind": "agent"}
         assert roundtrip(s, {"cmd": "status"})["ok"] is True
-    with pytest.raises(client.ControlError, match="handler exploded"):
+    with pytest.raises(client.AgentError, match="answered with an error: boom failed: handler exploded"):
         client.request(srv.path, "boom")
+    assert srv.stats_copy()["errors"] == 2
+
+
+@pytest.mark.parametrize("verb", ["status", "top"])
+def test_a_handler_that_raises_is_an_agent_error_exit_4_never_no_agent(make_server, verb):
+    """`swtel status` and `swtel top` against an agent whose command raises: the agent's own
+    error (exit 4, its message), not "no agent answered" (exit 2); the agent answers on."""
+    import subprocess
+    import sys
+
+    srv = make_server({"status": boom, "ports": boom})
+    args = ["status", "--socket", srv.path] if verb == "status" else \
+        ["top", "--plain", "--iterations", "1", "--socket", srv.path]
+    r = subprocess.run([sys.executable, "-m", "agent", *args], capture_output=True, text=True, timeout=60,
+                       cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == client.EXIT_AGENT_ERROR == 4, (r.returncode, r.stderr)
+    assert "answered with an error" in r.stderr and "handler exploded" in r.stderr, r.stderr
+    assert "no agent answered" not in r.stderr
+    assert client.request(srv.path, "ping") == "pong"
+
+
+def test_request_errors_say_whose_they_are(make_server):
+    """An unknown command is the request's fault (kind request), a full house is busy; the
+    client tells the three apart (exit 4, 3) and none of them is "no agent"."""
+    srv = make_server()
+    with connect(srv.path) as s:
+        reply = roundtrip(s, {"cmd": "nope"})
+    assert reply["ok"] is False and reply["kind"] == "request" and "unknown command" in reply["error"]
+    with pytest.raises(client.AgentError) as err:
+        client.request(srv.path, "nope")
+    assert client.exit_code(err.value) == client.EXIT_AGENT_ERROR
+    assert client.exit_code(client.AgentBusy("x")) == client.EXIT_BUSY
+    assert client.exit_code(client.ControlError("no agent answered")) == client.EXIT_NO_AGENT
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,124 @@
+"""agent/handoff.py: what other threads ask of the tick thread's state is built on the tick
+thread, between passes; a busy tick thread gets the caller the last answer, marked stale."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from agent import config
+from agent.engine import Engine
+from agent.handoff import Handoff, TickBusy
+
+pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def serving(handoff: Handoff, stop: threading.Event, gate: threading.Event | None = None) -> threading.Thread:
+    """A stand-in tick thread: serves asks as they come (while ``gate`` is set)."""
+
+    def loop() -> None:
+        while not stop.is_set():
+            handoff.wake.wait(0.5)
+            handoff.wake.clear()
+            if gate is None or gate.is_set():
+                handoff.serve()
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def test_builds_run_on_the_serving_thread_and_errors_reach_the_caller():
+    handoff = Handoff()
+    handoff.reopen()
+    stop = threading.Event()
+    tick = serving(handoff, stop)
+    try:
+        answer = handoff.ask("status", lambda: threading.current_thread())
+        assert answer.value is tick and answer.stale_s is None
+
+        def bad() -> None:
+            raise KeyError("a bug in a build")
+
+        with pytest.raises(KeyError, match="a bug in a build"):
+            handoff.ask("status", bad)
+        assert tick.is_alive()  # the build's error went to the caller, not to the tick thread
+        assert handoff.ask("status", lambda: 7).value == 7
+    finally:
+        stop.set()
+        handoff.wake.set()
+        tick.join(5)
+
+
+def test_a_busy_tick_gives_the_last_answer_marked_stale_else_tick_busy():
+    clock = Clock()
+    handoff = Handoff(wait_s=0.05, clock=clock)
+    handoff.reopen()
+    with pytest.raises(TickBusy, match="has not answered"):
+        handoff.ask("status", lambda: 1)  # nobody serves, nothing answered before
+    gate, stop = threading.Event(), threading.Event()
+    gate.set()
+    tick = serving(handoff, stop, gate)
+    try:
+        assert handoff.ask("status", lambda: {"n": 1}).value == {"n": 1}
+        gate.clear()  # the tick thread is stuck in a poll
+        clock.now += 7.5
+        answer = handoff.ask("status", lambda: {"n": 2})
+        assert answer.value == {"n": 1} and answer.stale_s == 7.5
+        with pytest.raises(TickBusy):
+            handoff.ask("ports", lambda: 3)  # another key: no earlier answer
+        gate.set()
+        handoff.wake.set()
+        assert handoff.ask("status", lambda: {"n": 3}).value == {"n": 3}
+    finally:
+        stop.set()
+        handoff.wake.set()
+        tick.join(5)
+
+
+def test_without_a_tick_loop_builds_run_in_the_caller():
+    """Before the loop starts and after it ended nothing mutates its state: no waiting."""
+    handoff = Handoff(wait_s=30.0)
+    assert handoff.ask("status", threading.current_thread).value is threading.current_thread()
+    handoff.reopen()
+    done = threading.Event()
+    got: list = []
+    waiter = threading.Thread(target=lambda: (got.append(handoff.ask("s", threading.current_thread)),
+                                              done.set()))
+    waiter.start()
+    while not handoff._pending:  # the ask is queued for the loop
+        handoff.wake.wait(1)
+    handoff.close()  # the loop ends: what waits is answered, here
+    assert done.wait(5) and got[0].value is threading.current_thread()
+    assert handoff.ask("status", threading.current_thread).value is threading.current_thread()
+    waiter.join(5)
+
+
+def test_the_engine_serves_between_passes_and_after_its_loop_died():
+    engine = Engine(config.parse("{sources: {netdev: {enabled: false}, ethtool: {enabled: false}}}"), [])
+    engine.start()
+    try:
+        answer = engine.handoff.ask("status", lambda: (threading.current_thread().name, engine.status()))
+        assert answer.value[0] == "swtel-tick" and answer.stale_s is None
+        assert "system" in answer.value[1]["sources"]
+        served = engine.handoff.served
+
+        def die() -> None:
+            raise SystemExit("the loop's bug")
+
+        engine.tick_hooks.append(die)  # the loop dies at its next pass
+        engine._thread.join(10)
+        assert engine.dead() and engine.loop_error
+        answer = engine.handoff.ask("status", lambda: threading.current_thread().name)
+        assert answer.value == threading.current_thread().name and engine.handoff.served == served
+    finally:
+        engine.stop()
