@@ -72,6 +72,10 @@ class Source:
     doc: ClassVar[str] = ""
     #: True when the table depends on the set of network links.
     uses_links: ClassVar[bool] = True
+    #: True when the source's table may come seconds after the agent starts (an ASIC plugin
+    #: opening in its helper): until then it keeps the standard leaves it may give (``serves``)
+    #: from lower-ranked sources (agent/ports.py elect)
+    opens_late: ClassVar[bool] = False
     #: ``swtel validate`` only: ``validate_check(section, where, problems, cfg)``, see ``check``
     validate_check: ClassVar[Any] = None
 
@@ -120,6 +124,11 @@ class Source:
     @property
     def enabled(self) -> bool:
         return bool(self.section.enabled)
+
+    def serves(self, port: str) -> bool:
+        """Whether this source may give ``port``'s counters (its interface globs), asked while
+        it opens and has no table yet."""
+        return True
 
     def setup(self, links: dict[int, Link]) -> None:
         raise NotImplementedError
