@@ -4,7 +4,9 @@ Problems (exit 1) are what the agent would refuse. Warnings (exit 0, on stderr b
 ``OK``) are what may be fine once the agent runs but looks wrong on this host now:
 an imbalance group member that no interface of this host (nor the built-in sim's
 layout) is called. Ports appear at run time, so this can only be a warning; the
-agent logs a member that never appears once, after its start.
+agent logs a member that never appears once, after its start. And an enabled source that
+needs a capability this process lacks (devlink: CAP_NET_ADMIN): run as ExecStartPre, this
+process has what the unit gives the agent; run as root, what the units' drop-ins grant.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import sys
 from typing import Any
 
 import agent.plugins  # noqa: F401  (fills the registries the config is read with)
-from agent import config
+from agent import caps, config
 from agent.control.printable import printable
 from agent.insights.imbalance import is_glob
+from agent.sources import REGISTRY as SOURCES
 from agent.sources.asic import ASIC_BUILTIN
 
 SYS_NET = "/sys/class/net"
@@ -40,7 +43,7 @@ def validate_main(args: Any) -> int:
 
 def warnings(cfg: config.Config, sys_net: str = SYS_NET) -> list[str]:
     """What looks wrong on this host now but may not be wrong at run time."""
-    out: list[str] = []
+    out: list[str] = capability_warnings(cfg)
     imb = cfg.insights.imbalance
     if not (cfg.insights.enabled and imb.enabled and imb.groups):
         return out
@@ -54,6 +57,33 @@ def warnings(cfg: config.Config, sys_net: str = SYS_NET) -> list[str]:
                 what = "no port matches it" if is_glob(port) else "no such port"
                 out.append(f"insights.imbalance.groups.{group}: {port!r}: {what} in {where} now; "
                            "the group is judged without it (the agent logs it once if it never appears)")
+    return out
+
+
+def capability_warnings(cfg: config.Config, have: int | None = None, euid: int | None = None,
+                        unit_dirs: tuple[str, ...] = caps.UNIT_DIRS) -> list[str]:
+    """Each enabled source that needs a capability the agent would lack. ``have``: the
+    effective set (default: this process's, agent/caps.py); as root, which has every one, the
+    question is the units': they run the agent as user swtel, who has one only from a drop-in."""
+    out = []
+    root = (os.geteuid() if euid is None else euid) == 0
+    for name, cls in SOURCES.items():
+        section = getattr(cfg.sources, name, None)
+        if section is None or not section.enabled or not cls.capabilities:
+            continue
+        lacking = caps.missing(cls.capabilities, have)
+        if lacking:
+            out.append(f"sources.{name}: needs {', '.join(lacking)}, which this process does not have: "
+                       f"the agent would read nothing from it and status would show the fault; {caps.ENABLE_HINT}")
+            continue
+        if not root:
+            continue
+        for cap in cls.capabilities:
+            if not caps.unit_grants(cap, unit_dirs):
+                need = caps.NAMES.get(cap, f"CAP_{cap}")
+                out.append(f"sources.{name}: needs {need}; root has it, but swtel.service and swtel@.service "
+                           f"run the agent as user swtel, and no drop-in in {unit_dirs[0]}/swtel.service.d/ "
+                           f"or swtel@.service.d/ grants it: {caps.ENABLE_HINT}")
     return out
 
 
