@@ -89,6 +89,10 @@ class SourceRunner:
         #: the paths published before an election changed them, until the counters moved
         #: have been announced under their new paths
         self.announce_from: set[tuple[Container, str]] | None = None
+        #: a source that opens late (an ASIC plugin) keeps the standard leaves it may give from
+        #: the lower-ranked sources until its first table, or until its open ends without one
+        #: (agent/ports.py elect ``holds``); once over, never again (no flapping on retries)
+        self.holds = source.opens_late
         self.prev = array("Q")
         self.acc = array("Q")
         self.known = bytearray()
@@ -159,6 +163,7 @@ class SourceRunner:
         self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
         self.published, self.moves, self.announce_from = old.published, old.moves, old.announce_from
         self.published_of = old.published_of
+        self.holds = self.holds and old.holds
         self.source.inherit(old.source)
         self.reads, self.changes, self._change_times = old.reads, old.changes, old._change_times
         self.attempts, self.republish = old.attempts, old.republish
@@ -339,6 +344,7 @@ class Engine:
                         self._schedule(runner, now)
                         if runner.failures:  # backed off: the others keep their schedules
                             runner.next_due = max(runner.next_due, now + runner.backoff_s())
+                self._end_holds()
                 self._flush_drops()
                 self._first_attempt_done()
                 self._end_pass()
@@ -552,7 +558,9 @@ class Engine:
         now or with its next good read. Returns the containers no source publishes any more;
         leaves that left a container that stays are deleted one by one (in ``_drops``)."""
         runners = [r for r in self._runners if r.table is not None]
-        all_moves = elect([(r.name, r.table, _rank(r.source)) for r in runners])
+        holds = [(_rank(r.source), r.source.serves) for r in self._runners
+                 if r.holds and not (r.table is not None and len(r.table))]
+        all_moves = elect([(r.name, r.table, _rank(r.source)) for r in runners], holds)
         changed: list[tuple[SourceRunner, CounterTable | None, Moves]] = []
         for r, moves in zip(runners, all_moves, strict=True):
             if r.published is not None and r.published_of is r.table and moves == r.moves:
@@ -562,6 +570,7 @@ class Engine:
             changed.append((r, old, old_moves))
         if not changed:
             return set()
+        self._resourced(changed, ts_ns)
         now: set[Container] = set()
         for r in runners:
             now |= _containers(r.published)
@@ -594,6 +603,56 @@ class Engine:
             if leaves:
                 self._drops.append(("", ts_ns, set(leaves), set()))
         return gone
+
+    def _resourced(self, changed: list[tuple[SourceRunner, CounterTable | None, Moves]], ts_ns: int) -> None:
+        """A path whose counter comes from another source from now on is deleted at once,
+        before the new source's first value on it (announced after this, or with its next
+        read): a collector never sees one path's counter jump from one source's total to
+        another's (docs/paths.md, "One counter, one path")."""
+        before: dict[tuple[Container, str], str] = {}
+        for r, old, _old_moves in changed:
+            if old is not None:
+                specs = old.specs
+                for i in old.visible:
+                    before[(specs[i].container, specs[i].leaf)] = r.name
+        if not before:
+            return
+        moved: set[tuple[Container, str]] = set()
+        for r, _old, _old_moves in changed:  # a path newly taken is taken by a changed table
+            specs = r.published.specs
+            for i in r.published.visible:
+                was = before.get((specs[i].container, specs[i].leaf))
+                if was is not None and was != r.name:
+                    moved.add((specs[i].container, specs[i].leaf))
+        if moved:
+            leaves = [Container(c.origin, f"{c.path}/{leaf}") for c, leaf in sorted(
+                moved, key=lambda x: (x[0].origin, x[0].path, x[1]))]
+            self.store.drop_containers(leaves)
+            self._tell("on_delete", ts_ns, leaves)
+
+    def _end_holds(self) -> None:
+        """A source that opens late stops keeping the standard leaves from the lower-ranked
+        sources once it has a table (the election then goes by what it gives), or when its open
+        ended without one (a failed open, its helper's open deadline): the lower-ranked
+        counters then take those leaves, and the log says so."""
+        ended = []
+        for r in self._runners:
+            if not r.holds:
+                continue
+            if r.table is not None and len(r.table):
+                r.holds = False  # (elected with its table when it came)
+            elif r.attempts and not r.source.starting:
+                r.holds = False
+                ended.append(r)
+        if not ended:
+            return
+        for r in ended:
+            log.warning("source did not open: lower-ranked sources now give the standard leaves it "
+                        "may give", source=r.name, fault=r.source.fault, rank=_rank(r.source))
+        ts_ns = time.time_ns()
+        gone = self._elect(ts_ns)
+        if gone:
+            self._drops.append(("", ts_ns, gone, set()))
 
     def _announce(self, runner: SourceRunner, values: array, ts_ns: int, sent: set[int]) -> None:
         """The counters an election moved, under their new paths: their current value, delta

@@ -12,14 +12,18 @@ It also elects which source's counter a path carries when two sources give the s
 of one port (:func:`elect`): the kernel's ``rx_bytes`` and an ASIC plugin's ``HwIfInOctets``
 are both the port's ``/interfaces/interface[name=X]/state/counters/in-octets``; the one of
 higher rank (``sources.<name>.rank``) is published there, the other under the swtel origin
-with its source's name in the path (:func:`yielded`). Only the labels published change:
+with its source's name in the path (:func:`yielded`). A switch's hardware counter that no
+other source gives is published on its standard leaf as well, and while a source of higher
+rank is still opening (an ASIC plugin in its helper), the standard leaves it may give are
+kept from the lower-ranked sources (``holds``), so a leaf's first value is already the
+winner's. Only the labels published change:
 each source's change-kernel state stays keyed by its own table, so a new winner never
 corrupts a delta. docs/paths.md ("One counter, one path") says it for users.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
@@ -86,6 +90,12 @@ Key = str
 Moves = dict[int, tuple[Container, str]]
 
 _HW_TAIL = "/hw/state/counters"
+_STD_TAIL = "/state/counters"
+#: the standard leaves of a port that a hardware source may give (its HwIf* counters and its
+#: carrier changes): what a source still opening keeps from the lower-ranked ones
+STANDARD_LEAVES = frozenset(HW_STANDARD.values()) | {"carrier-transitions"}
+#: a source still opening: (its rank, whether it may give a port's counters)
+Hold = tuple[int, Callable[[str], bool]]
 
 
 def standard_key(spec: CounterSpec) -> tuple[Key, bool] | None:
@@ -122,6 +132,8 @@ def keys_of(table: CounterTable) -> dict[Key, list[tuple[int, bool]]]:
     targets: dict[Key, tuple[Container, str]] = {}  # a hardware counter's key -> its standard leaf
     std: dict[Container, Container] = {}
     prefix: dict[Container, str] = {}  # the key's start, per container (a port's counters share a few)
+    leaves: list[tuple[int, str]] = []  # (index, port) of counters on a port's standard leaves
+    is_std: dict[Container, bool] = {}
     specs = table.specs
     for i in table.visible:
         spec = specs[i]
@@ -140,9 +152,13 @@ def keys_of(table: CounterTable) -> dict[Key, list[tuple[int, bool]]]:
         start = prefix.get(c)
         if start is None:
             start = prefix[c] = f"{c.origin}\0{c.path}\0"
+            is_std[c] = c.origin == OPENCONFIG and c.path == interface_path(spec.port) + _STD_TAIL
         out.setdefault(start + spec.leaf, []).append((i, False))
+        if spec.leaf in STANDARD_LEAVES and is_std[c]:
+            leaves.append((i, spec.port))
     table.cache["standard"] = out
     table.cache["standard_to"] = targets
+    table.cache["standard_leaves"] = leaves
     return out
 
 
@@ -161,16 +177,21 @@ def yielded(container: Container, source: str) -> Container:
     return Container(SWTEL_ORIGIN, f"{path[:end]}/{source}{path[end:]}")
 
 
-def elect(tables: list[tuple[str, CounterTable, int]]) -> list[Moves]:
+def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = ()) -> list[Moves]:
     """``tables``: (source name, its own table, its rank) in the sources' order. Per group of
     counters of one port that stand for one path (:func:`standard_key`), from two sources or
     more: when a source of rank > 0 holds one of them and the paths as they are would not
     do (two of rank > 0; the best of them is a hardware counter standing for a standard leaf;
     or another source's counter is on the very same path), the counter of highest rank (then
     a counter on its own path, then the later source) is published on the group's path and
-    every other one on its :func:`yielded` path. A source of rank 0 never takes a path (its
-    counters move aside where one of rank > 0 takes theirs). Returns per table the counters
-    published elsewhere than their own path (empty: as they are)."""
+    every other one on its :func:`yielded` path. A hardware counter of a source of rank > 0
+    that no other counter stands beside is published on its standard leaf too (an ASIC-only
+    port has its OpenConfig ``in-octets``). A source of rank 0 never takes a path (its
+    counters move aside where one of rank > 0 takes theirs). ``holds``: sources still opening
+    (no table yet); a counter on a port's :data:`STANDARD_LEAVES` from a source of lower rank
+    than one of them that may give the port moves aside meanwhile, so the leaf's first value
+    is the winner's. Returns per table the counters published elsewhere than their own path
+    (empty: as they are)."""
     keyed = [keys_of(table) for _name, table, _rank in tables]
     seen: set[Key] = set()
     shared: set[Key] = set()  # keys of two tables or more (set operations: no loop per counter)
@@ -180,6 +201,15 @@ def elect(tables: list[tuple[str, CounterTable, int]]) -> list[Moves]:
     moves: list[Moves] = [{} for _ in tables]
     aside: dict[tuple[Container, str], Container] = {}  # (container, source) -> yielded container
     ranks = [rank for _name, _table, rank in tables]
+
+    def step_aside(pos: int, i: int) -> None:
+        spec = tables[pos][1].specs[i]
+        name = tables[pos][0]
+        where = aside.get((spec.container, name))
+        if where is None:
+            where = aside[(spec.container, name)] = yielded(spec.container, name)
+        moves[pos][i] = (where, spec.leaf)
+
     gets = list(enumerate(k.get for k in keyed))
     for key in shared:
         members = []
@@ -201,12 +231,20 @@ def elect(tables: list[tuple[str, CounterTable, int]]) -> list[Moves]:
                 if alias:
                     moves[pos][i] = tables[pos][1].cache["standard_to"][key]
                 continue
-            spec = tables[pos][1].specs[i]
-            name = tables[pos][0]
-            where = aside.get((spec.container, name))
-            if where is None:
-                where = aside[(spec.container, name)] = yielded(spec.container, name)
-            moves[pos][i] = (where, spec.leaf)
+            step_aside(pos, i)
+    for pos, (_name, table, rank) in enumerate(tables):
+        if rank > 0:  # a hardware counter alone on its standard leaf's group: it takes the leaf
+            to = table.cache["standard_to"]
+            keys = keyed[pos]
+            for key in to.keys() - shared:
+                group = keys[key]
+                if len(group) == 1:
+                    moves[pos][group[0][0]] = to[key]
+        above = [serves for hold_rank, serves in holds if hold_rank > rank]
+        if above:  # kept from this source while one above it opens
+            for i, port in table.cache["standard_leaves"]:
+                if i not in moves[pos] and any(serves(port) for serves in above):
+                    step_aside(pos, i)
     return moves
 
 

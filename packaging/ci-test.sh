@@ -165,6 +165,31 @@ check "systemd-analyze verify swtel.service" verify_unit /lib/systemd/system/swt
 # A template verifies as an instance; mgmt is the instance Cumulus uses.
 check "systemd-analyze verify swtel@.service (as swtel@mgmt.service)" verify_unit swtel@mgmt.service
 check "units are not enabled by the install" sh -c "! ls /etc/systemd/system/*.wants/swtel* 2>/dev/null"
+# The devlink capability drop-ins: shipped disabled; enabled as docs/devlink.md says, each
+# unit must still verify, and grant CAP_NET_ADMIN (bounding and ambient sets) and nothing else.
+check "devlink drop-ins installed, not enabled" sh -c \
+	"test -f /usr/share/swtel/systemd/devlink-caps.conf && test -f /usr/share/swtel/systemd/devlink-caps@.conf && ! ls -d /etc/systemd/system/swtel*.service.d 2>/dev/null"
+granted() {  # the capability findings of systemd-analyze security that are exposed
+	systemd-analyze security --offline=yes --no-pager "$1" 2>&1 |
+		grep -oE '✗ (CapabilityBoundingSet=~CAP_[A-Z_()|]+|AmbientCapabilities=)' | sort
+}
+verify_dropin() {  # $1 unit (instance), $2 drop-in directory, $3 packaged drop-in, $4 what it adds
+	local dir=/etc/systemd/system/$2 before after rc=0
+	before=$(granted "$1")
+	mkdir -p "$dir" && cp "$3" "$dir/devlink-caps.conf" || return 1
+	verify_unit "$1" || rc=1
+	after=$(granted "$1")
+	rm -rf "$dir"
+	printf 'added: %s\n' "$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | tr '\n' ' ')"
+	[ "$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | tr '\n' ' ')" = "$4" ] || rc=1
+	[ -z "$(comm -23 <(printf '%s\n' "$before") <(printf '%s\n' "$after"))" ] || rc=1
+	return $rc
+}
+check "swtel.service + devlink-caps.conf verifies and adds CAP_NET_ADMIN only" verify_dropin \
+	swtel.service swtel.service.d /usr/share/swtel/systemd/devlink-caps.conf \
+	"✗ AmbientCapabilities= ✗ CapabilityBoundingSet=~CAP_NET_ADMIN "
+check "swtel@mgmt.service + devlink-caps@.conf verifies and adds the ambient CAP_NET_ADMIN only" verify_dropin \
+	swtel@mgmt.service swtel@.service.d /usr/share/swtel/systemd/devlink-caps@.conf "✗ AmbientCapabilities= "
 
 # ------------------------------------------------------- run the installed agent
 log "run the installed agent as user swtel against veth ports, with swtel collect"

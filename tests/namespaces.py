@@ -159,13 +159,15 @@ def veth_pair() -> Iterator[Pair]:
 class AgentProcess:
     """``python -m agent run`` inside a namespace, with JSON lines to a file."""
 
-    def __init__(self, ns: str | None, config_text: str, workdir: Path, env: dict | None = None):
+    def __init__(self, ns: str | None, config_text: str, workdir: Path, env: dict | None = None,
+                 prefix: list[str] | None = None):
+        """``prefix``: a command the agent runs under (``setpriv --bounding-set=-net_admin --``)."""
         self.workdir = workdir
         self.config = workdir / "swtel.yaml"
         self.config.write_text(config_text)
         self.jsonl = workdir / "out.jsonl"
         self.log = workdir / "agent.log"
-        cmd = [sys.executable, "-m", "agent", "run", "-c", str(self.config)]
+        cmd = [*(prefix or []), sys.executable, "-m", "agent", "run", "-c", str(self.config)]
         if ns:
             cmd = ["ip", "netns", "exec", ns] + cmd
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)

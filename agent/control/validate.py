@@ -8,6 +8,9 @@ appears once, after its start); a duration written as a bare number of 10 or mor
 (``interval: 100`` is 100 seconds: "100ms" was likely meant); and, when validate runs
 as root, a file the config names that the service's user (``--user``, default
 ``swtel``) cannot read: the unit runs the agent as that user, so it would fail there.
+Also an enabled source that needs a capability this process lacks (devlink: CAP_NET_ADMIN):
+run as ExecStartPre, this process has what the unit gives the agent; run as root, what the
+units' drop-ins grant.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import Any
 import yaml
 
 import agent.plugins  # noqa: F401  (fills the registries the config is read with)
-from agent import config
+from agent import caps, config
 from agent.control.printable import printable
 from agent.insights.imbalance import is_glob
+from agent.sources import REGISTRY as SOURCES
 from agent.sources.asic import ASIC_BUILTIN
 
 SYS_NET = "/sys/class/net"
@@ -240,7 +244,7 @@ def _open_as(pw: pwd.struct_passwd, paths: list[str]) -> dict[str, str]:
 
 def warnings(cfg: config.Config, sys_net: str = SYS_NET) -> list[str]:
     """What looks wrong on this host now but may not be wrong at run time."""
-    out: list[str] = []
+    out: list[str] = capability_warnings(cfg)
     imb = cfg.insights.imbalance
     if not (cfg.insights.enabled and imb.enabled and imb.groups):
         return out
@@ -254,6 +258,33 @@ def warnings(cfg: config.Config, sys_net: str = SYS_NET) -> list[str]:
                 what = "no port matches it" if is_glob(port) else "no such port"
                 out.append(f"insights.imbalance.groups.{group}: {port!r}: {what} in {where} now; "
                            "the group is judged without it (the agent logs it once if it never appears)")
+    return out
+
+
+def capability_warnings(cfg: config.Config, have: int | None = None, euid: int | None = None,
+                        unit_dirs: tuple[str, ...] = caps.UNIT_DIRS) -> list[str]:
+    """Each enabled source that needs a capability the agent would lack. ``have``: the
+    effective set (default: this process's, agent/caps.py); as root, which has every one, the
+    question is the units': they run the agent as user swtel, who has one only from a drop-in."""
+    out = []
+    root = (os.geteuid() if euid is None else euid) == 0
+    for name, cls in SOURCES.items():
+        section = getattr(cfg.sources, name, None)
+        if section is None or not section.enabled or not cls.capabilities:
+            continue
+        lacking = caps.missing(cls.capabilities, have)
+        if lacking:
+            out.append(f"sources.{name}: needs {', '.join(lacking)}, which this process does not have: "
+                       f"the agent would read nothing from it and status would show the fault; {caps.ENABLE_HINT}")
+            continue
+        if not root:
+            continue
+        for cap in cls.capabilities:
+            if not caps.unit_grants(cap, unit_dirs):
+                need = caps.NAMES.get(cap, f"CAP_{cap}")
+                out.append(f"sources.{name}: needs {need}; root has it, but swtel.service and swtel@.service "
+                           f"run the agent as user swtel, and no drop-in in {unit_dirs[0]}/swtel.service.d/ "
+                           f"or swtel@.service.d/ grants it: {caps.ENABLE_HINT}")
     return out
 
 

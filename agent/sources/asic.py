@@ -277,6 +277,7 @@ class AsicSource(Source):
     doc = ("counters read straight from the ASIC through a plugin ([asic-plugin.md](asic-plugin.md)); "
            "`sim` is the built-in simulated Spectrum switch")
     uses_links = False
+    opens_late = True  # the plugin opens in its helper: the first table may take seconds
 
     @classmethod
     def doc_paths(cls) -> list[str]:
@@ -426,9 +427,7 @@ class AsicSource(Source):
         oper: dict[str, tuple[str, str]] = {}
         bounds: list[tuple[Container, int]] = []
         for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
-            selected = any(fnmatch.fnmatchcase(port, p) for p in sec.interfaces) and not any(
-                fnmatch.fnmatchcase(port, p) for p in sec.exclude)
-            if not selected:
+            if not self.serves(port):
                 # The plugin fills every counter; these keep their slots but are never reported.
                 specs += [CounterSpec(hidden, f"{port}/{d[0]}/{k}", 64, HIDDEN)
                           for d in descs for k in range(slots(d))]
@@ -588,6 +587,11 @@ class AsicSource(Source):
             raise
         self._opening = None
         return proxy
+
+    def serves(self, port: str) -> bool:
+        sec = self.section
+        return any(fnmatch.fnmatchcase(port, p) for p in sec.interfaces) and not any(
+            fnmatch.fnmatchcase(port, p) for p in sec.exclude)
 
     @property
     def starting(self) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agent import registry
+from agent import caps, registry
 from agent.config import Duration, setting
 from agent.counters import Container, CounterTable, StateUpdate
 from agent.pathgrammar import interface_path
@@ -75,6 +75,13 @@ class Source:
     #: True when the source reads ports (interfaces, a plugin's ports, RDMA ports): one that
     #: selects none is reported in status and, after the health grace, makes health red
     selects_ports: ClassVar[bool] = True
+    #: True when the source's table may come seconds after the agent starts (an ASIC plugin
+    #: opening in its helper): until then it keeps the standard leaves it may give (``serves``)
+    #: from lower-ranked sources (agent/ports.py elect)
+    opens_late: ClassVar[bool] = False
+    #: Linux capabilities its calls need (agent/caps.py): status and ``swtel validate`` say
+    #: plainly when this process lacks one, rather than counting a failed call per poll
+    capabilities: ClassVar[tuple[int, ...]] = ()
     #: ``swtel validate`` only: ``validate_check(section, where, problems, cfg)``, see ``check``
     validate_check: ClassVar[Any] = None
 
@@ -123,6 +130,15 @@ class Source:
     @property
     def enabled(self) -> bool:
         return bool(self.section.enabled)
+
+    def missing_capabilities(self) -> list[str]:
+        """The names of the :attr:`capabilities` this process's effective set lacks."""
+        return caps.missing(self.capabilities) if self.capabilities else []
+
+    def serves(self, port: str) -> bool:
+        """Whether this source may give ``port``'s counters (its interface globs), asked while
+        it opens and has no table yet."""
+        return True
 
     def setup(self, links: dict[int, Link]) -> None:
         raise NotImplementedError

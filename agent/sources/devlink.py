@@ -28,7 +28,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agent import _backend
+from agent import _backend, caps, logs
 from agent.config import Duration, setting
 from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.links import Link, select
@@ -43,6 +43,7 @@ from agent.sources.base import (
     register,
 )
 
+log = logs.get("devlink")
 RETRY_S = 30.0  # no devlink, no shared buffer, or a failed setup: looked for again this often
 
 # The replies' commands: each GET is answered by its NEW (DEVLINK_CMD_*_NEW = *_GET + 2).
@@ -59,6 +60,7 @@ NO_SB = "no devlink device with a shared buffer"
 NO_OCCUPANCY = "shared buffer without occupancy reporting"
 NO_PORT = "no selected interface is a devlink port"
 SETUP_FAILED = "setup failed"
+NEEDS = "needs"  # "needs CAP_NET_ADMIN": a shared buffer to read, and not the capability to snapshot it
 _GONE = (errno.ENODEV, errno.ENOENT)  # a device removed under us: set up again, not an error
 
 Handle = tuple[str, str, int]  # (bus, dev, sb_index)
@@ -133,6 +135,7 @@ class DevlinkConfig(SourceConfig):
 class DevlinkSource(Source):
     name = "devlink"
     config_class = DevlinkConfig
+    capabilities = (caps.CAP_NET_ADMIN,)  # the snapshot and the max-clear (GENL_ADMIN_PERM)
     doc = ("shared-buffer occupancy and peak per port, pool and traffic class, through devlink "
            "(mlxsw; [devlink.md](devlink.md))")
 
@@ -172,10 +175,31 @@ class DevlinkSource(Source):
         self._retry_at: float | None = None
         self.poll_us: dict[str, float] = {}
         self.poll_max_us = 0.0
+        self.missing: list[str] = []  # capabilities this process lacks (agent/caps.py)
 
     @property
     def needs_setup(self) -> bool:
         return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
+
+    def _check_capabilities(self) -> None:
+        """Shared buffers to read, and no CAP_NET_ADMIN to snapshot them: said once, plainly
+        (state, fault: health is red), and nothing is polled, rather than an EPERM counted
+        per poll. A host with nothing to read needs nothing and stays healthy."""
+        self.missing = self.missing_capabilities()
+        mine = self.fault is not None and self.fault.startswith(NEEDS)
+        if self.state != OK or not self.missing:
+            if mine:
+                self.fault = None
+            return
+        need = ", ".join(self.missing)
+        self.state = f"{NEEDS} {need}"
+        # short: status prints a fault on one line
+        self.fault = (f"{NEEDS} {need} for the shared-buffer snapshot, which this process lacks: "
+                      f"enable {caps.DROPIN} (docs/devlink.md)")
+        if not mine:
+            log.warning("devlink source lacks a capability; nothing is read", needs=need,
+                        devices=self._devices, hint=caps.ENABLE_HINT)
+        self._forget()  # no table: nothing published until the values can be read
 
     def setup(self, links: dict[int, Link]) -> None:
         self._stale = False
@@ -192,6 +216,7 @@ class DevlinkSource(Source):
                 self.state = f"{SETUP_FAILED}: {exc}"
                 self.note_error(f"devlink setup: {exc}")
             self._forget()
+        self._check_capabilities()
         if self.state != OK:
             self._retry_at = time.monotonic() + RETRY_S
 
@@ -369,6 +394,7 @@ class DevlinkSource(Source):
             "tcs": len(self._tcs),
             "poll_us": {k: round(v, 1) for k, v in self.poll_us.items()},
             "poll_max_us": round(self.poll_max_us, 1),
+            "missing_capabilities": self.missing,
         }
 
     def close(self) -> None:

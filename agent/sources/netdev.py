@@ -97,11 +97,25 @@ def election_doc() -> list[str]:
         "- The kernel's counters back on the OpenConfig leaves (the plugin's under "
         "`swtel:.../asic/...`): `sources: {netdev: {rank: 3}}`. A plugin that takes no path from "
         "another source (its hardware counters stay on the hardware path): `sources: {asic: {rank: 0}}`.",
-        "- When a winner changes (a plugin's port appears or goes, a reload changes a rank), each "
-        "moved counter is sent at once under its new path with its current value, delta 0 and "
-        "flagged new (a collector's rate restarts there); a path no source carries any more is "
-        "deleted. Totals and deltas are each source's own: a change of winner never turns into a "
-        "reset or a jump.",
+        "- A hardware counter that only the plugin gives (an ASIC-only port: the kernel's sources "
+        "off, or not selecting it) is published on its OpenConfig leaf too, not only where two "
+        "sources give it: the port's `in-octets` is its `HwIfInOctets`, and its "
+        "`swtel:.../hw/state/counters/in-octets` carries nothing (with `sources.asic.rank: 0` it stays there).",
+        "- A leaf's first value is already the winner's. At start-up (and when enabled by a reload) "
+        "the plugin opens in its helper process, within its open deadline (5 s); meanwhile the "
+        "standard leaves it may give (the OpenConfig leaves in the table below and "
+        "`carrier-transitions`, of the ports its `interfaces` select) are not published from a "
+        "source of lower rank: the kernel's are on their `swtel:` path from their first value. An "
+        "open that fails or outlasts its deadline ends this: the lower-ranked counters take those "
+        "leaves and the log says `source did not open`; a plugin that opens later takes them as any "
+        "new winner does.",
+        "- When a winner changes (a plugin's port appears or goes, a plugin opens late, a reload "
+        "changes a rank), a path that now carries another source's counter is first deleted, then "
+        "gets the new source's current value, delta 0 and flagged new (a collector's rate restarts "
+        "there): a collector never sees one path's counter jump from one source's total to another's. "
+        "Each moved counter is sent at once under its new path the same way; a path no source "
+        "carries any more is deleted. Totals and deltas are each source's own: a change of winner "
+        "never turns into a reset or a jump.",
         "- The detectors ([insights.md](insights.md)) read the counters where they are published: the "
         "winner's (with `sources.netdev.rank: 3`, the kernel's octets, refreshed as the kernel is).", "",
         "Hardware counters (switchd's names, `swtel:.../hw/state/counters/<leaf>`) that are an "

@@ -95,7 +95,7 @@ def test_agent_contains_plugin_fault(case, faulty, plugin_dir, tmp_path):
             if case == "crash-read":  # restarted with backoff: five more good reads, another crash
                 agent.wait_for(lambda: agent.log.read_text().count("asic plugin opened") >= 2, timeout=10,
                                what="a restart of the plugin")
-                octets = "swtel:/interfaces/interface[name=fp1]/hw/state/counters/in-octets"
+                octets = "/interfaces/interface[name=fp1]/state/counters/in-octets"
                 agent.wait_for(lambda: [r["value"] for r in agent.records() if r.get("path") == octets][-1:] > [1000],
                                timeout=10, what="values from the restarted plugin")
                 values = [r["value"] for r in agent.records() if r.get("path") == octets]

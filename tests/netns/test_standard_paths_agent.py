@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import agent.plugins  # noqa: F401 - the config sections
+from tests.unit.test_asic_boundary import shifty  # noqa: F401 - the fixture: a plugin built here
 from tests.unit.test_standard_paths import ASIC_ASIDE, HW, KERNEL, STD
 
 
@@ -120,4 +121,61 @@ def test_the_override_puts_the_kernel_on_the_standard_leaf(tmp_path):
     for r in aside:
         assert r["value"] == sim(r["ts"]), r
     assert not _series(records, KERNEL.format(p="swp1")) and not _series(records, HW.format(p="swp1"))
+    assert not any(r.get("reset") or r.get("jump") for r in records)
+
+
+@pytest.mark.root
+def test_a_slow_plugin_s_port_carries_the_standard_leaf_from_its_first_value(shifty, tmp_path):  # noqa: F811
+    """Issue 34: the kernel's swp1 counts traffic while the plugin's open is still running (it
+    returns once the test creates its gate); every value on swp1's standard in-octets leaf is
+    the plugin's, from the first, with no delete; the kernel's is on its own path throughout.
+    The plugin's swp0, which the kernel has not, is an ASIC-only port: its standard leaf too."""
+    from tests.helpers import status_doc
+
+    gate = tmp_path / "open-now"
+    text = (
+        "interval: 100ms\n"
+        "sources:\n"
+        "  netdev: {interfaces: [swp1]}\n"
+        "  ethtool: {enabled: false}\n"
+        "  system: {enabled: false}\n"
+        f"  asic: {{enabled: true, plugin: '{shifty}', config: 'ports=2 prefix=swp open_gate={gate}'}}\n"
+        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
+        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
+    )
+    count, size = 25, 300
+    kernel_total = count * (size + 42)  # UDP payload + Ethernet, IPv4 and UDP headers
+    from tests.namespaces import AgentProcess
+
+    with _swp1() as (ns, peer):
+        agent = AgentProcess(ns, text, tmp_path)
+        try:
+            agent.wait_ready()
+            peer.send_udp(count, size)
+            octets = (KERNEL.format(p="swp1"), STD.format(p="swp1"))  # (on either: the asserts say which)
+            agent.wait_for(lambda: any(r.get("path") in octets and r["value"] == kernel_total
+                                       for r in agent.records()), timeout=20,
+                           what="the kernel's octets while the plugin opens")
+            assert status_doc(tmp_path)["sources"]["asic"]["open"] is False  # still opening: the race is on
+            gate.touch()
+            agent.wait_for(lambda: len(_series(agent.records(), STD.format(p="swp1"))) >= 5, timeout=20,
+                           what="five of the plugin's values on swp1")
+        finally:
+            assert agent.stop() == 0
+        records = agent.records()
+    # shifty's swp1 (its port 1) counts 2000 octets per read, swp0 1000: exact, from the first value
+    for port, step in (("swp1", 2000), ("swp0", 1000)):
+        std = _series(records, STD.format(p=port))
+        assert len(std) >= 5 and [r["value"] for r in std] == [step * (n + 1) for n in range(len(std))], std[:3]
+        assert std[0].get("new") and not _series(records, HW.format(p=port))
+    deleted = [r["path"] for r in records if r.get("delete")]
+    assert not any(STD.format(p="swp1").startswith(d) for d in deleted), deleted
+    # a standard leaf the plugin turned out not to give (shifty has no HwIfOutOctets) goes back to
+    # the kernel once its table came: the kernel's aside path deleted, the leaf fresh
+    out_octets = "/interfaces/interface[name=swp1]/state/counters/out-octets"
+    assert f"swtel:{out_octets.replace('[name=swp1]/', '[name=swp1]/netdev/')}" in deleted
+    assert _series(records, out_octets)[0].get("new")
+    kernel = _series(records, KERNEL.format(p="swp1"))
+    assert kernel[-1]["value"] == kernel_total and all(r["value"] <= kernel_total for r in kernel)
+    assert records.index(kernel[0]) < records.index(_series(records, STD.format(p="swp1"))[0])
     assert not any(r.get("reset") or r.get("jump") for r in records)

@@ -17,19 +17,23 @@
  * jump=K (from the K-th successful read on, q0's octets are 1e13 higher: more than a
  * 400G port can carry); down=N (port N is operationally down); parent=NAME (the last
  * port is a breakout of NAME); width=W (phy_symbol_errors' declared width; values then
- * wrap at 2^W); kind=K (HwIfOutQLen's declared kind). */
+ * wrap at 2^W); kind=K (HwIfOutQLen's declared kind); prefix=NAME (ports NAME0..NAMEN-1,
+ * e.g. swp, to share names with a kernel's interfaces); open_gate=PATH (open returns only
+ * once PATH exists, so a test decides when a slow open ends, without a timed sleep). */
 #include "swtel_asic.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_GROW 16
 
 struct shifty {
     int ports, ngrow, grow[MAX_GROW], stuck, mono, jump, down, width, kind, slow_first_read_ms;
     char parent[SWTEL_ASIC_NAME_MAX];
+    char prefix[16];
     uint64_t calls, ok_reads;
 };
 
@@ -44,8 +48,8 @@ static int port_count_at(const struct shifty *s)
 
 static void *shifty_open(const char *config, char *err, size_t errlen)
 {
-    struct shifty s = {.ports = 2, .down = -1, .width = 32, .kind = SWTEL_ASIC_GAUGE};
-    char buf[256];
+    struct shifty s = {.ports = 2, .down = -1, .width = 32, .kind = SWTEL_ASIC_GAUGE, .prefix = "q"};
+    char buf[512], gate[256] = "";
     int slow_ms = 0;
     snprintf(buf, sizeof(buf), "%s", config);
     for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
@@ -69,6 +73,10 @@ static void *shifty_open(const char *config, char *err, size_t errlen)
             s.kind = atoi(tok + 5);
         } else if (strncmp(tok, "parent=", 7) == 0) {
             snprintf(s.parent, sizeof(s.parent), "%s", tok + 7);
+        } else if (strncmp(tok, "prefix=", 7) == 0) {
+            snprintf(s.prefix, sizeof(s.prefix), "%s", tok + 7);
+        } else if (strncmp(tok, "open_gate=", 10) == 0) {
+            snprintf(gate, sizeof(gate), "%s", tok + 10);
         } else if (strcmp(tok, "clock=mono") == 0) {
             s.mono = 1;
         } else if (strncmp(tok, "slow_open_ms=", 13) == 0) {
@@ -82,6 +90,10 @@ static void *shifty_open(const char *config, char *err, size_t errlen)
     }
     if (slow_ms > 0) {
         struct timespec d = {slow_ms / 1000, (long)(slow_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    while (gate[0] && access(gate, F_OK) != 0) { /* the agent's open deadline bounds this */
+        struct timespec d = {0, 5000000L};
         nanosleep(&d, NULL);
     }
     struct shifty *h = malloc(sizeof(*h));
@@ -111,7 +123,7 @@ static int shifty_port_info(void *h, int port, struct swtel_asic_port *out)
     if (port < 0 || port >= port_count_at(h))
         return -1;
     const struct shifty *s = h;
-    snprintf(out->name, sizeof(out->name), "q%d", port);
+    snprintf(out->name, sizeof(out->name), "%s%d", s->prefix, port);
     if (port == port_count_at(s) - 1)
         snprintf(out->parent, sizeof(out->parent), "%s", s->parent);
     out->speed_mbps = 400000;

@@ -23,7 +23,7 @@ from tests.namespaces import AgentProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tests" / "plugins" / "shifty_plugin.c"
-OCTETS = "swtel:/interfaces/interface[name={p}]/hw/state/counters/in-octets"
+OCTETS = "/interfaces/interface[name={p}]/state/counters/in-octets"  # no other source: the standard leaf
 SYMBOLS = "/interfaces/interface[name={p}]/phy/state/symbol-errors"
 QLEN = "swtel:/interfaces/interface[name={p}]/hw/state/counters/out-queue-length"
 
@@ -175,7 +175,7 @@ def test_no_sync_response_before_the_first_sample(shifty, tmp_path, slow):
                 seen.add("/".join(e.name for e in list(reply.update.prefix.elem) + list(u.path.elem)))
         stream.cancel()
         assert time.monotonic() - t0 < 15
-        assert "interfaces/interface/hw/state/counters/in-octets" in seen, seen
+        assert "interfaces/interface/hw/state/counters/out-queue-length" in seen, seen
         assert col.wait_for(lambda c: any(m.get("sync") is True and "path" not in m for m in c.messages),
                             timeout=20), agent.log.read_text()
         with col._cond:

@@ -37,6 +37,15 @@ from agent.sources.base import NO_DATA
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 
+
+@pytest.fixture(autouse=True)
+def _with_net_admin(monkeypatch):
+    """The source as the unit with its drop-in runs it (CAP_NET_ADMIN), whoever runs the
+    tests (CI's Debian pass: user nobody); tests/unit/test_caps.py takes it away."""
+    from agent import caps
+
+    monkeypatch.setattr(caps, "reader", lambda: 1 << caps.CAP_NET_ADMIN)
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "devlink"
 NAMES = ("ports", "sb", "port_pool", "tc_bind", "no_occupancy", "empty", "ack", "eperm", "dump_error", "no_family")
 PORT_GET, SB_GET, PORT_POOL_GET, TC_BIND_GET, SNAPSHOT, MAX_CLEAR = 5, 11, 19, 23, 27, 28

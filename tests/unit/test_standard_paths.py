@@ -8,6 +8,7 @@ a network namespace with a veth named like a port of the simulated switch (both 
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from array import array
 
@@ -28,7 +29,7 @@ from agent.exporters import otlp_names
 from agent.ports import elect, key_path, relabel, standard_key, yielded
 from agent.sources import drivers
 from agent.sources.asic import map_name as asic_name
-from agent.sources.base import Source, interface
+from agent.sources.base import NO_DATA, Source, interface
 
 STD = "/interfaces/interface[name={p}]/state/counters/in-octets"
 HW = "swtel:/interfaces/interface[name={p}]/hw/state/counters/in-octets"
@@ -179,18 +180,22 @@ class _Recorder:
     def __init__(self) -> None:
         self.lines: list[tuple] = []  # (source, path, value, delta, flags)
         self.deleted: list[str] = []
+        self.events: list[tuple] = []  # ("value", source, path, ...) and ("delete", path), in order
 
     def start(self, store) -> None:
         pass
 
     def on_batch(self, batch) -> None:
-        self.lines += [(batch.source, path, v, d, f) for _s, path, v, d, f in batch.items()]
+        got = [(batch.source, path, v, d, f) for _s, path, v, d, f in batch.items()]
+        self.lines += got
+        self.events += [("value", *x) for x in got]
 
     def on_state(self, updates) -> None:
         pass
 
     def on_delete(self, ts_ns, containers) -> None:
         self.deleted += [c.full("") for c in containers]
+        self.events += [("delete", c.full("")) for c in containers]
 
     def stop(self, timeout) -> None:
         pass
@@ -213,14 +218,31 @@ def _passes(engine: Engine, n: int) -> None:
     for _ in range(n):
         for runner in engine._runners:
             engine._poll(runner, time.monotonic())
+        engine._end_holds()  # as the tick loop does after its polls
         engine._flush_drops()
+
+
+def _sources_never_switch_on_a_path(events: list[tuple]) -> None:
+    """Per path, two values from different sources always have a delete of that path (or of a
+    container above it) between them: a collector never sees a counter jump between sources."""
+    last: dict[str, str] = {}  # path -> source of its latest value since its latest delete
+    for ev in events:
+        if ev[0] == "delete":
+            gone = ev[1]
+            last = {p: src for p, src in last.items() if p != gone and not p.startswith(gone + "/")}
+            continue
+        _kind, source, path = ev[:3]
+        assert last.setdefault(path, source) == source, (path, last[path], source)
 
 
 def test_a_new_winner_is_announced_and_every_delta_stays_exact():
     engine, rec, _kernel, asic = _engine()
     _passes(engine, 3)
     std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
-    assert {x[0] for x in std} == {"asic"} or std[0][0] == "netdev"  # the kernel's only before the asic came
+    assert std[0][0] == "netdev" and {x[0] for x in std[1:]} == {"asic"}  # a source that opens at once
+    # the leaf changed source: deleted before the asic's first value on it
+    first_asic = rec.events.index(next(e for e in rec.events if e[0] == "value" and e[1:3] == ("asic", std[1][1])))
+    assert ("delete", STD.format(p="swp1")) in rec.events[:first_asic]
     aside = [x for x in rec.lines if x[1] == KERNEL.format(p="swp1")]
     assert aside and {x[0] for x in aside} == {"netdev"}
     assert not any(x[4] & (F_RESET | F_JUMP) for x in rec.lines)
@@ -232,6 +254,7 @@ def test_a_new_winner_is_announced_and_every_delta_stays_exact():
     assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
     std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
     assert std[0][0] == "netdev" and std[0][4] & F_NEW and std[0][3] == 0
+    assert rec.events.index(("delete", STD.format(p="swp1"))) < rec.events.index(("value", *std[0]))
     assert {x[3] for x in std[1:]} == {10} and all(x[0] == "netdev" for x in std)
     # and back: the ASIC's total goes on from where it was (its own state, kept by path)
     rec.lines.clear()
@@ -244,6 +267,7 @@ def test_a_new_winner_is_announced_and_every_delta_stays_exact():
     assert latest[("asic", STD.format(p="swp1"))] == asic.total[HW.format(p="swp1")]
     assert latest[("netdev", KERNEL.format(p="swp1"))] == _kernel.total[STD.format(p="swp1")]
     assert len({p for _s, p in latest}) == len(latest)  # one value per path
+    _sources_never_switch_on_a_path(rec.events)
 
 
 def test_a_leaf_only_the_asic_gave_is_deleted_alone_when_its_port_goes():
@@ -288,6 +312,131 @@ def test_a_reload_that_changes_a_rank_moves_the_paths_at_once():
     assert moved[("netdev", STD.format(p="swp1"))][4] & F_NEW
     assert moved[("asic", ASIC_ASIDE.format(p="swp1"))][2] == asic.total[HW.format(p="swp1")]
     assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
+    _sources_never_switch_on_a_path(rec.events)
+
+
+class _Opening(_Made):
+    """A source that opens late as an ASIC plugin does: no table while ``opening`` polls
+    remain (``starting``), then the table of ``build``, or none when ``fails``."""
+
+    opens_late = True
+
+    def __init__(self, cfg, name: str, build, step: int, opening: int, fails: bool = False) -> None:
+        super().__init__(cfg, name, build, step)
+        self.opening, self.fails = opening, fails
+        self.fault = None
+
+    @property
+    def starting(self) -> bool:
+        return self.opening > 0
+
+    def serves(self, port: str) -> bool:  # as the asic source's globs say
+        return any(fnmatch.fnmatchcase(port, g) for g in self.section.interfaces)
+
+    @property
+    def needs_setup(self) -> bool:
+        return self.opening > 0 or (not self.fails and super().needs_setup)
+
+    def setup(self, links) -> None:
+        if self.opening > 0:
+            self.opening -= 1  # the last poll of its open ends it: opened, or not
+        if self.opening > 0:
+            return
+        if self.fails:
+            self.fault = "plugin not open: open timed out"
+            return
+        super().setup(links)
+
+    def read(self) -> int:
+        return NO_DATA if self.opening or self.fails or self._shape is None else super().read()
+
+
+def _slow_engine(opening: int, fails: bool = False, ports: tuple[str, ...] = ("swp1",)):
+    cfg = config.parse("sources: {asic: {enabled: true, interfaces: ['swp*']}}\n")
+    rec = _Recorder()
+    engine = Engine(cfg, [rec])
+    kernel = _Made(cfg, "netdev", _netdev, 10)
+    kernel.ports_now = list(ports)
+    asic = _Opening(cfg, "asic", lambda p: _named("asic", p, ("HwIfInOctets", "carrier_changes")), 1000,
+                    opening, fails)
+    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(asic, 0.1)]
+    return engine, rec, kernel, asic
+
+
+def test_a_plugin_still_opening_keeps_the_standard_leaf_from_the_kernel():
+    """Issue 34: the kernel's swp1 reads from the first pass while the plugin opens for three;
+    every value on the standard in-octets leaf is the plugin's, the kernel's is on its own
+    swtel path from its first value, and eth0 (not the plugin's) keeps the kernel's leaf."""
+    engine, rec, kernel, asic = _slow_engine(4, ports=("swp1", "eth0"))
+    _passes(engine, 3)
+    assert asic.starting and not any(x[1] == STD.format(p="swp1") for x in rec.lines)
+    assert [x[0] for x in rec.lines if x[1] == KERNEL.format(p="swp1")] == ["netdev"] * 3
+    assert [x[3] for x in rec.lines if x[1] == STD.format(p="eth0")] == [0, 10, 10]  # never held
+    assert not any("eth0" in x[1] and x[1].startswith("swtel:") for x in rec.lines)
+    _passes(engine, 3)
+    std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
+    assert len(std) == 3 and {x[0] for x in std} == {"asic"}
+    assert [x[2] for x in std] == [1000, 2000, 3000]
+    assert [x[3] for x in rec.lines if x[1] == KERNEL.format(p="swp1")] == [0] + [10] * 5
+    carrier = "/interfaces/interface[name=swp1]/state/counters/carrier-transitions"
+    assert {x[0] for x in rec.lines if x[1] == carrier} == {"asic"}
+    in_pkts = "/interfaces/interface[name=swp1]/state/counters/in-pkts"  # no plugin gives it: never held
+    assert [x[3] for x in rec.lines if x[1] == in_pkts] == [0] + [10] * 5
+    assert not rec.deleted and not any(x[4] & (F_RESET | F_JUMP) for x in rec.lines)
+    _sources_never_switch_on_a_path(rec.events)
+
+
+def test_a_plugin_that_does_not_open_gives_the_leaf_back_to_the_kernel(caplog):
+    """Bounded by the plugin's open: when it ends without a table, the kernel's counter takes
+    the leaf (its value, flagged new), its swtel path is deleted, and the switch is logged."""
+    engine, rec, kernel, asic = _slow_engine(2, fails=True)
+    _passes(engine, 4)
+    std = [x for x in rec.lines if x[1] == STD.format(p="swp1")]
+    assert std and {x[0] for x in std} == {"netdev"} and std[0][4] & F_NEW
+    assert std[0][2] == kernel.total[STD.format(p="swp1")] - 10 * (len(std) - 1)
+    assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
+    assert not engine._runners[1].holds
+    _sources_never_switch_on_a_path(rec.events)
+    # the plugin opening later (a retry) takes the leaf as any new winner does: delete, then its value
+    rec.events.clear()
+    asic.fails, asic.opening = False, 1
+    _passes(engine, 3)
+    std = [e for e in rec.events if e[0] == "value" and e[2] == STD.format(p="swp1")]
+    assert [e[1] for e in std] == ["netdev", "asic", "asic", "asic"]  # (the kernel polled before it opened)
+    assert rec.events.index(std[0]) < rec.events.index(("delete", STD.format(p="swp1"))) < rec.events.index(std[1])
+    _sources_never_switch_on_a_path(rec.events)
+
+
+def test_an_asic_only_port_has_its_standard_leaf():
+    """Issue 34: with the kernel's sources off, the plugin's HwIfInOctets is the port's
+    OpenConfig in-octets (not only its hardware path); rank 0 leaves it where it is."""
+    p = "swp1"
+    got = _paths([_named("asic", p, ASIC_NAMES)], (2,))
+    assert got["asic"][0] == STD.format(p=p) and HW.format(p=p) not in got["asic"]
+    assert got["asic"][1:] == _named("asic", p, ASIC_NAMES).paths[1:]
+    assert _paths([_named("asic", p, ASIC_NAMES)], (0,))["asic"][0] == HW.format(p=p)
+    # switchd's copy alone (ethtool, rank 0, no plugin): as it is
+    assert _paths([_named("ethtool", p, SWITCHD_NAMES)], (0,))["ethtool"] == _named("ethtool", p, SWITCHD_NAMES).paths
+    # and in the engine, from the first value
+    cfg = config.parse("sources: {asic: {enabled: true}}\n")
+    rec = _Recorder()
+    engine = Engine(cfg, [rec])
+    asic = _Made(cfg, "asic", lambda q: _named("asic", q, ("HwIfInOctets",)), 1000)
+    engine._runners = [SourceRunner(asic, 0.1)]
+    _passes(engine, 2)
+    assert [(x[1], x[2]) for x in rec.lines] == [(STD.format(p=p), 1000), (STD.format(p=p), 2000)]
+
+
+def test_holds_move_only_standard_leaves_of_served_ports_of_lower_ranks():
+    tables = [_netdev("swp1"), _netdev("eth0")]
+    named = [("netdev", tables[0], 1), ("netdev", tables[1], 1)]
+    moves = elect(named, [(2, lambda port: port.startswith("swp"))])
+    assert relabel(tables[0], moves[0]).paths == [KERNEL.format(p="swp1"),
+                                                 "/interfaces/interface[name=swp1]/state/counters/in-pkts",
+                                                 "swtel:/interfaces/interface[name=swp1]/netdev/state/counters/"
+                                                 "carrier-transitions"]
+    assert moves[1] == {}
+    assert elect(named, [(1, lambda port: True)]) == [{}, {}]  # not above: nothing kept
 
 
 # ---------------------------------------------------------------- the agent: a kernel port and a plugin port of one name
