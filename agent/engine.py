@@ -401,12 +401,14 @@ class Engine:
         self._runners = self._make_runners(cfg, keep=old)
         still = {r.name for r in self._runners}
         ts_ns = time.time_ns()
+        retired = []
         for name, runner in old.items():
             if not any(r is runner for r in self._runners):
                 self._guard(runner, "close", runner.source.close)
             if name not in still:
                 self._retire(runner, ts_ns)
-        gone = self._elect(ts_ns)  # ranks may have changed, a source may be gone
+                retired.append(runner)
+        gone = self._elect(ts_ns, retired)  # ranks may have changed, a source may be gone
         if gone:
             self._drops.append(("", ts_ns, gone, set()))
         for listener in self.listeners:  # on the tick thread, between two passes
@@ -551,12 +553,13 @@ class Engine:
             return {}
         return {"links": _few(sorted(link.name for link in self._links.values()))}
 
-    def _elect(self, ts_ns: int) -> set[Container]:
+    def _elect(self, ts_ns: int, retired: list[SourceRunner] | None = None) -> set[Container]:
         """Elect again what each path carries (agent/ports.py elect) after a source's table or
         the config changed; a source whose published table changes has it stored and its
         moved counters announced under their new paths (their value, delta 0, flagged new),
         now or with its next good read. Returns the containers no source publishes any more;
-        leaves that left a container that stays are deleted one by one (in ``_drops``)."""
+        leaves that left a container that stays are deleted one by one (in ``_drops``).
+        ``retired``: sources a reload turned off (a path of theirs another takes changes source)."""
         runners = [r for r in self._runners if r.table is not None]
         holds = [(_rank(r.source), r.source.serves) for r in self._runners
                  if r.holds and not (r.table is not None and len(r.table))]
@@ -570,7 +573,7 @@ class Engine:
             changed.append((r, old, old_moves))
         if not changed:
             return set()
-        self._resourced(changed, ts_ns)
+        self._resourced(changed, ts_ns, retired or [])
         now: set[Container] = set()
         for r in runners:
             now |= _containers(r.published)
@@ -604,13 +607,14 @@ class Engine:
                 self._drops.append(("", ts_ns, set(leaves), set()))
         return gone
 
-    def _resourced(self, changed: list[tuple[SourceRunner, CounterTable | None, Moves]], ts_ns: int) -> None:
+    def _resourced(self, changed: list[tuple[SourceRunner, CounterTable | None, Moves]], ts_ns: int,
+                   retired: list[SourceRunner]) -> None:
         """A path whose counter comes from another source from now on is deleted at once,
         before the new source's first value on it (announced after this, or with its next
         read): a collector never sees one path's counter jump from one source's total to
         another's (docs/paths.md, "One counter, one path")."""
         before: dict[tuple[Container, str], str] = {}
-        for r, old, _old_moves in changed:
+        for r, old, _old_moves in [*((r, r.published, {}) for r in retired), *changed]:
             if old is not None:
                 specs = old.specs
                 for i in old.visible:

@@ -124,6 +124,20 @@ def test_the_override_puts_the_kernel_on_the_standard_leaf(tmp_path):
     assert not any(r.get("reset") or r.get("jump") for r in records)
 
 
+def _gated_config(tmp_path: Path, plugin: str, gate: Path) -> str:
+    """The kernel's swp1 and shifty's swp0 and swp1, whose open returns once ``gate`` exists."""
+    return (
+        "interval: 100ms\n"
+        "sources:\n"
+        "  netdev: {interfaces: [swp1]}\n"
+        "  ethtool: {enabled: false}\n"
+        "  system: {enabled: false}\n"
+        f"  asic: {{enabled: true, plugin: '{plugin}', config: 'ports=2 prefix=swp open_gate={gate}'}}\n"
+        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
+        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
+    )
+
+
 @pytest.mark.root
 def test_a_slow_plugin_s_port_carries_the_standard_leaf_from_its_first_value(shifty, tmp_path):  # noqa: F811
     """Issue 34: the kernel's swp1 counts traffic while the plugin's open is still running (it
@@ -133,16 +147,7 @@ def test_a_slow_plugin_s_port_carries_the_standard_leaf_from_its_first_value(shi
     from tests.helpers import status_doc
 
     gate = tmp_path / "open-now"
-    text = (
-        "interval: 100ms\n"
-        "sources:\n"
-        "  netdev: {interfaces: [swp1]}\n"
-        "  ethtool: {enabled: false}\n"
-        "  system: {enabled: false}\n"
-        f"  asic: {{enabled: true, plugin: '{shifty}', config: 'ports=2 prefix=swp open_gate={gate}'}}\n"
-        f"exporters:\n  jsonl: {{path: {tmp_path / 'out.jsonl'}}}\n"
-        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"
-    )
+    text = _gated_config(tmp_path, shifty, gate)
     count, size = 25, 300
     kernel_total = count * (size + 42)  # UDP payload + Ethernet, IPv4 and UDP headers
     from tests.namespaces import AgentProcess
@@ -157,6 +162,8 @@ def test_a_slow_plugin_s_port_carries_the_standard_leaf_from_its_first_value(shi
                                        for r in agent.records()), timeout=20,
                            what="the kernel's octets while the plugin opens")
             assert status_doc(tmp_path)["sources"]["asic"]["open"] is False  # still opening: the race is on
+            # (the helper's open deadline, 5 s from the start, bounds the hold: past it, nothing to show)
+            assert "source did not open" not in agent.log.read_text(), "the open deadline passed first"
             gate.touch()
             agent.wait_for(lambda: len(_series(agent.records(), STD.format(p="swp1"))) >= 5, timeout=20,
                            what="five of the plugin's values on swp1")
@@ -179,3 +186,31 @@ def test_a_slow_plugin_s_port_carries_the_standard_leaf_from_its_first_value(shi
     assert kernel[-1]["value"] == kernel_total and all(r["value"] <= kernel_total for r in kernel)
     assert records.index(kernel[0]) < records.index(_series(records, STD.format(p="swp1"))[0])
     assert not any(r.get("reset") or r.get("jump") for r in records)
+
+
+@pytest.mark.root
+def test_a_plugin_that_never_opens_gives_the_leaf_to_the_kernel_at_its_deadline(shifty, tmp_path):  # noqa: F811
+    """The hold is bounded by the plugin's open deadline: the gate never opens, the open
+    times out, the log says the switch, and the kernel's counter takes the standard leaf
+    (flagged new), its swtel path deleted."""
+    from tests.namespaces import AgentProcess
+
+    with _swp1() as (ns, peer):
+        agent = AgentProcess(ns, _gated_config(tmp_path, shifty, tmp_path / "never"), tmp_path)
+        try:
+            agent.wait_ready()
+            agent.wait_for(lambda: _series(agent.records(), KERNEL.format(p="swp1")), timeout=20,
+                           what="the kernel's octets on their own path while the plugin opens")
+            agent.wait_for(lambda: "source did not open" in agent.log.read_text(), timeout=30,
+                           what="the open deadline")
+            peer.send_udp(10, 100)
+            agent.wait_for(lambda: any(r["value"] == 10 * 142 for r in _series(agent.records(), STD.format(p="swp1"))),
+                           timeout=20, what="the kernel's octets on the standard leaf")
+        finally:
+            assert agent.stop() == 0
+        records = agent.records()
+    std = _series(records, STD.format(p="swp1"))
+    assert std[0].get("new") and records.index(std[0]) > records.index(_series(records, KERNEL.format(p="swp1"))[-1])
+    assert any(r.get("delete") and r["path"] == "swtel:/interfaces/interface[name=swp1]/netdev/state/counters"
+               for r in records)
+    assert "asic" in agent.log.read_text().split("source did not open", 1)[1].splitlines()[0]

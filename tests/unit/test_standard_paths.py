@@ -315,6 +315,22 @@ def test_a_reload_that_changes_a_rank_moves_the_paths_at_once():
     _sources_never_switch_on_a_path(rec.events)
 
 
+def test_a_reload_that_turns_the_plugin_off_deletes_its_leaf_before_the_kernel_s_value():
+    engine, rec, kernel, asic = _engine()
+    _passes(engine, 2)
+    rec.events.clear()
+    engine.reload(config.parse("sources: {asic: {enabled: false}, ethtool: {enabled: false}, system: {enabled: false}}\n"))
+    engine._runners[0].source.section = engine._pending_cfg.sources.netdev  # (the same section: kept)
+    engine._apply_pending_config()
+    engine._flush_drops()
+    assert "asic" not in [r.name for r in engine._runners]
+    std = STD.format(p="swp1")
+    kernel_first = next(e for e in rec.events if e[0] == "value" and e[2] == std)
+    assert kernel_first[1] == "netdev" and kernel_first[5] & F_NEW
+    assert rec.events.index(("delete", std)) < rec.events.index(kernel_first)
+    _sources_never_switch_on_a_path(rec.events)
+
+
 class _Opening(_Made):
     """A source that opens late as an ASIC plugin does: no table while ``opening`` polls
     remain (``starting``), then the table of ``build``, or none when ``fails``."""
