@@ -61,7 +61,7 @@ def test_builds_run_on_the_serving_thread_and_errors_reach_the_caller():
 
 def test_a_busy_tick_gives_the_last_answer_marked_stale_else_tick_busy():
     clock = Clock()
-    handoff = Handoff(wait_s=0.05, clock=clock)
+    handoff = Handoff(wait_s=0.05, first_wait_s=0.1, clock=clock)
     handoff.reopen()
     with pytest.raises(TickBusy, match="has not answered"):
         handoff.ask("status", lambda: 1)  # nobody serves, nothing answered before
