@@ -82,6 +82,7 @@ class Handoff:
         if closed:
             with self._direct:
                 value = build()
+                self._last[key] = (self._clock(), value)
             return Answer(value)
         self.wake.set()
         if not ask.done.wait(self.wait_s):
