@@ -26,6 +26,9 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 #: how long a caller waits for the tick thread before it falls back to the last result
 WAIT_S = 2.0
+#: ... and, when there is none yet (a first pass that sets up every port on a busy machine),
+#: before it gives up: within the 5 s a client waits for its reply
+FIRST_WAIT_S = 4.0
 
 
 class TickBusy(RuntimeError):
@@ -52,8 +55,10 @@ class _Ask:
 
 
 class Handoff:
-    def __init__(self, wait_s: float = WAIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, wait_s: float = WAIT_S, first_wait_s: float = FIRST_WAIT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.wait_s = wait_s
+        self.first_wait_s = max(first_wait_s, wait_s)
         self._clock = clock
         #: set by :meth:`ask` (and by the engine's stop): the idle tick thread wakes at once
         self.wake = threading.Event()
@@ -67,8 +72,8 @@ class Handoff:
     # ------------------------------------------------------------ any thread but the tick's
     def ask(self, key: str, build: Callable[[], T]) -> Answer[T]:
         """``build()``'s result, run on the tick thread; its exception is raised here.
-        Waits up to :attr:`wait_s`, then gives the last result of ``key`` marked stale, or
-        raises :class:`TickBusy`."""
+        Waits up to :attr:`wait_s`, then gives the last result of ``key`` marked stale; with
+        none, waits on up to :attr:`first_wait_s` in all, then raises :class:`TickBusy`."""
         ask = _Ask(build)
         with self._lock:
             closed = self._closed
@@ -77,21 +82,25 @@ class Handoff:
         if closed:
             with self._direct:
                 value = build()
+                self._last[key] = (self._clock(), value)
             return Answer(value)
         self.wake.set()
         if not ask.done.wait(self.wait_s):
             with self._lock:
+                last = self._last.get(key)
+            if last is None:
+                ask.done.wait(self.first_wait_s - self.wait_s)
+            with self._lock:
                 taken = ask not in self._pending
                 if not taken:
                     self._pending.remove(ask)
-                last = self._last.get(key)
             if not taken:
                 if last is None:
-                    raise TickBusy(f"the tick loop has not answered for {self.wait_s:g} s "
+                    raise TickBusy(f"the tick loop has not answered for {self.first_wait_s:g} s "
                                    "(a poll blocking it?) and no earlier answer exists")
                 return Answer(last[1], round(max(0.0, self._clock() - last[0]), 3))
             if not ask.done.wait(self.wait_s):  # the tick thread is building it now
-                raise TickBusy(f"the tick loop took more than {2 * self.wait_s:g} s to build the answer")
+                raise TickBusy("the tick loop did not finish building the answer in time")
         if ask.error is not None:
             raise ask.error
         with self._lock:

@@ -61,7 +61,7 @@ def test_builds_run_on_the_serving_thread_and_errors_reach_the_caller():
 
 def test_a_busy_tick_gives_the_last_answer_marked_stale_else_tick_busy():
     clock = Clock()
-    handoff = Handoff(wait_s=0.05, clock=clock)
+    handoff = Handoff(wait_s=0.05, first_wait_s=0.1, clock=clock)
     handoff.reopen()
     with pytest.raises(TickBusy, match="has not answered"):
         handoff.ask("status", lambda: 1)  # nobody serves, nothing answered before
@@ -122,3 +122,25 @@ def test_the_engine_serves_between_passes_and_after_its_loop_died():
         assert answer.value == threading.current_thread().name and engine.handoff.served == served
     finally:
         engine.stop()
+
+
+def test_the_agent_s_status_when_its_tick_loop_is_stuck():
+    """A tick thread that does not answer: status gives its last one, with its age, and the
+    health says so; a command never answered before fails (an agent's error, exit 4)."""
+    from agent import runner
+    from agent.control import client
+
+    cfg = config.parse("{sources: {netdev: {enabled: false}, ethtool: {enabled: false}}, "
+                       "control: {enabled: false}}")
+    agent = runner.Agent(cfg)
+    clock = Clock()
+    agent.engine.handoff = Handoff(wait_s=0.01, first_wait_s=0.02, clock=clock)
+    fresh = agent.status()  # no tick loop yet: built in place, and remembered
+    assert fresh["tick"]["stale_s"] is None and "tick loop busy" not in " ".join(client.health_problems(fresh))
+    agent.engine.handoff.reopen()  # a tick loop now owns the state, and never gets to answer
+    clock.now += 3.0
+    stale = agent.status()
+    assert stale["tick"]["stale_s"] == 3.0 and stale["events"] == fresh["events"]
+    assert any(p.startswith("tick loop busy") for p in client.health_problems(stale))
+    with pytest.raises(TickBusy, match="no earlier answer"):
+        agent.ports()
