@@ -25,6 +25,9 @@ from agent.sdnotify import Notifier
 
 log = logs.get("agent")
 STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
+#: past STOP_TIMEOUT_S, how long an exporter's stop may still take (its thread's join bound is
+#: its timeout + 1 s) before the agent exits without it
+STOP_SLACK_S = 1.5
 
 
 def min_interval(cfg: config.Config) -> float:
@@ -142,13 +145,13 @@ class Agent:
         control socket is always removed)."""
         self.notifier.stopping()
         log.info("stopping")
+        began = time.monotonic()
         _guarded("engine", self.engine.stop)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for key, exporter in self.exporters.items():
-            _guarded(key, exporter.stop, max(0.1, deadline - time.monotonic()))
+        late = stop_exporters(self.exporters, STOP_TIMEOUT_S)
         if self.control is not None:
             _guarded("control", self.control.stop)
         _guarded("notify", self.notifier.close)
+        log.info("stopped", took_s=round(time.monotonic() - began, 3), exporters_late=late)
 
     # ------------------------------------------------------------ reload
     def reload(self) -> bool:
@@ -312,6 +315,29 @@ class Agent:
             "control": dict(self.control.stats) if self.control else None,
             "notify": {"sent": self.notifier.sent, "failed": self.notifier.failed},
         }
+
+
+def stop_exporters(exporters: dict[str, Any], timeout: float) -> list[str]:
+    """Stop every exporter at once, each on a thread of its own, and wait for them together:
+    one with something to flush takes up to ``timeout`` without delaying the others, and one
+    with nothing to send returns at once (each decides and logs why: exporters/sender.py). One
+    still stopping ``STOP_SLACK_S`` past the timeout is left behind (logged; its thread is a
+    daemon, the exit does not wait for it). Returns the keys of those left behind."""
+    threads = []
+    for key, exporter in exporters.items():
+        thread = threading.Thread(target=_guarded, args=(key, exporter.stop, timeout),
+                                  name=f"stop-{key}", daemon=True)
+        thread.start()
+        threads.append((key, thread))
+    deadline = time.monotonic() + timeout + STOP_SLACK_S
+    late = []
+    for key, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            late.append(key)
+    if late:
+        log.error("exporters still stopping past their bound; exiting without them", exporters=late)
+    return late
 
 
 def _guarded(what: str, fn: Any, *args: Any) -> None:
