@@ -235,15 +235,24 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="swtel-tick", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the tick loop: its pass in progress finishes (a plugin call in flight is cut
+        short), waited for up to ``timeout`` s; then the sources close. False when the pass
+        was still running at the bound (a listener's long call: the first encode of a big
+        table takes seconds on a loaded machine): the sources are then left open to the
+        process's exit rather than closed under the thread still reading them."""
         self._stop.set()
         for r in list(self._runners):
             r.source.interrupt()  # a plugin call in flight returns now, not at its timeout
         if self._thread is not None:
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                log.warning("tick loop still in a pass at stop; not waiting for it", waited_s=timeout)
+                return False
         self.links.stop()
         for r in self._runners:
             r.source.close()
+        return True
 
     def reload(self, cfg: Config) -> None:
         """Apply a new config on the tick thread at its next pass."""

@@ -28,6 +28,9 @@ STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 #: past STOP_TIMEOUT_S, how long an exporter's stop may still take (its thread's join bound is
 #: its timeout + 1 s) before the agent exits without it
 STOP_SLACK_S = 1.5
+#: how long a stop waits for the tick loop's pass in progress (a pass takes milliseconds; one
+#: still running past this is in a long listener call whose output would only delay the exit)
+ENGINE_STOP_S = 0.5
 
 
 def min_interval(cfg: config.Config) -> float:
@@ -146,7 +149,7 @@ class Agent:
         self.notifier.stopping()
         log.info("stopping")
         began = time.monotonic()
-        _guarded("engine", self.engine.stop)
+        _guarded("engine", self.engine.stop, ENGINE_STOP_S)
         late = stop_exporters(self.exporters, STOP_TIMEOUT_S)
         if self.control is not None:
             _guarded("control", self.control.stop)

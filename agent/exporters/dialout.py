@@ -257,7 +257,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
             return
         session = self._current
         reachable = session.ready.is_set() and not session.failed.is_set()
-        wait = self._stop_plan(self._pending(), reachable, timeout)
+        wait = self._stop_plan(self._pending(), reachable, timeout, unreachable=(
+            "no stream to the collector" if not session.ready.is_set() else "the stream to the collector ended"))
         self._flush_deadline = self._clock() + wait
         self._stopping.set()
         self._queue.wake()

@@ -133,7 +133,8 @@ class ReconnectingSender:
         self._log_keys.clear()
 
     # ------------------------------------------------------------ stop: wait only for work
-    def _stop_plan(self, queued: int, reachable: bool, timeout: float, why_nothing: str = "nothing queued") -> float:
+    def _stop_plan(self, queued: int, reachable: bool, timeout: float, why_nothing: str = "nothing queued",
+                   unreachable: str = "") -> float:
         """How long a stop may wait to send what is queued: ``timeout`` when ``queued`` items
         can go to a ``reachable`` destination, else 0 (nothing to send, or nowhere to send it:
         waiting would only delay the exit). Logged with the reason and kept in
@@ -143,7 +144,7 @@ class ReconnectingSender:
         elif reachable:
             wait, reason = max(timeout, 0.0), f"waiting for {queued} queued"
         else:
-            wait, reason = 0.0, f"not waiting: {queued} queued, destination {self.state}"
+            wait, reason = 0.0, f"not waiting: {queued} queued, {unreachable or 'destination ' + self.state}"
         self.stop_report = {"queued": queued, "waits": wait > 0, "wait_s": wait, "reason": reason,
                             "started": self._clock()}
         self._log.info("exporter stopping", exporter=getattr(self, "name", ""), queued=queued,
