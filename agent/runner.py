@@ -441,4 +441,18 @@ def run_main(args) -> int:
     cfg = _load_or_exit(path)
     if cfg is None:
         return 1
-    return serve(cfg, args.duration)
+    exit_now(serve(cfg, args.duration))
+    return 1  # not reached
+
+
+def exit_now(code: int) -> None:
+    """End the process once :meth:`Agent.shutdown` has stopped everything (exporters flushed,
+    control socket removed, logs written): the interpreter's own teardown (a last collection
+    over the whole heap, every module's and thread pool's clean-up) took 0.2-0.3 s more on the
+    2-core VM and does nothing the agent needs. Standard streams are flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing more to write there
+            pass
+    os._exit(code)
