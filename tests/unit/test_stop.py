@@ -32,6 +32,7 @@ from agent.exporters.sender import BoundedQueue, PeriodicSender
 from agent.store import Store
 from agent.tools.collect import NOKIA_METHOD
 from agent.tools.fabric import failed_codes, stop_all
+from tests.gnmi_helpers import free_port
 from tests.helpers import status_json, wait_until
 from tests.namespaces import AgentProcess
 from tests.peers import KINDS, Peers, all_connected
@@ -47,25 +48,40 @@ def _records(log: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _agent_yaml(workdir: Path, peers: Peers) -> str:
+def _agent_yaml(workdir: Path, peers: Peers, server_port: int) -> str:
     return (f"interval: 100ms\n"
             f"sources: {{netdev: {{interfaces: [lo], exclude: []}}, ethtool: {{enabled: false}},"
             f" system: {{interval: 200ms}}}}\n"
             f"exporters:\n{peers.exporters_yaml()}"
+            f"  server: {{listen: '127.0.0.1:{server_port}', insecure: true}}\n"
             f"control: {{socket: {workdir}/swtel.sock, group: null}}\n"
             f"log: {{format: json, level: info}}\n")
 
 
+# pygnmi's subscriber thread re-raises CANCELLED when the agent goes away under a live STREAM
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_sigterm_with_every_exporter_connected_waits_only_for_what_is_queued(tmp_path):
+    from pygnmi.client import gNMIclient
+
     peers = Peers()
-    agent = AgentProcess(None, _agent_yaml(tmp_path, peers), tmp_path)
+    port = free_port()
+    agent = AgentProcess(None, _agent_yaml(tmp_path, peers, port), tmp_path)
+    gc = None
     try:
         agent.wait_for(lambda: all_connected(status_json(tmp_path)[1]), 60, "every exporter connected")
+        # and a live Subscribe on the gNMI server, whose RPC the stop must end
+        gc = gNMIclient(target=("127.0.0.1", port), insecure=True, gnmi_timeout=10)
+        gc.connect()
+        sub = gc.subscribe2(subscribe={"mode": "stream", "encoding": "proto", "subscription": [
+            {"path": "/interfaces", "mode": "sample", "sample_interval": 100_000_000}]})
+        assert sub.get_update(timeout=10)
         agent.proc.send_signal(signal.SIGTERM)
         rc = agent.proc.wait(60)  # generous: what is asserted is what the stop did, not its time
     finally:
         agent.stop()
         peers.stop()
+        if gc is not None:
+            gc.close()
     assert rc == 0, agent.log.read_text()
     records = _records(agent.log)
     stopping = {r["exporter"]: r for r in records if r.get("event") == "exporter stopping"}
