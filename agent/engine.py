@@ -237,10 +237,10 @@ class Engine:
 
     def stop(self, timeout: float = 5.0) -> bool:
         """End the tick loop: its pass in progress finishes (a plugin call in flight is cut
-        short), waited for up to ``timeout`` s; then the sources close. False when the pass
-        was still running at the bound (a listener's long call: the first encode of a big
-        table takes seconds on a loaded machine): the sources are then left open to the
-        process's exit rather than closed under the thread still reading them."""
+        short; what the pass produced is work for the exporters), waited for up to
+        ``timeout`` s; then the sources close. False when the pass was still running at the
+        bound: the sources are then left open to the process's exit rather than closed under
+        the thread still reading them."""
         self._stop.set()
         for r in list(self._runners):
             r.source.interrupt()  # a plugin call in flight returns now, not at its timeout

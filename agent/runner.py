@@ -28,9 +28,10 @@ STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
 #: past STOP_TIMEOUT_S, how long an exporter's stop may still take (its thread's join bound is
 #: its timeout + 1 s) before the agent exits without it
 STOP_SLACK_S = 1.5
-#: how long a stop waits for the tick loop's pass in progress (a pass takes milliseconds; one
-#: still running past this is in a long listener call whose output would only delay the exit)
-ENGINE_STOP_S = 0.5
+#: how long a stop waits for the tick loop's pass in progress: its output is work the exporters
+#: then flush (a pass takes milliseconds; the first encode of a large table took seconds on a
+#: loaded machine); past this the pass is left to the exit
+ENGINE_STOP_S = STOP_TIMEOUT_S
 
 
 def min_interval(cfg: config.Config) -> float:

@@ -141,8 +141,10 @@ class ReconnectingSender:
         :attr:`stop_report`, so that an operator (and a test) sees why a stop took its time."""
         if not queued:
             wait, reason = 0.0, f"flushed: {why_nothing}"
-        elif reachable:
-            wait, reason = max(timeout, 0.0), f"waiting for {queued} queued"
+        elif reachable and timeout > 0:
+            wait, reason = timeout, f"waiting for {queued} queued"
+        elif reachable:  # a send in flight at the stop used up its time
+            wait, reason = 0.0, f"not waiting: {queued} queued, the stop's time is up"
         else:
             wait, reason = 0.0, f"not waiting: {queued} queued, {unreachable or 'destination ' + self.state}"
         self.stop_report = {"queued": queued, "waits": wait > 0, "wait_s": wait, "reason": reason,

@@ -301,7 +301,7 @@ def demo_main(args: Any) -> int:
         finally:
             # every agent at once, killed after Fabric.stop's bound; one that exited has closed
             # its stream only once the collector read it all, so the last clears are in
-            codes = stop_with_collector(fabric, collector, hung_up.is_set())
+            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
             if not hung_up.is_set():
                 timeline.update(events_from(collector.latest))
     if hung_up.is_set():

@@ -47,6 +47,10 @@ LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3
 #: flushing a backlog to the local collector would take up to its 5 s flush timeout, which a
 #: demo's user should not wait for
 STOP_BOUND_S = 1.5
+#: the same bound when the run ends by itself (its duration, the live view's q, a failed
+#: agent): nobody asked for a prompt stop, and the demo's timeline wants what a lagging agent
+#: still has to flush
+FINISH_BOUND_S = 10.0
 #: the collector's grace at the end: only an RPC still running (a killed agent's) waits for it
 COLLECTOR_GRACE_S = 0.3
 
@@ -214,14 +218,15 @@ def failed_codes(codes: dict[str, int | None]) -> dict[str, int | None]:
     return {k: v for k, v in codes.items() if v not in (0, None, -signal.SIGTERM)}
 
 
-def stop_with_collector(fabric: Fabric, collector: Any, hung_up: bool) -> dict[str, int | None]:
+def stop_with_collector(fabric: Fabric, collector: Any, hung_up: bool, signalled: bool) -> dict[str, int | None]:
     """End the agents and their collector. After a hang-up nobody reads what the agents would
     still flush, so the collector goes first and each agent finds nowhere to send it (and no
-    reason to wait); otherwise the agents go first and flush (killed at STOP_BOUND_S), so that
-    the collector holds their last values."""
+    reason to wait); otherwise the agents go first and flush, so that the collector holds their
+    last values. Those still running are killed after STOP_BOUND_S when a signal (SIGHUP,
+    SIGTERM, Ctrl-C) asked for the stop, after FINISH_BOUND_S when the run ended by itself."""
     if hung_up:
         collector.stop(grace=0)
-    codes = fabric.stop(STOP_BOUND_S)
+    codes = fabric.stop(STOP_BOUND_S if signalled else FINISH_BOUND_S)
     if not hung_up:
         collector.stop(grace=COLLECTOR_GRACE_S)
     return codes
@@ -302,7 +307,7 @@ def fabric_main(args) -> int:
             if not hung_up.is_set():
                 raise
         finally:
-            codes = stop_with_collector(fabric, collector, hung_up.is_set())
+            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
     if hung_up.is_set():
         detach_stdio()
         if own_dir:  # nobody saw where it was: leave nothing behind
