@@ -43,7 +43,7 @@ PRESETS: dict[str, dict[str, list[str]]] = {
 }
 LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3
 #: how long the agents get, together, to end after SIGTERM before they are killed: an agent
-#: with nothing queued ends in well under a second (docs/PERFORMANCE.md, "Stop"); one still
+#: with nothing queued ends in well under a second (docs/RELIABILITY.md, "Stop"); one still
 #: flushing a backlog to the local collector would take up to its 5 s flush timeout, which a
 #: demo's user should not wait for
 STOP_BOUND_S = 1.5
