@@ -269,17 +269,26 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="swtel-tick", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """End the tick loop: its pass in progress finishes (a plugin call in flight is cut
+        short; what the pass produced is work for the exporters), waited for up to
+        ``timeout`` s; then the sources close. False when the pass was still running at the
+        bound: the sources are then left open to the process's exit rather than closed under
+        the thread still reading them."""
         self._stop.set()
         self.handoff.wake.set()  # the idle loop waits on it
         for r in list(self._runners):
             # a plugin call in flight returns now, not at its timeout
             self._guard(r, "interrupt", r.source.interrupt)
         if self._thread is not None:
-            self._thread.join(timeout=5.0)
+            self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                log.warning("tick loop still in a pass at stop; not waiting for it", waited_s=timeout)
+                return False
         self.links.stop()
         for r in self._runners:
             self._guard(r, "close", r.source.close)
+        return True
 
     def reload(self, cfg: Config) -> None:
         """Apply a new config on the tick thread at its next pass."""

@@ -284,6 +284,13 @@ def e2e(args: argparse.Namespace, mode: str, tls: bool, idle_interval: str | Non
 
 # ------------------------------------------------------------------ the tables
 
+def stop(args: argparse.Namespace) -> dict:
+    """SIGTERM to exit of an agent with all four networked exporters connected, and the tools'
+    stop after SIGHUP/SIGTERM/Ctrl-C (bench_stop.py; its last line is JSON)."""
+    out = run_module(str(HERE / "bench_stop.py"), *(["--quick"] if args.quick else ["--runs", "5"]))
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def machine() -> str:
     model = "?"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -370,6 +377,20 @@ def main_table(r: dict, args: argparse.Namespace) -> list[str]:
             f"{val['p50']:.0f} / {val['p99']:.0f} ms", f"budget p99 ≤ 110 ms: {'met' if val['p99'] <= 110 else 'missed'}")
         row("  agent CPU; RSS", f"{val['cpu_pct']:.1f} % of a core; {val['rss_mib']:.0f} MiB",
             f"{val['overruns']} overruns, {val['probes']} probes")
+    st = r.get("stop")
+    if st:
+        a = st["agent_four"]
+        row("agent stop: SIGTERM → exit, dial-out + tunnel + OTLP + remote write connected",
+            f"{a['median_s']:.2f} s", f"max {a['max_s']:.2f} s; goal ≤ 1 s")
+        a = st["agent_lingering"]
+        row("  the same, dial-out to a collector that never closes the stream",
+            f"{a['median_s']:.2f} s", f"max {a['max_s']:.2f} s (CLOSE_GRACE_S 0.5 s)")
+        for key, label in (("fabric_SIGHUP", "swtel fabric, SIGHUP"), ("fabric_SIGTERM", "swtel fabric, SIGTERM"),
+                           ("demo_SIGHUP", "swtel demo, SIGHUP"), ("demo_SIGINT", "swtel demo, Ctrl-C")):
+            t = st.get(key)
+            if t:
+                row(f"{label} → every agent and plugin helper gone", f"{t['all_gone']['median_s']:.2f} s",
+                    f"max {t['all_gone']['max_s']:.2f} s; goal ≤ 2 s")
     out = ["| what | median | ratio |", "|---|---:|---|"]
     out += [f"| {w} | {v} | {x} |" for w, v, x in rows]
     return out
@@ -451,7 +472,8 @@ def main() -> int:
         r.pop("reader")
     r["encode"] = step("encoders (bench_encode.py)", lambda: encoders(args))
     r["sim"] = step("simulated ASIC (bench_sim.py)", lambda: sim(args))
-    for k in ("encode", "sim"):
+    r["stop"] = step("prompt stop (bench_stop.py)", lambda: stop(args))
+    for k in ("encode", "sim", "stop"):
         if "error" in r[k]:
             r.pop(k)
     r["e2e"] = {}

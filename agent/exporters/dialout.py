@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,13 @@ from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import Container
 from agent.exporters.base import Exporter, check_auth, check_tls, register
-from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
+from agent.exporters.sender import (
+    CLOSE_GRACE_S,
+    BoundedQueue,
+    ReconnectingSender,
+    grpc_channel,
+    rpc_error,
+)
 
 if TYPE_CHECKING:
     from agent.counters import Batch, StateUpdate
@@ -97,8 +103,10 @@ class _Session:
         self.ready = threading.Event()  # channel READY: the snapshot may be taken
         self.proven = threading.Event()  # the collector accepted the RPC
         self.failed = threading.Event()
+        self.wake = threading.Event()  # the session loop looks again: the stream ended, or a stop
         self.ready_at = 0.0
         self.error = "stream ended"
+        self.cut_off = False  # stopping, the collector did not close within the grace: cancelled
 
 
 class _SharedEncoding:
@@ -208,6 +216,9 @@ class DialoutExporter(ReconnectingSender, Exporter):
         self._need_snapshot = False
         self._store: Store | None = None
         self._flush_deadline = 0.0
+        #: messages of a snapshot not yet handed to gRPC (1 while it is built: it holds what
+        #: was queued); a stop counts them as queued
+        self._snapshot_left = 0
         self._current = _Session()  # the latest attempt's: how far it got, for the hint
         # status (the rest: ReconnectingSender)
         self.sent = 0
@@ -239,12 +250,25 @@ class DialoutExporter(ReconnectingSender, Exporter):
             self._enqueue(_DELETES, encode.encode_deletes(ts_ns, group, self.target), (ts_ns, tuple(group)))
 
     def stop(self, timeout: float) -> None:
-        """Send what is queued for up to ``timeout`` seconds, close the stream, end the thread."""
-        self._flush_deadline = time.monotonic() + max(timeout, 0.0)
+        """Send what is queued, if the collector is connected, for up to ``timeout`` seconds;
+        close the stream (the collector gets CLOSE_GRACE_S to end it), end the thread. With
+        nothing queued, or no connection to send it on, nothing is waited for."""
+        if self._thread is None:  # never started
+            return
+        session = self._current
+        reachable = session.ready.is_set() and not session.failed.is_set()
+        wait = self._stop_plan(self._pending(), reachable, timeout, unreachable=(
+            "no stream to the collector" if not session.ready.is_set() else "the stream to the collector ended"))
+        self._flush_deadline = self._clock() + wait
         self._stopping.set()
         self._queue.wake()
-        if self._thread is not None:
-            self._thread.join(timeout + 1.0)
+        self._current.wake.set()  # the session loop sees the stop now, not at its next poll
+        self._thread.join(wait + CLOSE_GRACE_S + 1.0)
+        self._stop_done(self._pending(), cut_off=self._current.cut_off)
+
+    def _pending(self) -> int:
+        """Messages still to send: the queue and the rest of a snapshot being sent."""
+        return len(self._queue) + self._snapshot_left
 
     def status(self) -> dict[str, Any]:
         return {
@@ -386,8 +410,10 @@ class DialoutExporter(ReconnectingSender, Exporter):
             if state == grpc.ChannelConnectivity.READY and not s.ready.is_set():
                 s.ready_at = time.monotonic()
                 s.ready.set()
+                s.wake.set()
 
         channel.subscribe(on_state, try_to_connect=True)
+        subscribed = True
         try:
             call = channel.stream_stream(
                 self.method, request_serializer=_identity, response_deserializer=_identity
@@ -395,16 +421,33 @@ class DialoutExporter(ReconnectingSender, Exporter):
             drain = threading.Thread(target=self._drain, args=(call, s),
                                      name=f"dialout-{self.name}-rx", daemon=True)
             drain.start()
-            while not s.failed.wait(0.2):
-                if self._stopping.is_set() and time.monotonic() > self._flush_deadline + 0.5:
-                    call.cancel()
-                    break
+            while not s.failed.is_set():
+                if self._stopping.is_set():
+                    # Everything queued is sent (or the flush's time is up) and the stream
+                    # half-closed: a collector that has read it all ends the call at once. One
+                    # that does not is cut off CLOSE_GRACE_S later.
+                    left = self._flush_deadline + CLOSE_GRACE_S - self._clock()
+                    if left <= 0 or not s.ready.is_set():  # not connected: nothing to close
+                        s.cut_off = s.ready.is_set()
+                        call.cancel()
+                        break
+                    s.wake.wait(left)
+                    s.wake.clear()
+                    continue
+                if s.ready.is_set() and subscribed:
+                    # READY is all on_state waits for: unsubscribed now, grpc's poller thread
+                    # is gone long before the session ends, and closing needs no wait for it
+                    channel.unsubscribe(on_state)
+                    subscribed = False
                 if (s.ready.is_set() and not s.proven.is_set()
                         and time.monotonic() - s.ready_at >= self.healthy_after_s):
                     self._prove(s, f"{self.healthy_after_s:g}s without error")
+                s.wake.wait(0.2)  # the proving clock's pace; a stop or the stream's end wakes it
+                s.wake.clear()
             drain.join(2.0)
         finally:
-            channel.unsubscribe(on_state)
+            if subscribed:
+                channel.unsubscribe(on_state)
             _wait_connectivity_poller(channel)
             channel.close()
 
@@ -436,11 +479,31 @@ class DialoutExporter(ReconnectingSender, Exporter):
             s.error = f"{type(exc).__name__}: {exc}"
         finally:
             s.failed.set()
+            s.wake.set()
+
+    def _send_snapshot(self, sync: bool, over: Callable[[], bool]) -> Iterator[bytes]:
+        """A snapshot's messages, counted in :attr:`_snapshot_left` until each is handed on;
+        ends early when ``over()``."""
+        self._snapshot_left = 1
+        try:
+            msgs = self._snapshot(sync=sync)
+            for k, m in enumerate(msgs):
+                self._snapshot_left = len(msgs) - k
+                if over():
+                    return
+                self.sent += 1
+                yield m
+        finally:
+            self._snapshot_left = 0
 
     def _requests(self, s: _Session) -> Iterator[bytes]:
         """What grpc sends on the stream: snapshot, sync, then queued changes and heartbeats."""
         heartbeat = float(self.cfg.heartbeat)
         failed = s.failed
+
+        def over() -> bool:  # the stream failed, or a stop's flush time is up
+            return failed.is_set() or (self._stopping.is_set() and self._clock() >= self._flush_deadline)
+
         # Take the snapshot only once the connection is up: fresher, and "sent" stays honest.
         while not s.ready.wait(0.1):
             if failed.is_set() or self._stopping.is_set():
@@ -449,15 +512,11 @@ class DialoutExporter(ReconnectingSender, Exporter):
         if self._store is not None and not self._store.wait_primed(
                 lambda: failed.is_set() or self._stopping.is_set()):
             return
-        for m in self._snapshot(sync=True):
-            if failed.is_set():
-                return
-            self.sent += 1
-            yield m
+        yield from self._send_snapshot(True, over)
         next_heartbeat = time.monotonic() + heartbeat
         while not failed.is_set():
             if self._stopping.is_set():
-                if time.monotonic() > self._flush_deadline:
+                if self._clock() >= self._flush_deadline:
                     return
                 item = self._queue.take(0)
                 if item is None:
@@ -465,11 +524,9 @@ class DialoutExporter(ReconnectingSender, Exporter):
             else:
                 now = time.monotonic()
                 if self._need_snapshot or now >= next_heartbeat:
-                    for m in self._snapshot(sync=False):
-                        if failed.is_set():
-                            return
-                        self.sent += 1
-                        yield m
+                    yield from self._send_snapshot(False, over)
+                    if over():
+                        return
                     next_heartbeat = now + heartbeat
                     continue
                 item = self._queue.take(min(0.2, max(next_heartbeat - now, 0.0)))

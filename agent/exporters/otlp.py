@@ -354,6 +354,7 @@ class OtlpExporter(PeriodicSender, Exporter):
     def __init__(self, cfg: OtlpConfig, target: str, hostname: str | None = None) -> None:
         _load()
         super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S, state="connecting")
+        self.name = "otlp"  # one receiver per agent: its key in status and the stop's log lines
         self.cfg = cfg
         self.target = target
         self.profile = cfg.profile
@@ -419,13 +420,9 @@ class OtlpExporter(PeriodicSender, Exporter):
         pass  # the store drops them; the next export's layout leaves them out
 
     def stop(self, timeout: float) -> None:
-        """Export the latest values and send what is queued for up to ``timeout`` s, then stop."""
-        self._flush_deadline = time.monotonic() + max(timeout, 0.0)
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout + 1.0)
-        self.state = "stopped"
+        """Export the latest values and send what is queued, while the receiver takes it, for up
+        to ``timeout`` s, then stop (PeriodicSender's flush: no wait when there is nothing to send)."""
+        self._stop_thread(timeout)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -454,13 +454,9 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
         pass  # the store drops them; the next layout leaves them out (Prometheus ages them out)
 
     def stop(self, timeout: float) -> None:
-        """Export the latest values and send what is queued for up to ``timeout`` s, then stop."""
-        self._flush_deadline = time.monotonic() + max(timeout, 0.0)
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout + 1.0)
-        self.state = "stopped"
+        """Export the latest values and send what is queued, while the receiver takes it, for up
+        to ``timeout`` s, then stop (PeriodicSender's flush: no wait when there is nothing to send)."""
+        self._stop_thread(timeout)
 
     def status(self) -> dict[str, Any]:
         return {

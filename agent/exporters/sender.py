@@ -34,6 +34,9 @@ JITTER = (0.8, 1.2)
 LOG_RATE_LIMIT_S = 10.0
 #: outage log keys remembered to forget on the next connection; past this they just stay limited
 MAX_LOG_KEYS = 256
+#: at stop, once everything is sent, how long the peer may take to close the stream: a collector
+#: that has read it all closes at once; one that never closes is cut off after this
+CLOSE_GRACE_S = 0.5
 
 T = TypeVar("T")
 
@@ -88,6 +91,10 @@ class ReconnectingSender:
         self.down_since_ns: int | None = time.time_ns()  # down until proven up
         self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)  # the runner sets period_s
         self._log_keys: set[Any] = set()  # outage keys logged since the last connection
+        #: the clock of the stop's deadlines (tests give their own)
+        self._clock: Callable[[], float] = time.monotonic
+        #: what the last stop found and did (:meth:`_stop_plan`, :meth:`_stop_done`)
+        self.stop_report: dict[str, Any] | None = None
 
     @property
     def reconnects(self) -> int:
@@ -124,6 +131,46 @@ class ReconnectingSender:
         for key in self._log_keys:
             self.log_limiter.forget(key)
         self._log_keys.clear()
+
+    # ------------------------------------------------------------ stop: wait only for work
+    def _stop_plan(self, queued: int, reachable: bool, timeout: float, why_nothing: str = "nothing queued",
+                   unreachable: str = "") -> float:
+        """How long a stop may wait to send what is queued: ``timeout`` when ``queued`` items
+        can go to a ``reachable`` destination, else 0 (nothing to send, or nowhere to send it:
+        waiting would only delay the exit). Logged with the reason and kept in
+        :attr:`stop_report`, so that an operator (and a test) sees why a stop took its time."""
+        if not queued:
+            wait, reason = 0.0, f"flushed: {why_nothing}"
+        elif reachable and timeout > 0:
+            wait, reason = timeout, f"waiting for {queued} queued"
+        elif reachable:  # a send in flight at the stop used up its time
+            wait, reason = 0.0, f"not waiting: {queued} queued, the stop's time is up"
+        else:
+            wait, reason = 0.0, f"not waiting: {queued} queued, {unreachable or 'destination ' + self.state}"
+        self.stop_report = {"queued": queued, "waits": wait > 0, "wait_s": wait, "reason": reason,
+                            "started": self._clock()}
+        self._log.info("exporter stopping", exporter=getattr(self, "name", ""), queued=queued,
+                       waits=wait > 0, reason=reason)
+        return wait
+
+    def _stop_done(self, left: int, cut_off: bool = False, failed: bool = False) -> None:
+        """Log how the stop ended: ``left`` items never sent (the deadline passed, a send
+        ``failed``, or they had nowhere to go); ``cut_off``: the peer did not close within
+        :data:`CLOSE_GRACE_S` and the stream was cancelled. Call after :meth:`_stop_plan`."""
+        report = self.stop_report
+        assert report is not None, "_stop_plan first"
+        if not report["queued"]:
+            outcome = "nothing to send"
+        elif not report["waits"]:
+            outcome = "dropped"
+        elif not left:
+            outcome = "flushed"
+        else:
+            outcome = "send failed" if failed else "deadline"
+        took = self._clock() - report["started"]
+        report.update(left=left, cut_off=cut_off, outcome=outcome, took_s=round(took, 3))
+        self._log.info("exporter stopped", exporter=getattr(self, "name", ""), outcome=outcome, left=left,
+                       cut_off=cut_off, took_s=round(took, 3))
 
     # ------------------------------------------------------------ the connection loop
     def _start_thread(self, name: str) -> None:
@@ -163,11 +210,13 @@ class PeriodicSender(ReconnectingSender):
     """A sender whose work is one export every ``interval``, sent as unary requests from a
     bounded queue (OTLP, remote write). :meth:`_run` exports on time (never in a burst to catch
     up), sends the queue oldest first, retries a failed request with the backoff, and on stop
-    makes one last export and sends what fits before ``_flush_deadline``.
+    makes one last export and sends what is queued, but only while the receiver is reached and
+    before ``_flush_deadline`` (:meth:`ReconnectingSender._stop_plan`: nothing queued or
+    nobody to send it to, no wait).
 
     A subclass sets ``cfg`` (with ``timeout``), ``interval``, ``_queue``, ``_wake`` (an Event
     that cuts a wait short), ``_flush_deadline`` and ``retries``, and gives :meth:`_export`,
-    :meth:`_send_one` and :meth:`_close`."""
+    :meth:`_send_one` and :meth:`_close`; its ``stop(timeout)`` calls :meth:`_stop_thread`."""
 
     cfg: Any
     interval: float
@@ -186,6 +235,31 @@ class PeriodicSender(ReconnectingSender):
 
     def _close(self) -> None:
         """Release the connection (the thread is ending)."""
+
+    def _stop_thread(self, timeout: float) -> None:
+        """From the main thread: ask the loop to make its last export and flush, for up to
+        ``timeout`` seconds (only if there is something to send: :meth:`_flush`)."""
+        self._flush_deadline = self._clock() + max(timeout, 0.0)
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:  # never started: nothing to flush
+            self._thread.join(timeout + 1.0)
+        self.state = "stopped"
+
+    def _flush(self) -> None:
+        """The stop, on the loop's thread: the newest values, then what is queued, while the
+        receiver takes it and the deadline allows; with nothing queued, or a receiver not
+        reached, no request is tried."""
+        self._export()
+        wait = self._stop_plan(len(self._queue), self.state == self.up_state,
+                               self._flush_deadline - self._clock())
+        deadline = self._flush_deadline if wait else 0.0
+        failed = False
+        while self._queue and self._clock() < deadline:
+            if not self._send_one(max(0.1, deadline - self._clock())):
+                failed = True
+                break
+        self._stop_done(len(self._queue), failed=failed)
 
     def _run(self) -> None:
         retry_at = 0.0
@@ -211,12 +285,10 @@ class PeriodicSender(ReconnectingSender):
                 wait = min(wait, retry_at - now)
             self._wake.wait(max(wait, 0.0))
             self._wake.clear()
-        # stopping: the newest values, then whatever fits before the deadline
-        self._export()
-        while self._queue and time.monotonic() < self._flush_deadline:
-            if not self._send_one(max(0.1, self._flush_deadline - time.monotonic())):
-                break
-        self._close()
+        try:
+            self._flush()
+        finally:
+            self._close()
 
 
 class BoundedQueue(Generic[T]):

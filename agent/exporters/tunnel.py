@@ -308,12 +308,21 @@ class TunnelExporter(ReconnectingSender, Exporter):
         self.local.gnmi.on_delete(ts_ns, containers)
 
     def stop(self, timeout: float) -> None:
+        """Hang up the registration and every session, then stop the local gNMI service. A
+        tunnel queues nothing of its own: its subscribers are dial-in clients, closed here, and
+        each gets a fresh snapshot when it reconnects, so nothing is waited for."""
+        started = self._thread is not None
+        if started:
+            self._stop_plan(0, True, timeout, why_nothing="nothing queued (dial-in sessions are closed)")
         self._stopping.set()
         self._hang_up()
         if self._thread is not None:
             self._thread.join(max(timeout, 0.1) + 1.0)
+        # the service's RPCs end with their sessions: its grace passes only while one finishes
         self.local.stop(min(timeout, 1.0))
         self.state = "down"
+        if started:
+            self._stop_done(0)
 
     def status(self) -> dict[str, Any]:
         gnmi = self.local.gnmi.status()

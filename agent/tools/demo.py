@@ -26,7 +26,14 @@ from agent.control.client import ControlError, request
 from agent.control.printable import printable
 from agent.control.top import rates
 from agent.insights.congestion import CongestionConfig, fmt_bytes
-from agent.tools.fabric import PRESETS, Fabric, detach_stdio, hangup_signals
+from agent.tools.fabric import (
+    PRESETS,
+    Fabric,
+    detach_stdio,
+    failed_codes,
+    hangup_signals,
+    stop_with_collector,
+)
 
 EVENT_PATH = re.compile(r"^swtel:/insights/events/event\[id=(\d+)\]/state/([a-z-]+)$")
 DEFAULT_DURATION_S = 30.0
@@ -292,11 +299,11 @@ def demo_main(args: Any) -> int:
             if not hung_up.is_set():
                 raise
         finally:
-            codes = fabric.stop()
+            # every agent at once, killed after Fabric.stop's bound; one that exited has closed
+            # its stream only once the collector read it all, so the last clears are in
+            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
             if not hung_up.is_set():
-                time.sleep(0.3)  # the last events' clears in flight
                 timeline.update(events_from(collector.latest))
-            collector.stop(grace=1.0)
     if hung_up.is_set():
         # Nobody reads the terminal any more: no timeline, and no temporary directory left
         # behind whose name nobody saw (a --dir is kept).
@@ -304,7 +311,7 @@ def demo_main(args: Any) -> int:
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
         return 128 + signal.SIGHUP
-    failed = {k: v for k, v in codes.items() if v not in (0, None)}
+    failed = failed_codes(codes)
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
     for line in lead_lines(fabric, timeline):

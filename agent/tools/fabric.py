@@ -42,6 +42,17 @@ PRESETS: dict[str, dict[str, list[str]]] = {
     "clean": {},
 }
 LEAF_UPLINKS = uplink_ports(4)  # the field topology's leaf-3
+#: how long the agents get, together, to end after SIGTERM before they are killed: an agent
+#: with nothing queued ends in well under a second (docs/RELIABILITY.md, "Stop"); one still
+#: flushing a backlog to the local collector would take up to its 5 s flush timeout, which a
+#: demo's user should not wait for
+STOP_BOUND_S = 1.5
+#: the same bound when the run ends by itself (its duration, the live view's q, a failed
+#: agent): nobody asked for a prompt stop, and the demo's timeline wants what a lagging agent
+#: still has to flush
+FINISH_BOUND_S = 10.0
+#: the collector's grace at the end: only an RPC still running (a killed agent's) waits for it
+COLLECTOR_GRACE_S = 0.3
 
 
 def agent_command() -> list[str]:
@@ -170,21 +181,55 @@ class Fabric:
                 if sw.proc is not None and sw.proc.poll() is not None and sw.proc.returncode != 0]
 
     def stop(self, timeout: float = 10.0) -> dict[str, int | None]:
-        """SIGTERM every agent, wait for them, return their exit codes."""
-        for sw in self.switches:
-            if sw.proc is not None and sw.proc.poll() is None:
-                sw.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        codes: dict[str, int | None] = {}
-        for sw in self.switches:
-            if sw.proc is None:
-                continue
-            try:
-                codes[sw.name] = sw.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                sw.proc.kill()
-                codes[sw.name] = sw.proc.wait()
-        return codes
+        """SIGTERM every agent at once, wait for them together, SIGKILL those still running
+        ``timeout`` seconds later; their exit codes (None: killed at the bound). The commands
+        (``swtel fabric``, ``swtel demo``) give STOP_BOUND_S; a test gives them all the time
+        a loaded machine needs to end cleanly."""
+        procs = {sw.name: sw.proc for sw in self.switches if sw.proc is not None}
+        return stop_all(procs, timeout)
+
+
+def stop_all(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, int | None]:
+    """SIGTERM every process of ``procs`` at once, then wait for all of them together (each
+    reaped as soon as it exits, whatever the order); SIGKILL the ones still running after
+    ``timeout`` s. Returns their exit codes, None for those killed (our decision, not their
+    failure; a process that got SIGTERM before it could handle it shows -15)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    running = {name for name, proc in procs.items() if proc.poll() is None}
+    while running and time.monotonic() < deadline:
+        time.sleep(0.02)  # reaping needs a poll: Popen has no wait on several processes
+        running = {name for name in running if procs[name].poll() is None}
+    for name in running:
+        procs[name].kill()
+    for name in running:
+        try:
+            procs[name].wait(5.0)
+        except subprocess.TimeoutExpired:  # unkillable (D state): init reaps it
+            pass
+    return {name: None if name in running else proc.returncode for name, proc in procs.items()}
+
+
+def failed_codes(codes: dict[str, int | None]) -> dict[str, int | None]:
+    """The agents that ended badly: not 0, not killed at the stop's bound (None), not ended by
+    the SIGTERM itself before its handler was in place (-15)."""
+    return {k: v for k, v in codes.items() if v not in (0, None, -signal.SIGTERM)}
+
+
+def stop_with_collector(fabric: Fabric, collector: Any, hung_up: bool, signalled: bool) -> dict[str, int | None]:
+    """End the agents and their collector. After a hang-up nobody reads what the agents would
+    still flush, so the collector goes first and each agent finds nowhere to send it (and no
+    reason to wait); otherwise the agents go first and flush, so that the collector holds their
+    last values. Those still running are killed after STOP_BOUND_S when a signal (SIGHUP,
+    SIGTERM, Ctrl-C) asked for the stop, after FINISH_BOUND_S when the run ended by itself."""
+    if hung_up:
+        collector.stop(grace=0)
+    codes = fabric.stop(STOP_BOUND_S if signalled else FINISH_BOUND_S)
+    if not hung_up:
+        collector.stop(grace=COLLECTOR_GRACE_S)
+    return codes
 
 
 def hangup_signals(stop, hung_up) -> None:
@@ -262,14 +307,13 @@ def fabric_main(args) -> int:
             if not hung_up.is_set():
                 raise
         finally:
-            codes = fabric.stop()
-            collector.stop(grace=1.0)
+            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
     if hung_up.is_set():
         detach_stdio()
         if own_dir:  # nobody saw where it was: leave nothing behind
             shutil.rmtree(workdir, ignore_errors=True)
         return 128 + signal.SIGHUP
-    bad = {k: v for k, v in codes.items() if v != 0}
+    bad = failed_codes(codes)
     if bad:
         print(f"swtel fabric: agents failed: {bad}; see the logs in {workdir}", file=sys.stderr)
         return 1
