@@ -40,6 +40,21 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
+class FakeClock:
+    """A monotonic clock for code that takes one (``Engine(clock=...)``, ``PluginProxy(clock=...)``):
+    the test sets ``t``, or lets each reading move it ``step`` s. Deadlines and schedules judged
+    on it say the same on a loaded machine as on a quiet one."""
+
+    def __init__(self, t: float = 1000.0, step: float = 0.0) -> None:
+        self.t = t
+        self.step = step
+
+    def __call__(self) -> float:
+        now = self.t
+        self.t += self.step
+        return now
+
+
 # ---------------------------------------------------------------- a running agent's status
 
 

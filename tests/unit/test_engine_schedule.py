@@ -11,19 +11,12 @@ import pytest
 
 from agent import config
 from agent.engine import Engine
+from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 
 INTERVAL_S = 0.05
 WAKE_LATE_S = 0.0001  # the loop wakes a little after it asked to, as a real one does
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
