@@ -81,6 +81,18 @@ def status_doc(workdir: Path) -> dict:
 # ---------------------------------------------------------------- configs
 
 
+def wait_polls(workdir: Path, n: int, source: str = "system", timeout: float = 60.0) -> None:
+    """Wait until the agent in ``workdir`` has polled ``source`` ``n`` more times: a test that
+    lets the agent run on before asserting what did (not) happen counts polls, where a sleep
+    would guess how many a loaded machine makes."""
+    def reads() -> int:
+        doc = status_json(workdir)[1]
+        return doc["sources"][source]["reads"] if doc else -1
+
+    first = wait_until(lambda: (r := reads()) >= 0 and r + 1, timeout, "status") - 1
+    wait_until(lambda: reads() >= first + n, timeout, f"{n} more polls of {source}")
+
+
 def agent_yaml(workdir: Path, sources: Mapping[str, str], *, interval: str = "50ms",
                exporters: str = "", control: str = "", extra: str = "", head: str = "") -> str:
     """An agent's config: ``sources`` (name -> its YAML flow mapping, in order), JSON lines to
