@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 SOCKET = "swtel.sock"  # the control socket's name in an agent's work directory
@@ -53,6 +53,21 @@ class FakeClock:
         now = self.t
         self.t += self.step
         return now
+
+
+def record_retries(sender: Any) -> list[float]:
+    """The delays a ReconnectingSender's backoff (agent/exporters/sender.py) chooses, one per
+    failed attempt, in order: a test waits for "it tried again" on this list, and judges the
+    backoff by the delays chosen rather than by how long the retries took."""
+    delays: list[float] = []
+    choose = sender.backoff.next
+
+    def recorded() -> float:
+        delays.append(choose())
+        return delays[-1]
+
+    sender.backoff.next = recorded
+    return delays
 
 
 # ---------------------------------------------------------------- a running agent's status

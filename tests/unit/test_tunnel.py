@@ -17,13 +17,13 @@ from pygnmi.client import gNMIclient
 
 from agent import config
 from agent.config import ClientTls, ConfigError, Duration
-from agent.exporters.sender import ReconnectingSender
 from agent.exporters.tunnel import TunnelConfig, TunnelExporter
 from agent.gnmi import tunnel_pb as pb
 from agent.store import Store
 from agent.tls import server_credentials
 from agent.tools.tunnel_server import TunnelServer
 from tests.gnmi_helpers import free_port, make_pki
+from tests.helpers import record_retries
 from tests.unit.test_server import Feed
 
 TARGET = "leaf01"
@@ -228,24 +228,11 @@ def test_wrong_ca_is_refused_and_reported(pki):
         s.close()
 
 
-def _record_delays(sender: ReconnectingSender) -> list[float]:
-    """The delays the sender's backoff chooses between tries, in order."""
-    delays: list[float] = []
-    choose = sender.backoff.next
-
-    def recorded() -> float:
-        delays.append(choose())
-        return delays[-1]
-
-    sender.backoff.next = recorded  # type: ignore[method-assign]
-    return delays
-
-
 def test_server_restart_reregisters_within_retry_interval_and_gnmi_works_again():
     s = Setup(server_kw={"target_ports": {TARGET: free_port()}})
     try:
         check_gnmi(s)
-        delays = _record_delays(s.exporter)
+        delays = record_retries(s.exporter)
         s.server.stop(0.2)
         wait(lambda: s.exporter.status()["state"] != "registered", what="the agent to notice")
         # down for three retries: the backoff (0.5 s, then doubling) has reached its 1 s cap
