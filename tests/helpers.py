@@ -108,6 +108,38 @@ def wait_polls(workdir: Path, n: int, source: str = "system", timeout: float = 6
     wait_until(lambda: reads() >= first + n, timeout, f"{n} more polls of {source}")
 
 
+def demo_until(workdir: Path, *args: str, seen: Callable[[str], bool],
+               bound_s: float = 180.0) -> subprocess.CompletedProcess:
+    """``swtel demo --no-tui ARGS`` run until ``seen(output so far)`` (the events a test needs
+    reached the collector and were printed), then ended with SIGINT as a user's Ctrl-C: its
+    timeline and summaries follow. The run is bounded by the events, not by a duration a loaded
+    machine may not fit them into; ``bound_s`` is only the failure bound."""
+    import os
+    import signal
+    import threading
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    err_path = workdir / "demo.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "demo", "--no-tui", "--duration", "3600", "--dir", str(workdir), *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: seen("".join(lines)) or proc.poll() is not None, bound_s, "the demo's events",
+                   interval=0.2, detail=lambda: "".join(lines)[-3000:] + err_path.read_text()[-3000:])
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err_path.read_text())
+
+
 def agent_yaml(workdir: Path, sources: Mapping[str, str], *, interval: str = "50ms",
                exporters: str = "", control: str = "", extra: str = "", head: str = "") -> str:
     """An agent's config: ``sources`` (name -> its YAML flow mapping, in order), JSON lines to
