@@ -6,10 +6,12 @@ and writing an agent's config (sources, JSON lines to ``out.jsonl``, the control
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,6 +55,23 @@ class FakeClock:
         now = self.t
         self.t += self.step
         return now
+
+
+@contextmanager
+def failure_bound(seconds: float, what: str) -> Iterator[None]:
+    """Fail (AssertionError in the main thread) if the block has not ended after ``seconds``:
+    for a call that would otherwise block for good when the code is wrong. A bound on a
+    failure, not a measure: make it generous."""
+    def expired(_sig: int, _frame: object) -> None:
+        raise AssertionError(f"{what}: still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def record_retries(sender: Any) -> list[float]:
