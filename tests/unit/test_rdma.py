@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -125,8 +124,9 @@ def test_reload_changing_a_source_keeps_its_data_and_disabling_it_deletes(tmp_pa
     try:
         wait_until(lambda: len(sink.changes("np-cnp-sent")) == 1, 5, "the first np-cnp-sent change")
         engine.reload(cfg("enabled: true, interval: 60ms"))  # the section changed: a new runner
-        wait_until(lambda: engine.status()["sources"]["rdma"]["interval_s"] == 0.06, 5, "the reloaded interval")
-        time.sleep(0.2)
+        wait_until(lambda: engine.status()["sources"]["rdma"]["interval_s"] == 0.06, 30, "the reloaded interval")
+        reads = engine.status()["sources"]["rdma"]["reads"]  # then three polls of the new runner
+        wait_until(lambda: engine.status()["sources"]["rdma"]["reads"] >= reads + 3, 30, "three more polls")
         # The quiet counter is still in the store (snapshots, gNMI Get), unchanged, not reset.
         snap = {b.source: b for b in engine.store.snapshot_batches()}
         assert [snap["rdma"].values[i] for i in snap["rdma"].indices] == [41]
