@@ -22,6 +22,7 @@ docs/DEVELOPING.md states them:
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,10 +45,15 @@ def _is_clock(node: ast.AST) -> bool:
             or (isinstance(f, ast.Name) and f.id in CLOCKS - {"time"}))
 
 
+@functools.cache
+def _text(node: ast.AST) -> str:
+    return node.id if isinstance(node, ast.Name) else ast.unparse(node)
+
+
 def _key(target: ast.AST) -> str | None:
     """A name an assignment gives a value to: ``t0``, ``self.t0``, ``box["took"]``."""
     if isinstance(target, ast.Name | ast.Attribute | ast.Subscript):
-        return ast.unparse(target)
+        return _text(target)
     return None
 
 
@@ -70,8 +76,10 @@ def _arith(expr: ast.AST) -> Iterator[ast.AST]:
 
 def _named(n: ast.AST, keys: set[str]) -> bool:
     """``n`` is one of ``keys``, or an item or attribute of one (``box["took"]`` of ``box``)."""
+    if not keys:
+        return False
     while isinstance(n, ast.Name | ast.Attribute | ast.Subscript):
-        if ast.unparse(n) in keys:
+        if _text(n) in keys:
             return True
         if isinstance(n, ast.Name):
             return False
@@ -108,8 +116,8 @@ def _targets(t: ast.AST) -> list[str]:
     return [k for k in [_key(t)] if k]
 
 
-def _assignments(fn: ast.AST) -> Iterator[tuple[list[str], ast.AST]]:
-    for n in ast.walk(fn):
+def _assignments(nodes: list[ast.AST]) -> Iterator[tuple[list[str], ast.AST]]:
+    for n in nodes:
         if isinstance(n, ast.Assign):
             yield [k for t in n.targets for k in _targets(t)], n.value
         elif isinstance(n, ast.AnnAssign | ast.AugAssign) and n.value is not None:
@@ -123,28 +131,47 @@ def _names(fn: ast.AST, timed: set[str]) -> tuple[set[str], set[str]]:
     to; a call of a function in ``timed`` (one that returns a duration) gives durations."""
     stamps: set[str] = set()
     durations: set[str] = set()
+    nodes = list(ast.walk(fn))
+    if not any(_is_clock(n) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in timed)
+               for n in nodes):
+        return stamps, durations  # no clock read here: nothing to follow
+    assigns = list(_assignments(nodes))
     for _ in range(3):  # names built from names: a few rounds reach the fixed point
-        for keys, value in _assignments(fn):
+        before = len(stamps), len(durations)
+        for keys, value in assigns:
             if _duration(value, stamps, durations) or (
                     isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in timed):
                 durations.update(keys)
             elif _stamp(value, stamps):
                 stamps.update(keys)
+        if (len(stamps), len(durations)) == before:
+            break
     return stamps, durations
 
 
-def _timed_functions(tree: ast.AST) -> set[str]:
+def _functions(tree: ast.Module) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The module's functions and methods; each with the functions nested in it (a thread's
+    target often times what its test asserts)."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node)  # type: ignore[arg-type]
+
+
+def _timed_functions(tree: ast.Module) -> set[str]:
     """Helpers that return a duration (``return result, elapsed``; ``return box`` where
     ``box["elapsed"]`` was timed): what their callers get is a duration too."""
     timed: set[str] = set()
-    for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-            stamps, durations = _names(fn, set())
-            bases = durations | {k.split("[")[0].split(".")[0] for k in durations}
-            if any(isinstance(r, ast.Return) and r.value is not None
-                   and any(_named(n, bases) or _duration(n, stamps, durations) for n in ast.walk(r.value))
-                   for r in ast.walk(fn)):
-                timed.add(fn.name)
+    for fn in _functions(tree):
+        stamps, durations = _names(fn, set())
+        if not durations and not stamps:
+            continue
+        bases = durations | {k.split("[")[0].split(".")[0] for k in durations}
+        if any(isinstance(r, ast.Return) and r.value is not None
+               and any(_named(n, bases) or _duration(n, stamps, durations) for n in ast.walk(r.value))
+               for r in ast.walk(fn)):
+            timed.add(fn.name)
     return timed
 
 
@@ -210,27 +237,11 @@ def offences(source: str) -> list[tuple[int, str]]:
     lines = source.splitlines()
     found: list[tuple[int, str]] = []
     timed = _timed_functions(tree)
-    for fn in ast.walk(tree):
-        # each function on its own (nested ones with their outer one: a thread's target
-        # often times what its test asserts)
-        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and not _nested(fn, tree):
-            found += [(line, "asserts a wall-clock duration") for line in _timed_asserts(fn, timed)]
+    for fn in _functions(tree):
+        found += [(line, "asserts a wall-clock duration") for line in _timed_asserts(fn, timed)]
     found += [(line, "sleeps in place of waiting for an event") for line in _fixed_sleeps(tree, lines)]
     found += [(line, "hypothesis deadline times each example") for line in _deadlines(tree)]
     return sorted(set(found))
-
-
-def _nested(fn: ast.AST, tree: ast.AST) -> bool:
-    parents = getattr(tree, "_fn_parents", None)
-    if parents is None:
-        parents = set()
-        for outer in ast.walk(tree):
-            if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef):
-                for inner in ast.walk(outer):
-                    if inner is not outer and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
-                        parents.add(id(inner))
-        tree._fn_parents = parents  # type: ignore[attr-defined]
-    return id(fn) in parents
 
 
 def test_no_test_times_the_code_or_sleeps_for_an_event():
