@@ -282,41 +282,37 @@ class Engine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                due = self._pass()
+                self._apply_pending_config()
+                now = self.clock()
+                if self.links.generation != self._seen_gen:
+                    # One view of the links per pass: every source sets up from the same one.
+                    gen, self._links = self.links.snapshot()
+                    # Links changed: every link-based source looks now, in this pass, so a
+                    # removed port leaves all their tables together and gets one delete.
+                    self._seen_gen = gen
+                    for runner in self._runners:
+                        if runner.source.uses_links:
+                            runner.next_due = min(runner.next_due, now)
+                for runner in self._runners:
+                    # A source due a hair after this pass is polled in it: two sources whose
+                    # phases differ by microseconds would otherwise take two wake-ups (and
+                    # two insight passes) per interval. Each keeps its own schedule.
+                    if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
+                        self._poll(runner, now)
+                        self._schedule(runner, now)
+                self._flush_drops()
+                self._first_attempt_done()
+                self._end_pass()
+                self.ticks += 1
+                if now >= self._next_health:
+                    self._publish_health(now)
+                for hook in self.tick_hooks:
+                    hook()
+                due = min((r.next_due for r in self._runners), default=self.clock() + 1.0)
                 self._stop.wait(max(0.0, due - self.clock()))
         except BaseException as exc:  # never die silently: logged once, status and run() see it
             self.loop_error = f"{type(exc).__name__}: {exc}"[:500]
             log.error("tick loop failed; the agent stops polling", error=self.loop_error, exc_info=True)
-
-    def _pass(self) -> float:
-        """One pass of the loop: polls what is due now, returns when the next source is due."""
-        self._apply_pending_config()
-        now = self.clock()
-        if self.links.generation != self._seen_gen:
-            # One view of the links per pass: every source sets up from the same one.
-            gen, self._links = self.links.snapshot()
-            # Links changed: every link-based source looks now, in this pass, so a
-            # removed port leaves all their tables together and gets one delete.
-            self._seen_gen = gen
-            for runner in self._runners:
-                if runner.source.uses_links:
-                    runner.next_due = min(runner.next_due, now)
-        for runner in self._runners:
-            # A source due a hair after this pass is polled in it: two sources whose
-            # phases differ by microseconds would otherwise take two wake-ups (and
-            # two insight passes) per interval. Each keeps its own schedule.
-            if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
-                self._poll(runner, now)
-                self._schedule(runner, now)
-        self._flush_drops()
-        self._first_attempt_done()
-        self._end_pass()
-        self.ticks += 1
-        if now >= self._next_health:
-            self._publish_health(now)
-        for hook in self.tick_hooks:
-            hook()
-        return min((r.next_due for r in self._runners), default=self.clock() + 1.0)
 
     def dead(self) -> bool:
         """The tick loop ended without being asked to (an uncaught error): nothing is polled."""

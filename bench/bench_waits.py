@@ -159,16 +159,22 @@ def schedule_rows(workdir: Path) -> list[tuple[str, str]]:
                        f"system: {{interval: 50ms}}}}\ncontrol: {{socket: {workdir}/s.sock, group: null}}\n")
     late: list[float] = []
     eng = Engine(cfg)
-    real_pass = eng._pass
-    due = [0.0]
+    stop = eng._stop
 
-    def pass_and_note() -> float:
-        if due[0]:
-            late.append(time.monotonic() - due[0])
-        due[0] = real_pass()
-        return due[0]
+    class Waits:  # the loop's waits, timed: how late each wake-up is
+        def is_set(self) -> bool:
+            return stop.is_set()
 
-    eng._pass = pass_and_note  # type: ignore[method-assign]
+        def set(self) -> None:
+            stop.set()
+
+        def wait(self, timeout: float) -> bool:
+            due = time.monotonic() + timeout
+            woken = stop.wait(timeout)
+            late.append(time.monotonic() - due)
+            return woken
+
+    eng._stop = Waits()  # type: ignore[assignment]
     eng.start()
     try:
         eng.ready.wait(10)

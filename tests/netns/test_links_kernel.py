@@ -64,8 +64,8 @@ def parsed_dump(ns: str, parser: ModuleType) -> dict[int, tuple]:
 
 
 def until_event(predicate: Callable[[], object], what: str):
-    """A link event's effect, seen within 2 s (polled every 10 ms)."""
-    return wait_until(predicate, 2.0, what, interval=0.01)
+    """A link event's effect, waited for (polled every 10 ms; 30 s bound a failure)."""
+    return wait_until(predicate, 30.0, what, interval=0.01)
 
 
 @root

@@ -1,7 +1,8 @@
 """The tick loop's schedule: sources with one interval are polled in one pass per interval
 even when their phases differ by a hair, each keeping its own schedule; a stalled poll skips
 the ticks it missed and counts them, never bursts to catch up. Driven in-process on lo with
-a fake clock (Engine(clock=...)): the schedule is logic, not a race with the machine's load."""
+a fake clock (Engine(clock=...)) and the loop's waits moving it: the schedule is logic, not a
+race with the machine's load."""
 
 from __future__ import annotations
 
@@ -40,12 +41,30 @@ def engine(tmp_path) -> Iterator[tuple[Engine, FakeClock]]:
             r.source.close()
 
 
+class _Waits:
+    """Stands in for the engine's stop event while the test runs its loop: each wait moves
+    the fake clock by what the loop asked for (and a little more, as a real wake-up is late);
+    the loop ends once ``seconds`` of fake time have passed."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        self.clock, self.end = clock, clock.t + seconds
+
+    def is_set(self) -> bool:
+        return self.clock.t >= self.end
+
+    def wait(self, timeout: float) -> bool:
+        self.clock.t += timeout + WAKE_LATE_S
+        return self.is_set()
+
+
 def _run(eng: Engine, clock: FakeClock, seconds: float) -> None:
-    """The loop for ``seconds`` of fake time: each pass, then a wait until the next is due."""
-    end = clock.t + seconds
-    while clock.t < end:
-        due = eng._pass()
-        clock.t = max(clock.t, due) + WAKE_LATE_S
+    """The engine's own loop, on this thread, for ``seconds`` of fake time."""
+    stop, eng._stop = eng._stop, _Waits(clock, seconds)  # type: ignore[assignment]
+    try:
+        eng._loop()
+    finally:
+        eng._stop = stop
+    assert eng.loop_error is None, eng.loop_error
 
 
 def _reads(eng: Engine) -> dict[str, int]:
@@ -83,7 +102,7 @@ def test_a_stalled_poll_skips_the_ticks_it_missed_and_says_so(engine):
     netdev.source.read = stalled  # type: ignore[method-assign]
     reads0 = netdev.reads
     assert netdev.next_due <= clock.t  # _run left the clock where the next pass is due
-    eng._pass()
+    _run(eng, clock, WAKE_LATE_S)  # one pass
     netdev.source.read = read  # type: ignore[method-assign]
     assert netdev.reads == reads0 + 1
     assert netdev.overruns == 3 and netdev.longest_stall == 3, (netdev.overruns, netdev.longest_stall)
