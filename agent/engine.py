@@ -226,8 +226,11 @@ class SourceRunner:
 
 
 class Engine:
-    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None):
+    def __init__(self, cfg: Config, listeners: list[Listener] | None = None, store: Store | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.cfg = cfg
+        #: the schedule's clock (monotonic seconds): a test drives the schedule with its own
+        self.clock = clock
         #: everything that takes the engine's output, through one contract (agent/exporters/
         #: base.py Listener): the exporters, and the insights runner, whose end_pass returns
         #: the events it raised or cleared (states, handed on like any other)
@@ -334,7 +337,7 @@ class Engine:
         try:
             while not self._stop.is_set():
                 self._apply_pending_config()
-                now = time.monotonic()
+                now = self.clock()
                 if self.links.generation != self._seen_gen:
                     # One view of the links per pass: every source sets up from the same one.
                     gen, self._links = self.links.snapshot()
@@ -362,7 +365,7 @@ class Engine:
                     self._publish_health(now)
                 for hook in self.tick_hooks:
                     hook()
-                due = min((r.next_due for r in self._runners), default=time.monotonic() + 1.0)
+                due = min((r.next_due for r in self._runners), default=self.clock() + 1.0)
                 self._idle_until(due)
         except BaseException as exc:  # never die silently: logged once, status and run() see it
             self.loop_error = f"{type(exc).__name__}: {exc}"[:500]
@@ -377,7 +380,7 @@ class Engine:
         while not self._stop.is_set():
             handoff.wake.clear()  # cleared before serving: an ask after this wakes the wait below
             handoff.serve()
-            remaining = due - time.monotonic()
+            remaining = due - self.clock()
             if remaining <= 0:
                 return
             handoff.wake.wait(remaining)
@@ -388,7 +391,7 @@ class Engine:
         return t is not None and not t.is_alive() and not self._stop.is_set()
 
     def _schedule(self, runner: SourceRunner, pass_start: float) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if runner.next_due == 0.0:
             # Anchor on the pass, not on this runner's end: sources polled in one pass stay
             # in phase, so the loop wakes once per interval rather than once per source.

@@ -12,6 +12,16 @@ import agent.plugins  # noqa: F401  (fills the config registries: every test may
 
 HERE = Path(__file__).resolve().parent
 
+try:
+    from hypothesis import settings
+except ImportError:  # the suites that use it need it anyway
+    pass
+else:
+    # No per-example deadline: it times each example, and a loaded machine fails it although
+    # the code is right (docs/DEVELOPING.md, "Tests that load cannot break").
+    settings.register_profile("swtel", deadline=None)
+    settings.load_profile("swtel")
+
 
 def pytest_report_header(config):
     from agent import _backend

@@ -6,12 +6,14 @@ and writing an agent's config (sources, JSON lines to ``out.jsonl``, the control
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 SOCKET = "swtel.sock"  # the control socket's name in an agent's work directory
@@ -40,6 +42,53 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
+class FakeClock:
+    """A monotonic clock for code that takes one (``Engine(clock=...)``, ``PluginProxy(clock=...)``):
+    the test sets ``t``, or lets each reading move it ``step`` s. Deadlines and schedules judged
+    on it say the same on a loaded machine as on a quiet one."""
+
+    def __init__(self, t: float = 1000.0, step: float = 0.0) -> None:
+        self.t = t
+        self.step = step
+
+    def __call__(self) -> float:
+        now = self.t
+        self.t += self.step
+        return now
+
+
+@contextmanager
+def failure_bound(seconds: float, what: str) -> Iterator[None]:
+    """Fail (AssertionError in the main thread) if the block has not ended after ``seconds``:
+    for a call that would otherwise block for good when the code is wrong. A bound on a
+    failure, not a measure: make it generous."""
+    def expired(_sig: int, _frame: object) -> None:
+        raise AssertionError(f"{what}: still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def record_retries(sender: Any) -> list[float]:
+    """The delays a ReconnectingSender's backoff (agent/exporters/sender.py) chooses, one per
+    failed attempt, in order: a test waits for "it tried again" on this list, and judges the
+    backoff by the delays chosen rather than by how long the retries took."""
+    delays: list[float] = []
+    choose = sender.backoff.next
+
+    def recorded() -> float:
+        delays.append(choose())
+        return delays[-1]
+
+    sender.backoff.next = recorded
+    return delays
+
+
 # ---------------------------------------------------------------- a running agent's status
 
 
@@ -64,6 +113,50 @@ def status_doc(workdir: Path) -> dict:
 
 
 # ---------------------------------------------------------------- configs
+
+
+def wait_polls(workdir: Path, n: int, source: str = "system", timeout: float = 60.0) -> None:
+    """Wait until the agent in ``workdir`` has polled ``source`` ``n`` more times: a test that
+    lets the agent run on before asserting what did (not) happen counts polls, where a sleep
+    would guess how many a loaded machine makes."""
+    def reads() -> int:
+        doc = status_json(workdir)[1]
+        return doc["sources"][source]["reads"] if doc else -1
+
+    first = wait_until(lambda: (r := reads()) >= 0 and r + 1, timeout, "status") - 1
+    wait_until(lambda: reads() >= first + n, timeout, f"{n} more polls of {source}")
+
+
+def demo_until(workdir: Path, *args: str, seen: Callable[[str], bool],
+               bound_s: float = 180.0) -> subprocess.CompletedProcess:
+    """``swtel demo --no-tui ARGS`` run until ``seen(output so far)`` (the events a test needs
+    reached the collector and were printed), then ended with SIGINT as a user's Ctrl-C: its
+    timeline and summaries follow. The run is bounded by the events, not by a duration a loaded
+    machine may not fit them into; ``bound_s`` is only the failure bound."""
+    import os
+    import signal
+    import threading
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    err_path = workdir / "demo.stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent", "demo", "--no-tui", "--duration", "3600", "--dir", str(workdir), *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: seen("".join(lines)) or proc.poll() is not None, bound_s, "the demo's events",
+                   interval=0.2, detail=lambda: "".join(lines)[-3000:] + err_path.read_text()[-3000:])
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err_path.read_text())
 
 
 def agent_yaml(workdir: Path, sources: Mapping[str, str], *, interval: str = "50ms",

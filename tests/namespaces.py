@@ -198,7 +198,7 @@ class AgentProcess:
                 out.append(json.loads(line))
         return out
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:  # a failure bound: start-up under load
         self.wait_for(lambda: "event=ready" in self.log.read_text() or '"event": "ready"' in self.log.read_text(),
                       timeout, "ready")
 

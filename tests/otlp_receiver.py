@@ -140,7 +140,7 @@ def main() -> int:
     args = ap.parse_args()
     rx = Receiver(args.listen).start()
     print(f"listening on {rx.address}", file=sys.stderr, flush=True)
-    time.sleep(args.duration)
+    time.sleep(args.duration)  # wallclock: the receiver's run as a tool (--duration), not a wait
     rx.stop()
     with open(args.output, "w") as out:
         for p in rx.points:

@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -85,15 +86,17 @@ class Backoff:
     """Restart delays after faults: 1 s, 2 s, 4 s ... 60 s; back to 1 s once the plugin has
     run a full ``RESTART_MAX_S`` without a fault."""
 
-    def __init__(self, first: float = RESTART_FIRST_S, cap: float = RESTART_MAX_S) -> None:
+    def __init__(self, first: float = RESTART_FIRST_S, cap: float = RESTART_MAX_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.first, self.cap = first, cap
+        self.clock = clock  # monotonic seconds; a test's own clock drives the delays
         self.delay = 0.0  # the last delay given (0: none yet)
         self.faults = 0
         self._last_fault = -float("inf")
 
     def fault(self) -> float:
         """A fault now: the delay before the next start."""
-        now = time.monotonic()
+        now = self.clock()
         self.faults += 1
         if now - self._last_fault > self.delay + self.cap:
             self.delay = self.first  # the first fault, or the plugin had run a full cap since the last
@@ -130,7 +133,10 @@ def _stderr_fd() -> int:
 
 
 class PluginProxy:
-    def __init__(self, read_timeout_s: float = READ_TIMEOUT_MIN_S, open_timeout_s: float = OPEN_TIMEOUT_S) -> None:
+    def __init__(self, read_timeout_s: float = READ_TIMEOUT_MIN_S, open_timeout_s: float = OPEN_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        #: the deadlines' clock (monotonic seconds): a test steps its own to judge them
+        self.clock = clock
         self.read_timeout_s = read_timeout_s
         self.open_timeout_s = open_timeout_s
         self.path = ""
@@ -158,7 +164,7 @@ class PluginProxy:
         if self.proc is not None:
             raise ValueError("asic plugin proxy is already open")
         self.path = path
-        deadline = time.monotonic() + self.open_timeout_s
+        deadline = self.clock() + self.open_timeout_s
         self._spawn()
         self._request(b"O", msgpack.packb([path, config], use_bin_type=True), "open", deadline)
 
@@ -169,10 +175,10 @@ class PluginProxy:
             if self.proc is None:
                 raise ValueError("asic plugin handle is closed")
             return True
-        return self._finish(time.monotonic() + wait_s) is not None
+        return self._finish(self.clock() + wait_s) is not None
 
     def layout(self) -> tuple[int, list[tuple], list[list[tuple]]]:
-        payload = self._call(b"L", b"", "layout", time.monotonic() + LAYOUT_TIMEOUT_S)
+        payload = self._call(b"L", b"", "layout", self.clock() + LAYOUT_TIMEOUT_S)
         gen, ports, counters = msgpack.unpackb(payload, raw=False)
         # msgpack gives lists: back to the reader's tuples ((low, high) pairs for the bins)
         return gen, [tuple(p) for p in ports], [
@@ -188,7 +194,7 @@ class PluginProxy:
             raise ValueError("asic plugin handle is closed")
         out = memoryview(values).cast("B")
         n = out.nbytes // 8
-        now = time.monotonic()
+        now = self.clock()
         if self._pending is None:
             if n != self._mapped:
                 self._map(n)
@@ -212,7 +218,7 @@ class PluginProxy:
             return
         try:
             if self.proc.poll() is None and self._sock is not None:
-                soon = time.monotonic() + CLOSE_TIMEOUT_S
+                soon = self.clock() + CLOSE_TIMEOUT_S
                 if self._pending is None or self._finish(soon) is not None:
                     self._call(b"C", b"", "close", soon)
         except (OSError, ValueError, TypeError, MemoryError):
@@ -272,7 +278,7 @@ class PluginProxy:
             os.ftruncate(self._shm_fd, size)
             self._mm = mmap.mmap(self._shm_fd, size)
             self._mv = memoryview(self._mm)
-        self._call(b"M", U64.pack(n), "read", time.monotonic() + self.read_timeout_s)
+        self._call(b"M", U64.pack(n), "read", self.clock() + self.read_timeout_s)
         self._mapped = n
 
     def _request(self, op: bytes, payload: bytes, call: str, deadline: float) -> None:
@@ -333,7 +339,7 @@ class PluginProxy:
         while True:
             if self._aborted:
                 self._fail(call, "aborted")
-            now = time.monotonic()
+            now = self.clock()
             if now >= deadline:
                 self._fail(call, "timeout")
             until = deadline if soft is None else min(deadline, soft)

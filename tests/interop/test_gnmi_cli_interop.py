@@ -21,6 +21,7 @@ import pytest
 from agent.config import ServerTls
 from agent.store import Store
 from tests.gnmi_helpers import make_pki
+from tests.helpers import wait_until
 from tests.interop_build import CACHE, build_reference
 from tests.unit.test_server import Feed, _start
 
@@ -118,14 +119,14 @@ def test_subscribe_once(gnmi_cli, setup):
 
 def test_subscribe_stream(gnmi_cli, setup):
     feed, args = setup
-    proc = subprocess.Popen([str(gnmi_cli), *args, "-timeout", "10s", "-query", LEAF, "-qt", "s",
-                             "-sd", "4s", "-dt", "p"],
+    proc = subprocess.Popen([str(gnmi_cli), *args, "-timeout", "30s", "-query", LEAF, "-qt", "s",
+                             "-sd", "10s", "-dt", "p"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not any("sync_response: true" in line for line in lines):
             assert proc.poll() is None or lines, "gnmi_cli exited early"
             assert time.monotonic() < deadline, f"no sync_response: {''.join(lines)}"
@@ -134,8 +135,9 @@ def test_subscribe_stream(gnmi_cli, setup):
         for _ in range(3):
             feed.bump({("v0", "in-octets"): 1000})
             expected.append(feed.value("v0", "in-octets"))
-            time.sleep(0.2)
-        proc.wait(15)
+            # each change seen before the next: two in one sample would be one update
+            wait_until(lambda: json_vals("".join(lines)) == expected, 30, "the update at the client")
+        proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -179,11 +181,9 @@ def test_get_equals_the_kernels_count_on_a_veth(gnmi_cli, tmp_path):
 
         try:
             agent.wait_ready()
-            time.sleep(0.3)
-            before = get()
-            assert before == kernel()
+            (before,) = wait_until(lambda: (v := get()) == kernel() and (v,), 30, "Get to equal the kernel's count")
             pair.send_udp(37, 200)
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 30
             after = get()
             while after != kernel() and time.monotonic() < deadline:
                 time.sleep(0.2)

@@ -32,7 +32,7 @@ def test_promtool_accepts_the_exposition(tmp_path):
         table = make_table(["swp1", "swp2"])
         msgs = encode.encode_batch(make_batch(table, list(range(1, len(table) + 1)), 1), "leaf01")
         publish(f"127.0.0.1:{port}", NOKIA_METHOD, msgs)
-        assert col.wait_for(lambda c: c.received == len(msgs), 5)
+        assert col.wait_for(lambda c: c.received == len(msgs), 30)
         body = _get(f"http://127.0.0.1:{mport}/metrics")
     finally:
         col.stop(0)

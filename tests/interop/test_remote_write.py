@@ -317,6 +317,13 @@ def test_open_events_are_written_as_swtel_status_counts_them(tmp_path):
         receiver.stop()
 
 
+def _exported(exp: RemoteWriteExporter, n: int = 1) -> None:
+    """Wait for ``n`` more of the exporter's exports (each interval's, whether or not it had
+    anything to send): the test moves with the exporter, not with the wall clock."""
+    first = exp.status()["exports"]
+    _wait(lambda: exp.status()["exports"] >= first + n, 60, f"{n} more exports")
+
+
 def _running(exp: RemoteWriteExporter, values=(1, 2, 3, 4, 5)) -> Store:
     store = Store()
     store.set_source("netdev", make_table(["swp1"]), array("Q", values), time.time_ns())
@@ -337,10 +344,10 @@ def test_headers_basic_auth_and_a_4xx_refusal_counted_not_retried(tmp_path):
         store = _running(exp)
         table = store.latest()["netdev"][0]
         for v in range(10, 14):  # a change each time: a request each export
-            time.sleep(0.12)
+            _exported(exp)
             store.set_source("netdev", table, array("Q", [v, 2, 3, 4, 5]), time.time_ns())
-        _wait(lambda: exp.status()["refused"] >= 3, 5, "3 refusals")
-        time.sleep(0.5)  # nothing new to send: nothing more is sent
+        _wait(lambda: exp.status()["refused"] >= 3, 60, "3 refusals")
+        _exported(exp, 5)  # nothing new to send: nothing more is sent
         status = exp.status()
     finally:
         exp.stop(0.5)
@@ -375,9 +382,9 @@ def test_429_and_5xx_are_retried_with_backoff_and_the_queue_kept(status):
         store = _running(exp)
         table = store.latest()["netdev"][0]
         for v in range(10, 20):
-            time.sleep(0.1)
+            _exported(exp)  # one change per export
             store.set_source("netdev", table, array("Q", [v, 2, 3, 4, 5]), time.time_ns())
-        _wait(lambda: exp.status()["queue"] == 0 and exp.status()["sent"] >= 5, 15, "the queue sent")
+        _wait(lambda: exp.status()["queue"] == 0 and exp.status()["sent"] >= 5, 60, "the queue sent")
         result = exp.status()
     finally:
         exp.stop(0.5)
@@ -398,8 +405,9 @@ def test_nobody_listening_bounded_queue_overflow_counted():
         store = _running(exp)
         table = store.latest()["netdev"][0]
         for v in range(10, 22):
-            time.sleep(0.1)
+            _exported(exp)  # one change per export: twelve requests queued, three kept
             store.set_source("netdev", table, array("Q", [v, 2, 3, 4, 5]), time.time_ns())
+        _exported(exp)
         result = exp.status()
     finally:
         exp.stop(0.2)
@@ -571,6 +579,12 @@ def _exporter_status(tmp_path: Path) -> dict:
     return doc["exporters"]["remote_write:engine"]
 
 
+def _agent_exported(tmp_path: Path, n: int) -> None:
+    """Wait for ``n`` more exports of the agent's remote write (its status counts them)."""
+    first = _exporter_status(tmp_path)["exports"]
+    _wait(lambda: _exporter_status(tmp_path)["exports"] >= first + n, 120, f"{n} more exports")
+
+
 @pytest.mark.root
 def test_prometheus_holds_the_exact_veth_counts(tmp_path, engines):
     from tests.namespaces import UDP_OVERHEAD, kernel_statistics, veth_pair
@@ -633,7 +647,7 @@ def test_victoria_metrics_has_every_series_of_the_simulated_switch(tmp_path, eng
     try:
         agent.wait_ready()
         agent.wait_for(lambda: len(vm.query('{target="sim-1"}')) >= len(keys), 30, "every series in VictoriaMetrics")
-        time.sleep(2)  # a few more exports: samples that changed
+        _agent_exported(tmp_path, 4)  # a few more exports: samples that changed
         status = _exporter_status(tmp_path)
     finally:
         assert agent.stop() == 0
@@ -702,13 +716,14 @@ def test_engine_down_30s_then_back_loses_no_count(tmp_path, engines, kind):
             agent.wait_for(lambda: engine.value(sel) == base + 100, 10, "the first burst")
             engine.stop()
             down_at = time.time()
-            time.sleep(2)
+            # the outage in the agent's exports (500 ms): 4 (2 s), 26 more (15 s), 60 in all (30 s)
+            _agent_exported(tmp_path, 4)
             pair.send_udp(200, 64)  # counted while the engine is down
             during_1 = total()
-            time.sleep(13)
+            _agent_exported(tmp_path, 26)
             pair.send_udp(300, 64)
             during_2 = total()
-            time.sleep(max(0.0, down_at + 30 - time.time()))
+            _agent_exported(tmp_path, 30)
             mid = _exporter_status(tmp_path)
             engine.start()
             up_at = time.time()

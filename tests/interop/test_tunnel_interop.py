@@ -180,7 +180,7 @@ def test_go_tunnel_target_registers_with_swtel_tunnel_server(go_bin, procs, pki,
             sub.close()
         opened = [e for e in server.events if e["event"] == "session-opened"]
         assert opened and all(e["target"] == "go-target" for e in opened)
-        time.sleep(0.2)
+        time.sleep(0.2)  # wallclock: the closed session's goodbye lands before the server stops
     finally:
         server.stop()
         gnmi.stop(1)

@@ -40,6 +40,7 @@ import pytest
 from agent.control.client import request
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
+from tests.helpers import wait_polls
 from tests.namespaces import AgentProcess, Pair, in_namespace, sh, veth_pair
 
 pytestmark = pytest.mark.root
@@ -57,7 +58,7 @@ class SlowCollector(Collector):
     delay_s = 1.0
 
     def _receive(self, stream, raw):
-        time.sleep(self.delay_s)
+        time.sleep(self.delay_s)  # wallclock: the slowness is the fault injected
         super()._receive(stream, raw)
 
 
@@ -199,17 +200,21 @@ def rig(tmp_path: Path, names: tuple[str, ...] = ("col",)) -> Iterator[Rig]:
             assert code == 0, r.agent.log.read_text()[-3000:]
 
 
-def overrun_budget(ticks: int) -> int:
-    # a few scheduling hiccups on the shared 2-core CI machine (interface churn holds the
-    # kernel's rtnl lock the netlink dump waits for); a fault that stalled polling misses many
-    return max(5, ticks // 100)
+#: the most polls of one source missed at once: a loaded machine (or the kernel's rtnl lock held
+#: by interface churn) delays a pass by a few; a tick thread waiting on a fault (a collector
+#: reading one message a second, a destination that never answers) misses every poll meanwhile
+STALL_BUDGET = 20
 
 
 def assert_no_missed_ticks(before: dict, after: dict) -> None:
+    """Polling went on through the fault. Not a speed test: a loaded machine may skip ticks (it
+    says so in overruns); a tick thread blocked by the fault skips most of them, in long runs."""
     ticks = after["tick"]["ticks"] - before["tick"]["ticks"]
     over = after["tick"]["overruns"] - before["tick"]["overruns"]
-    assert ticks > 0
-    assert over <= overrun_budget(ticks), f"{over} ticks missed in {ticks}"
+    stall = max(src["longest_stall"] for src in after["sources"].values())
+    print(f"{over} ticks missed in {ticks + over}, longest stall {stall}")  # the figure
+    assert ticks > 0 and over <= ticks, f"{over} ticks missed, {ticks} run"
+    assert stall <= STALL_BUDGET, f"a source missed {stall} polls in a row"
     assert after["tick"]["loop_error"] is None
 
 
@@ -231,7 +236,7 @@ def settle(r: Rig, col: Collector) -> tuple[dict, tuple[int, int]]:
     r.traffic()
     r.write_rdma(r.rdma_value + 5)
     r.wait_equal(col)
-    time.sleep(1.0)
+    wait_polls(r.tmp, 10, "netdev")  # ten more polls, then the baseline
     return r.status(), r.resources()
 
 
@@ -296,7 +301,7 @@ def test_two_destinations_one_down(tmp_path):
         for _ in range(40):
             r.traffic(5)
             r.write_rdma(r.rdma_value + 1)
-            time.sleep(0.1)
+            time.sleep(0.1)  # wallclock: paces the traffic
         r.wait_equal(live)
         assert_sent_all_arrived(r, live, "live")
         (stream,) = live.streams
@@ -432,10 +437,10 @@ def test_200_interface_add_delete_cycles(tmp_path):
             cmds = "".join(f"link add churn{i} type veth peer name churp{i}\nlink set churn{i} up\n"
                            for i in range(10))
             sh("ip", "-batch", "-", ns=r.pair.b, input=cmds)
-            time.sleep(0.12 if batch % 2 else 0.02)  # some live for a tick or more, some not
+            time.sleep(0.12 if batch % 2 else 0.02)  # wallclock: some live for a tick or more, some not
             sh("ip", "-batch", "-", ns=r.pair.b, input="".join(f"link del churn{i}\n" for i in range(10)))
             r.traffic(3)
-            time.sleep(0.05)
+            time.sleep(0.05)  # wallclock: paces the churn
         r.wait_equal(col)
         deadline = time.monotonic() + 15
         while any("churn" in p for p in col.values("fault")) and time.monotonic() < deadline:
@@ -465,7 +470,7 @@ def test_50_sighups_in_10s_alternating_valid_and_invalid(tmp_path):
             agent.config.write_text(good[(i // 2) % 2] if i % 2 == 0 else bad)
             os.kill(agent.proc.pid, signal.SIGHUP)
             r.traffic(2)
-            time.sleep(0.2)
+            time.sleep(0.2)  # wallclock: paces the SIGHUPs (50 in about 10 s)
         agent.config.write_text(good[0])
         os.kill(agent.proc.pid, signal.SIGHUP)
         agent.wait_for(lambda: r.status()["config"]["last_reload"]["ok"], 10, "the last valid reload")

@@ -64,8 +64,8 @@ def parsed_dump(ns: str, parser: ModuleType) -> dict[int, tuple]:
 
 
 def until_event(predicate: Callable[[], object], what: str):
-    """A link event's effect, seen within 2 s (polled every 10 ms)."""
-    return wait_until(predicate, 2.0, what, interval=0.01)
+    """A link event's effect, waited for (polled every 10 ms; 30 s bound a failure)."""
+    return wait_until(predicate, 30.0, what, interval=0.01)
 
 
 @root
@@ -116,10 +116,11 @@ def _started(ns: str) -> LinkTracker:
 
 
 def _stop_promptly(tracker: LinkTracker) -> None:
-    t0 = time.monotonic()
+    # The listener sleeps in poll() without a timeout: it ends only if stop() wakes it (the
+    # bound is a failure bound, not a measure of how quickly)
     tracker.stop()
-    assert time.monotonic() - t0 < 1.0
-    assert tracker._thread is not None and not tracker._thread.is_alive()
+    assert tracker._thread is not None
+    wait_until(lambda: not tracker._thread.is_alive(), 30, "the listener thread to end")
 
 
 @root

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import status_json
+from tests.helpers import status_json, wait_polls, wait_until
 from tests.namespaces import UDP_OVERHEAD, AgentProcess, sh, veth_pair
 
 pytestmark = pytest.mark.root
@@ -38,9 +38,7 @@ def test_exact_udp_counts_reach_jsonl(tmp_path, count, size):
             pair.send_udp(count, size)
             agent.wait_for(lambda: _sum_deltas(agent.records(), f"{base}/in-pkts") >= count,
                            what=f"{count} packets counted")
-            import time
-
-            time.sleep(0.3)  # a few more ticks: nothing beyond the N datagrams may appear
+            wait_polls(tmp_path, 3, "netdev")  # a few more polls: nothing beyond the N datagrams may appear
         finally:
             assert agent.stop() == 0
         records = agent.records()
@@ -175,12 +173,12 @@ def test_a_failing_exporter_does_not_stop_polling(tmp_path):
     engine = Engine(cfg, [Broken(), Counting()])
     engine.start()
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (engine.listener_errors < 1 or Counting.batches < 1):
             time.sleep(0.02)
         ticks = engine.ticks
-        time.sleep(0.2)
-        assert engine.ticks > ticks and engine.loop_error is None
+        wait_until(lambda: engine.ticks > ticks, 30, "more ticks")
+        assert engine.loop_error is None
         assert engine.listener_errors >= 1 and Counting.batches >= 1
     finally:
         engine.stop()
@@ -240,12 +238,12 @@ def test_a_source_selecting_no_interface_says_so(tmp_path):
 def test_removed_port_is_deleted_once_even_when_sources_poll_at_different_rates(tmp_path):
     """netdev every 50 ms, ethtool every 5 s: a removed port still goes in one pass, as one
     delete per origin, without waiting for the slow source and without leftovers."""
-    import time
 
     with veth_pair() as pair:
+        # ethtool polled hourly: a delete seen within the test came from the link event
         cfg = _config(tmp_path, ["*"]).replace("  ethtool: {interfaces: ['*']}\n",
-                                                "  ethtool: {interfaces: ['*'], interval: 5s}\n")
-        assert "interval: 5s" in cfg
+                                                "  ethtool: {interfaces: ['*'], interval: 1h}\n")
+        assert "interval: 1h" in cfg
         agent = AgentProcess(pair.b, cfg, tmp_path)
         try:
             agent.wait_ready()
@@ -253,15 +251,11 @@ def test_removed_port_is_deleted_once_even_when_sources_poll_at_different_rates(
             sh("ip", "link", "add", a, "type", "veth", "peer", "name", b, ns=pair.b)
             raw = f"swtel:/interfaces/interface[name={a}]/ethtool/peer-ifindex"
             agent.wait_for(lambda: any(r.get("path") == raw for r in agent.records()), what="ethtool on new port")
-            t0 = time.monotonic()
             sh("ip", "link", "del", a, ns=pair.b)
-            gone = f"/interfaces/interface[name={a}]"
-            agent.wait_for(lambda: any(r.get("delete") and r["path"] == gone for r in agent.records()),
-                           timeout=3, what="delete well before the slow source's next poll")
-            assert time.monotonic() - t0 < 3
-            time.sleep(0.3)
+            ends = [f"/interfaces/interface[name={n}]" for n in (a, b)]
+            agent.wait_for(lambda: len([r for r in agent.records() if r.get("delete")]) >= 4, timeout=60,
+                           what="the deletes of both ends, long before the slow source's next poll")
         finally:
             assert agent.stop() == 0
         deletes = sorted(r["path"] for r in agent.records() if r.get("delete"))
-        ends = [f"/interfaces/interface[name={n}]" for n in (a, b)]
         assert deletes == sorted(ends + [f"swtel:{p}" for p in ends])

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import OFF, asic_yaml, swtel_status
+from tests.helpers import OFF, asic_yaml, swtel_status, wait_polls
 from tests.namespaces import AgentProcess, sh, veth_pair
 from tests.unit.test_plugin_faults import CASES, _gone
 
@@ -24,10 +24,9 @@ def _config(tmp_path: Path, ifname: str, plugin: str, asic_config: str, asic_int
 
 
 def _swtel_status(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    t0 = time.monotonic()
-    out = swtel_status(tmp_path, *extra)
-    assert time.monotonic() - t0 < 5, "swtel status was slow to answer"
-    return out
+    # it answers while the plugin hangs (its timeout only bounds a failure); that the tick went
+    # on meanwhile is in what it says (polls_left_in_flight)
+    return swtel_status(tmp_path, *extra, timeout=60)
 
 
 def _helpers(agent: AgentProcess) -> list[psutil.Process]:
@@ -85,8 +84,8 @@ def test_agent_contains_plugin_fault(case, faulty, plugin_dir, tmp_path):
             # netdev keeps counting exact veth packets meanwhile
             n = 53
             pair.send_udp(n, 64)
-            agent.wait_for(lambda: _in_pkts(agent.records(), in_pkts) >= n, timeout=15, what=f"{n} packets")
-            time.sleep(0.3)
+            agent.wait_for(lambda: _in_pkts(agent.records(), in_pkts) >= n, timeout=60, what=f"{n} packets")
+            wait_polls(tmp_path, 3, "netdev")  # a few more polls: nothing beyond the n datagrams
             assert _in_pkts(agent.records(), in_pkts) == n
             kernel = int(sh("cat", f"/sys/class/net/{pair.b_if}/statistics/rx_packets", ns=pair.b).stdout)
             last = [r["value"] for r in agent.records() if r.get("path") == in_pkts][-1]
@@ -118,12 +117,15 @@ def test_agent_contains_plugin_fault(case, faulty, plugin_dir, tmp_path):
             if case not in ("crash-open", "fifo"):  # (a FIFO may be refused before any helper starts)
                 agent.wait_for(lambda: _helpers(agent), timeout=15, what="a helper process")
             pids.update(p.pid for p in _helpers(agent))
+            before = len(agent.log.read_text())
             t0 = time.monotonic()
             agent.proc.send_signal(signal.SIGTERM)
-            rc = agent.proc.wait(5)
-            took = time.monotonic() - t0
-            print(case, f"SIGTERM to exit {took:.2f} s")
-            assert rc == 0 and took < 2.0, f"exit {rc} after {took:.2f} s"
+            rc = agent.proc.wait(60)  # a failure bound: the figure is printed, not asserted
+            print(case, f"SIGTERM to exit {time.monotonic() - t0:.2f} s")
+            # it did not wait the plugin out: no call of the helper ran into its deadline after
+            # the SIGTERM (a hang in flight is cut short, not timed out)
+            after = agent.log.read_text()[before:]
+            assert rc == 0 and "timed out" not in after, (rc, after)
         finally:
             agent.stop()
-        assert all(_gone(pid, 1.0) for pid in pids), "a helper outlived the agent"
+        assert all(_gone(pid, 30) for pid in pids), "a helper outlived the agent"

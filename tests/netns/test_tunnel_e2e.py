@@ -280,17 +280,17 @@ def test_agent_through_swtel_tunnel_server(tmp_path, pki, secure):
             gc.close()
             status = tunnel_status(sock)
             assert status["last_error"] and status["sessions"] == 0
-            time.sleep(RETRY_S)  # down long enough for the backoff to reach the retry interval
+            # the outage lasts a retry interval at least, so that the backoff reaches its cap (that
+            # the cap holds, whatever the outage, is tests/unit/test_tunnel.py's: delays recorded)
+            time.sleep(RETRY_S)  # wallclock: the outage's length is the scenario
             server = TunnelServerProcess(port, {TARGET: target_port})
             restarted = time.monotonic()  # listening from here on
-            agent.wait_for(lambda: server.added(TARGET), timeout=RETRY_S + 5, what="re-registration")
-            took = time.monotonic() - restarted
-            # before a second retry after the restart (a backoff past its cap would take longer)
-            assert took < 2 * RETRY_S - 0.1, f"re-registered {took:.2f}s after the restart (retry {RETRY_S}s)"
-            print(f"re-registered {took:.2f}s after the tunnel server's restart (retry_interval {RETRY_S:g}s)")
+            agent.wait_for(lambda: server.added(TARGET), timeout=60, what="re-registration")
+            print(f"re-registered {time.monotonic() - restarted:.2f}s after the tunnel server's restart "
+                  f"(retry_interval {RETRY_S:g}s)")  # the figure, not asserted
             # the server reports the target before the agent has read its acceptance
             status = agent.wait_for(lambda: (st := tunnel_status(sock))["state"] == "registered" and st,
-                                    timeout=2, what="the agent to see its registration accepted")
+                                    timeout=30, what="the agent to see its registration accepted")
             assert status["reconnects"] == 1
             check_through_tunnel(pair, target_port)  # same listener: the collector's config is unchanged
         finally:

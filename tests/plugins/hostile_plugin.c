@@ -11,6 +11,9 @@
  * (a HISTOGRAM's bin 1 overlaps bin 0, has low > high, or bin_info fails; otherwise bin b
  * is [2b, 2b+1]).
  *
+ * hostile_counter_infos counts counter_info calls (the test reads it with ctypes: the loader
+ * must judge the counts before it lists a descriptor).
+ *
  * Build with -DNO_ENTRY -DCTOR_FILE='"path"' for a library without the entry point whose
  * constructor writes that file (the loader must never run it). */
 #include "swtel_asic.h"
@@ -38,6 +41,8 @@ struct hostile {
     int fill_read;
     char bins[16];
 };
+
+long hostile_counter_infos; /* counter_info calls since load */
 
 static void fill(char *err, size_t errlen)
 {
@@ -152,6 +157,7 @@ static int hostile_counter_count(void *h, int port)
 static int hostile_counter_info(void *h, int port, int counter, struct swtel_asic_counter *out)
 {
     struct hostile *m = h;
+    hostile_counter_infos++;
     if (port < 0 || port >= m->ports || counter < 0 || counter >= m->counters)
         return -1;
     snprintf(out->name, sizeof(out->name), "c%d", counter);

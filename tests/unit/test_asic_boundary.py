@@ -18,7 +18,7 @@ from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 from agent.asic import HEADER
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
-from tests.helpers import asic_yaml, status_json
+from tests.helpers import asic_yaml, status_json, wait_polls
 from tests.namespaces import AgentProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_a_layout_that_never_settles_is_a_fault(shifty, tmp_path):
         assert "layout keeps changing" in asic["fault"] and asic["errors"] >= 1
         assert any("layout keeps changing" in p for p in status["health"]["problems"])
         assert status["sources"]["system"]["reads"] > 0  # the others keep running
-        time.sleep(1.0)
+        wait_polls(tmp_path, 10)  # a second's polls (about 20 of asic), each would find it again
     finally:
         assert agent.stop() == 0
     log = agent.log.read_text()
@@ -128,6 +128,7 @@ def test_an_unopenable_plugin_is_unhealthy_while_others_run(shifty, tmp_path):
 
 
 def test_a_timestamp_on_the_wrong_clock_is_refused(shifty, tmp_path):
+    started = time.time_ns()
     agent = AgentProcess(None, _config(tmp_path, shifty, "clock=mono"), tmp_path)
     try:
         agent.wait_ready()
@@ -141,7 +142,7 @@ def test_a_timestamp_on_the_wrong_clock_is_refused(shifty, tmp_path):
         assert agent.stop() == 0
     now = time.time_ns()
     stamps = [r["ts"] for r in agent.records() if "[name=q" in r.get("path", "")]
-    assert stamps and all(abs(now - ts) < 120e9 for ts in stamps)  # never 1970
+    assert stamps and all(started <= ts <= now for ts in stamps)  # the agent's clock, never 1970
     assert "sample timestamp refused" in agent.log.read_text()
 
 
@@ -165,8 +166,8 @@ def test_no_sync_response_before_the_first_sample(shifty, tmp_path, slow):
             mode=gnmi_pb2.SubscriptionList.STREAM, encoding=gnmi_pb2.PROTO,
             subscription=[gnmi_pb2.Subscription(path=gnmi_pb2.Path(origin="swtel", elem=[
                 gnmi_pb2.PathElem(name="interfaces")]), mode=gnmi_pb2.ON_CHANGE)]))
-        t0 = time.monotonic()
-        stream = stub.Subscribe(iter([request]), timeout=20, wait_for_ready=True)
+        # (its 30 s deadline bounds the wait: no sync_response raises DEADLINE_EXCEEDED)
+        stream = stub.Subscribe(iter([request]), timeout=30, wait_for_ready=True)
         seen: set[str] = set()
         for reply in stream:
             if reply.sync_response:
@@ -174,7 +175,6 @@ def test_no_sync_response_before_the_first_sample(shifty, tmp_path, slow):
             for u in reply.update.update:
                 seen.add("/".join(e.name for e in list(reply.update.prefix.elem) + list(u.path.elem)))
         stream.cancel()
-        assert time.monotonic() - t0 < 15
         assert "interfaces/interface/hw/state/counters/out-queue-length" in seen, seen
         assert col.wait_for(lambda c: any(m.get("sync") is True and "path" not in m for m in c.messages),
                             timeout=20), agent.log.read_text()
@@ -237,7 +237,7 @@ def test_undeclarable_widths_and_kinds_are_refused_at_load(shifty, tmp_path, con
             lambda: (lambda cs: cs if cs[1] and cs[1]["sources"]["asic"].get("fault") else None)(status_json(tmp_path)),
             what="layout fault")
         assert message in status["sources"]["asic"]["fault"] and code == 1
-        time.sleep(1.0)  # 20 polls: the refused layout is listed again only after RETRY_OPEN_S
+        wait_polls(tmp_path, 10)  # ~20 asic polls: the refused layout is listed again only after RETRY_OPEN_S
         assert status_json(tmp_path)[1]["sources"]["asic"]["errors"] == 1
     finally:
         assert agent.stop() == 0

@@ -51,7 +51,7 @@ def test_both_wire_paths_plaintext(method, replies):
                                                                     ("subscription-name", "s1")])
         # Nokia: one empty PublishResponse per message; SONiC: nothing
         assert got == ([b""] * len(msgs) if replies else [])
-        assert col.wait_for(lambda c: c.received == len(msgs), 5)
+        assert col.wait_for(lambda c: c.received == len(msgs), 30)
         assert col.values("leaf01") == expected
         (stream,) = col.streams
         assert stream.method == method and stream.synced
@@ -75,13 +75,13 @@ def test_states_deletes_and_origin_in_path():
         states = encode.encode_states([StateUpdate(5, c, "priority[id=3]/state", "storm"),
                                        StateUpdate(5, c, "paused", 0.5)], "leaf01")
         publish(f"127.0.0.1:{port}", NOKIA_METHOD, states)
-        assert col.wait_for(lambda c: c.received == 1, 5)
+        assert col.wait_for(lambda c: c.received == 1, 30)
         assert col.values() == {
             "swtel:/interfaces/interface[name=swp3]/pfc/priority[id=3]/state": "storm",
             "swtel:/interfaces/interface[name=swp3]/pfc/paused": 0.5,
         }
         publish(f"127.0.0.1:{port}", NOKIA_METHOD, encode.encode_deletes(6, [c], "leaf01"))
-        assert col.wait_for(lambda c: c.received == 2, 5)
+        assert col.wait_for(lambda c: c.received == 2, 30)
         assert col.values() == {}
         assert col.messages[-1] == {"target": "leaf01", "delete": True, "ts": 6, "sync": False,
                                     "path": "swtel:/interfaces/interface[name=swp3]/pfc"}
@@ -122,7 +122,7 @@ def test_prometheus_text():
         c = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp1]")
         msgs += encode.encode_states([StateUpdate(1, c, "oper-status", "UP")], "leaf01")
         publish(f"127.0.0.1:{port}", NOKIA_METHOD, msgs)
-        assert col.wait_for(lambda c: c.received == len(msgs), 5)
+        assert col.wait_for(lambda c: c.received == len(msgs), 30)
         body = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
         assert "# TYPE interfaces_interface_state_counters_in_octets untyped" in body
         assert 'interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"} 10\n' in body

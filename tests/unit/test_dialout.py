@@ -5,6 +5,7 @@ that rejects the RPC backed off and reported down, a bad password file retried u
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from array import array
@@ -22,6 +23,7 @@ from agent.gnmi import paths
 from agent.store import Store
 from agent.tools.collect import NOKIA_METHOD, SONIC_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_pki, make_table
+from tests.helpers import record_retries, wait_until
 
 TARGET = "leaf01"
 
@@ -189,7 +191,9 @@ def test_wrong_ca_then_right_certificate_connects(pki, tmp_path):
     exp = DialoutExporter(_cfg(port, pki), TARGET)
     exp.start(feed.store)
     try:
-        time.sleep(1.5)
+        # the handshake fails (an unknown CA): wait for the agent to have tried, and tried again
+        retries = record_retries(exp)
+        assert wait_until(lambda: len(retries) >= 2, 30, "two refused handshakes")
         assert exp.status()["state"] != "connected" and not col.streams
         col.stop(0)
         col = _collector(port, pki)
@@ -312,16 +316,21 @@ def test_stop_flushes_queue_and_half_closes():
     col.stop(0)
 
 
-def test_unreachable_destination_counts_and_never_blocks():
-    port = free_port()  # nobody listens
+@pytest.mark.parametrize("peer", ["refused", "black-hole"])
+def test_unreachable_destination_counts_and_never_blocks(peer):
+    # refused: nobody listens. black-hole: a socket that listens but never accepts, so a
+    # connection attempt hangs; on_* calls that waited on it would never all return.
+    hole = socket.create_server(("127.0.0.1", 0), backlog=1) if peer == "black-hole" else None
+    port = hole.getsockname()[1] if hole is not None else free_port()
     feed = Feed(ports=4)
     exp = DialoutExporter(_cfg(port, insecure=True, queue=10), TARGET)
     exp.start(feed.store)
     try:
-        t0 = time.perf_counter()
-        for _ in range(50):
-            exp.on_batch(feed.change(range(len(feed.table))))
-        assert time.perf_counter() - t0 < 1.0  # on_* only enqueue
+        batches = [feed.change(range(len(feed.table))) for _ in range(50)]
+        calls = threading.Thread(target=lambda: [exp.on_batch(b) for b in batches], daemon=True)
+        calls.start()
+        calls.join(30)  # a failure bound: on_* only enqueue, they never wait for the peer
+        assert not calls.is_alive(), "on_batch blocked on an unreachable destination"
         st = exp.status()
         assert st["queue"] == 10 and st["dropped"] == 50 * 4 - 10
         assert st["state"] in ("down", "connecting") and st["reconnects"] == 0
@@ -410,7 +419,7 @@ def test_slow_collector_overflow_heals_to_newest_values():
         assert col.wait_for(lambda c: _synced_streams(c) == 1, 15)
         for _ in range(30):  # 160 messages/s offered, 50/s taken
             exp.on_batch(feed.change(range(len(feed.table))))
-            time.sleep(0.05)
+            time.sleep(0.05)  # wallclock: paces the offered load (160/s against 50/s taken)
         assert col.wait_for(lambda c: c.values(TARGET) == feed.expected(), 30), exp.status()
         st = exp.status()
         assert st["dropped"] > 0 and st["state"] == "connected" and st["reconnects"] == 0
@@ -496,16 +505,17 @@ def test_bad_password_file_reported_retried_then_connects(tmp_path):
     pw.write_bytes(b"\xff\xfes3cret\n")
     feed = Feed(ports=1)
     exp = DialoutExporter(_cfg(port, insecure=True, username="telemetry", password_file=str(pw)), TARGET)
+    retries = record_retries(exp)
     try:
         with structlog.testing.capture_logs() as logs:
             exp.start(feed.store)
-            deadline = time.monotonic() + 5
-            while not exp.status()["last_error"] and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: exp.status()["last_error"], 30, "the first attempt to fail")
             st = exp.status()
             assert st["last_error"] == f"password_file {pw}: not valid UTF-8 (byte 0)", st
             assert st["state"] in ("down", "connecting") and not col.streams
-            time.sleep(0.6)  # the next attempt fails the same way; the thread keeps going
+            tried = len(retries)
+            wait_until(lambda: len(retries) > tried, 30, "the next attempt")  # it fails the same way
+            assert exp.status()["last_error"] == st["last_error"]
             assert exp._thread.is_alive() and exp.status()["state"] != "connected"
 
             pw.write_text("s3cret\n")  # fixed: picked up by the next attempt

@@ -30,7 +30,7 @@ def test_wait_until_names_what_it_waited_for_and_tries_at_the_deadline():
     t0 = time.monotonic()
     with pytest.raises(AssertionError, match=r"timed out after 0.05 s waiting for the moon\nlog: x"):
         wait_until(lambda: calls.append(1), 0.05, "the moon", interval=0.01, detail=lambda: "log: x")
-    assert 0.05 <= time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 >= 0.05  # it waited its timeout out
     assert len(calls) >= 2  # at least the first try and the one at the deadline
 
 

@@ -5,16 +5,14 @@ the change kernel and the insights runner at synthetic 100 ms sample times."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent.config import Duration, Insights
 from tests import sim_model
+from tests.helpers import demo_until
 from tests.unit.test_insights_fabric import NS, T0, events, run
 
 INCAST = "ports=8 seed=1 scenario=incast@5s-65s:swp2/3"  # defaults: 1-50 ms bursts, one per 2 s
@@ -125,11 +123,9 @@ def test_a_clean_minute_has_no_congestion(cfg):
 def test_demo_incast_shows_a_calm_one_second_view_beside_the_peaks(tmp_path):
     """`swtel demo --scenario incast`: leaf-3 swp1's queue 3 as a 1 s poller of its level
     sees it (calm) beside swtel's peaks and congestion events, from one run."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "agent", "demo", "--scenario", "incast", "--duration", "12", "--no-tui",
-         "--dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    # run until four bursts' congestion events are out, however long a loaded machine takes
+    proc = demo_until(tmp_path, "--scenario", "incast", seen=lambda out: sum(
+        "RAISED" in line and "leaf-3" in line and "congestion" in line for line in out.splitlines()) >= 4)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     rows = out[out.index("event timeline"):].splitlines()
@@ -141,9 +137,10 @@ def test_demo_incast_shows_a_calm_one_second_view_beside_the_peaks(tmp_path):
                   r"(\d+) congestion events", out)
     assert m, out
     readings, above, bursts, events_ = map(int, m.groups())
-    assert readings >= 9 and 4 * above <= readings
-    # bursts at 3 s + 2 s k + up to 0.5 s: four or five in a 12 s run, each one event
-    assert 3 <= bursts == events_ <= 5
+    # bursts at 3 s + 2 s k (+ up to 0.5 s): the poller read about two levels per burst
+    assert readings >= 2 * (bursts - 1) and 4 * above <= readings, (readings, bursts)
+    # each burst one event; four at least were waited for
+    assert 4 <= bursts == events_, (bursts, events_)
 
 
 def test_the_ingress_pg_its_headroom_the_pool_and_pfc_follow_the_burst():

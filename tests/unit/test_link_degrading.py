@@ -449,14 +449,17 @@ def test_an_agent_sends_the_same_gauges_by_otlp_and_gnmi(tmp_path):
     try:
         agent.wait_ready()
         assert rx.wait_for(lambda r: all(r.latest(flr_name, interface=f"swp{i}") for i in range(1, 5))
-                           and len(r.series(flr_name, interface="swp2")) >= 3, 20)
+                           and len(r.series(flr_name, interface="swp2")) >= 3, 60)
         with gNMIclient(target=("127.0.0.1", port), insecure=True, gnmi_timeout=5) as gc:
             got = gc.get(path=["swtel:/interfaces/interface[name=swp2]/phy/fec/prediction/state"], encoding="json")
-        time.sleep(0.5)  # the export after the Get
+        leaves = {u["path"]: (n["timestamp"], u["val"]) for n in got["notification"] for u in n["update"]}
+        # the exports after the Get: two points of each leaf stamped at or after its read
+        assert rx.wait_for(lambda r: all(
+            sum(p.time_ns >= ts for p in r.series(otlp_names.PHY_PREDICTION[leaf], interface="swp2")) >= 2
+            for leaf, (ts, _v) in leaves.items() if leaf in otlp_names.PHY_PREDICTION), 60)
     finally:
         assert agent.stop() == 0
         rx.stop()
-    leaves = {u["path"]: (n["timestamp"], u["val"]) for n in got["notification"] for u in n["update"]}
     assert set(leaves) == set(GAUGES)
     for leaf, (ts, value) in leaves.items():
         points = [(p.time_ns, p.value) for p in rx.series(otlp_names.PHY_PREDICTION[leaf], interface="swp2")]

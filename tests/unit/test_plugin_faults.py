@@ -21,14 +21,15 @@ import textwrap
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from agent.asic import HEADER, resolve
-from agent.asic.proxy import READ_PENDING, Backoff, PluginFault, PluginProxy
-from tests.helpers import wait_until
+from agent.asic.proxy import CLOSE_TIMEOUT_S, READ_PENDING, Backoff, PluginFault, PluginProxy
+from tests.helpers import FakeClock, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,7 +137,7 @@ def faulty(plugin_dir) -> str:
     return str(out)
 
 
-def _gone(pid: int | None, within: float = 2.0) -> bool:
+def _gone(pid: int | None, within: float = 30.0) -> bool:
     """The process no longer exists (reaped, or at least dead: a zombie) within ``within`` s."""
     if pid is None:
         return True
@@ -180,7 +181,7 @@ def test_crash_in_read_after_five_reads(faulty):
     with pytest.raises(PluginFault, match=re.escape(f"asic plugin {faulty} crashed with SIGSEGV in read")):
         proxy.read(gen, values)
     assert values.tolist() == [500, 1000, 1500]  # untouched by the failed read
-    assert _gone(pid, 0.1)
+    assert _gone(pid)
     with pytest.raises(ValueError, match="closed"):
         proxy.read(gen, values)
 
@@ -201,40 +202,63 @@ def test_exit_in_read_is_reported(faulty):
 
 
 def test_hang_in_open_times_out_and_is_killed(faulty):
-    proxy = PluginProxy(open_timeout_s=0.8)
-    t0 = time.monotonic()
+    # The deadline is judged on the proxy's clock, stepped 50 ms per reading: it gives up at
+    # its deadline however long the machine takes to run the polls between.
+    clock = FakeClock(step=0.05)
+    proxy = PluginProxy(open_timeout_s=0.8, clock=clock)
+    t0 = clock.t
     with pytest.raises(PluginFault) as err:
         proxy.open(faulty, "hang=open")
-    assert 0.8 <= time.monotonic() - t0 < 2.0
+    assert 0.8 <= clock.t - t0 <= 0.8 + 3 * clock.step, clock.t - t0
     assert str(err.value) == f"asic plugin {faulty}: open timed out after 0.8 s"
     assert err.value.reason == "timeout" and proxy.proc is None
 
 
 def test_hang_in_read_times_out_and_is_killed(faulty):
-    proxy = PluginProxy(read_timeout_s=0.5)
+    clock = FakeClock()  # still while the helper opens: a slow start is no timeout
+    proxy = PluginProxy(read_timeout_s=0.5, clock=clock)
     proxy.open(faulty, "hang=read")
     gen, *_ = proxy.layout()
     pid = proxy.pid
-    t0 = time.monotonic()
+    clock.step = 0.05
+    t0 = clock.t
     with pytest.raises(PluginFault, match=re.escape(f"asic plugin {faulty}: read timed out after 0.5 s")):
         proxy.read(gen, array("Q", bytes(16)))
-    assert time.monotonic() - t0 < 1.5
-    assert _gone(pid, 0.1)
+    assert 0.5 <= clock.t - t0 <= 0.5 + 3 * clock.step, clock.t - t0  # at its deadline
+    assert _gone(pid)
+
+
+def _raised_within(call: Callable[[], object], bound_s: float = 30.0) -> BaseException | None:
+    """What ``call`` raised, run on a thread; an AssertionError if it has not returned within
+    ``bound_s`` (a failure bound: the call has no other way out)."""
+    box: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            box.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"still blocked after {bound_s} s"
+    return box[0] if box else None
 
 
 def test_abort_from_another_thread_and_close_are_prompt(faulty):
-    proxy = PluginProxy(read_timeout_s=30.0)
+    # The proxies' clocks stand still: their 30 s deadlines never pass, so a call that returns
+    # was cut short by abort(), not timed out.
+    proxy = PluginProxy(read_timeout_s=30.0, clock=FakeClock())
     proxy.open(faulty, "hang=read")
     gen, *_ = proxy.layout()
     pid = proxy.pid
     threading.Timer(0.3, proxy.abort).start()
-    t0 = time.monotonic()
-    with pytest.raises(OSError, match="cut short"):
-        proxy.read(gen, array("Q", bytes(16)))
-    assert time.monotonic() - t0 < 5.0  # (30 s without the abort)
-    assert _gone(pid, 0.1)
+    err = _raised_within(lambda: proxy.read(gen, array("Q", bytes(16))))
+    assert isinstance(err, OSError) and "cut short" in str(err), err
+    assert _gone(pid)
     # an open in flight on another thread (the tick thread) is cut short as promptly
-    stuck = PluginProxy(open_timeout_s=30.0)
+    stuck = PluginProxy(open_timeout_s=30.0, clock=FakeClock())
     errors: list[BaseException] = []
 
     def opener() -> None:
@@ -245,21 +269,23 @@ def test_abort_from_another_thread_and_close_are_prompt(faulty):
 
     thread = threading.Thread(target=opener)
     thread.start()
-    time.sleep(0.3)
-    t0 = time.monotonic()
+    wait_until(lambda: stuck._pending is not None, 30, "the open to be asked")  # in flight
     stuck.abort()
-    thread.join(2.0)
-    assert not thread.is_alive() and time.monotonic() - t0 < 5.0  # (30 s without the abort)
+    thread.join(30.0)
+    assert not thread.is_alive()
     assert len(errors) == 1 and "cut short" in str(errors[0])
     # close() of a helper stuck in read: killed when it has not answered within 0.5 s
-    hung = PluginProxy(read_timeout_s=30.0)
+    clock = FakeClock()
+    hung = PluginProxy(read_timeout_s=30.0, clock=clock)
     hung.open(faulty, "hang=read")
     gen, *_ = hung.layout()
     pid = hung.pid
+    clock.step = 0.01
     assert hung.read(gen, array("Q", bytes(16)), 0.05) == (READ_PENDING, 0)  # the tick thread goes on
-    t0 = time.monotonic()
+    t0 = clock.t
     hung.close()
-    assert 0.4 < time.monotonic() - t0 < 1.5 and _gone(pid, 0.1)
+    assert CLOSE_TIMEOUT_S <= clock.t - t0 <= CLOSE_TIMEOUT_S + 3 * clock.step, clock.t - t0
+    assert _gone(pid)
 
 
 def test_a_slow_read_is_collected_at_a_later_pass(faulty):
@@ -271,8 +297,9 @@ def test_a_slow_read_is_collected_at_a_later_pass(faulty):
         # pending: the caller was let go before the 150 ms read finished, and nothing was written
         assert proxy.read(gen, values, 0.02) == (READ_PENDING, 0)
         assert values.tolist() == [0, 0]
-        time.sleep(0.2)
-        status, ts = proxy.read(gen, values, 0.02)  # the same read, finished meanwhile
+        # later passes collect the same read once it has finished
+        status, ts = wait_until(lambda: (got := proxy.read(gen, values, 0.02))[0] != READ_PENDING and got,
+                                30, "the slow read to finish")
         assert status == 0 and ts > 1.6e18 and values.tolist() == [100, 200]
         status, _ = proxy.read(gen, values)  # without wait_s: waits for the answer
         assert status == 0 and values.tolist() == [200, 400]
@@ -333,8 +360,13 @@ def test_helper_dies_with_its_parent(faulty, tmp_path):
 
 
 def test_backoff_doubles_to_a_minute():
-    b = Backoff()
+    clock = FakeClock()
+    b = Backoff(clock=clock)
     assert [b.fault() for _ in range(9)] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    clock.t += 60 + 59  # restarted after 60 s, then ran 59 s: not yet a full minute without a fault
+    assert b.fault() == 60
+    clock.t += 60 + 61  # ran more than a minute: back to short restarts
+    assert b.fault() == 1
 
 
 # ---------------------------------------------------------------- a real agent

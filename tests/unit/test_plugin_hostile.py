@@ -15,6 +15,7 @@ the other sources keep running, and SIGTERM still ends it within 2 s.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import re
@@ -22,8 +23,8 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -112,8 +113,9 @@ def lab(tmp_path_factory):
     return {k: str(v) for k, v in paths.items()}
 
 
-def _quick(fn, limit: float = 5.0):
-    """fn() in a thread that must finish within ``limit`` seconds (a FIFO must never block)."""
+def _quick(fn: Callable[[], object], limit: float = 30.0) -> dict:
+    """fn() in a thread that must finish within ``limit`` seconds (a FIFO must never block:
+    one that did would block for good, so the bound is generous)."""
     box: dict = {}
 
     def run() -> None:
@@ -123,11 +125,9 @@ def _quick(fn, limit: float = 5.0):
             box["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
-    start = time.monotonic()
     t.start()
     t.join(limit)
     assert not t.is_alive(), f"still running after {limit} s"
-    box["elapsed"] = time.monotonic() - start
     return box
 
 
@@ -162,7 +162,6 @@ def test_the_loader_refuses_before_dlopen(lab, which, reason):
     assert isinstance(err, PluginRefused), box
     assert str(err).startswith(f"asic plugin {path}: ")
     assert re.search(reason, str(err)), str(err)
-    assert box["elapsed"] < 1.0
     # resolve() (what the asic source calls before starting the plugin) refuses the same way
     with pytest.raises(PluginRefused):
         resolve(path)
@@ -234,7 +233,7 @@ def test_the_config_is_not_refused_at_run(lab):
     config.parse(f"sources:\n  asic: {{enabled: false, plugin: '{lab['world-writable']}'}}\n", plugin_file=True)
 
 
-def test_malformed_elf_never_raises_anything_else(lab, tmp_path):
+def test_malformed_elf_never_raises_anything_else(lab, tmp_path, monkeypatch):
     """Truncated files and corrupted headers: a refusal (or, for a harmless flip, a pass),
     never another exception, never slow."""
     good = Path(lab["good"]).read_bytes()
@@ -254,17 +253,26 @@ def test_malformed_elf_never_raises_anything_else(lab, tmp_path):
     many[60:62] = (0xFFFF).to_bytes(2, "little")  # e_shnum
     variants.append(bytes(many))
     path = tmp_path / "fuzz.so"
-    worst = 0.0
+    # "never slow", as work rather than time: what the checker reads of each file (every read
+    # is an os.pread), a few reads, never more than the file whatever its headers claim
+    reads: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, n: int, offset: int) -> bytes:
+        data = pread(fd, n, offset)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)
     for data in variants:
         path.write_bytes(data)
         path.chmod(0o644)
-        start = time.monotonic()
+        reads.clear()
         try:
             check_plugin(str(path))
         except PluginRefused as exc:
             assert str(exc).startswith(f"asic plugin {path}: ")
-        worst = max(worst, time.monotonic() - start)
-    assert worst < 1.0
+        assert len(reads) <= 8 and sum(reads) <= len(data) + 64, (len(data), reads)
 
 
 # ---------------------------------------------------------------- a refused plugin is not retried blindly
@@ -329,14 +337,19 @@ def test_a_no_entry_library_never_runs_its_constructor_in_the_source(lab, tmp_pa
 # ---------------------------------------------------------------- layouts: sizes and names
 
 
-def _layout(path: str, asic_config: str):
+def _layout(path: str, asic_config: str) -> tuple[object, int]:
+    """The layout (or the loader's refusal) and how many counter descriptors the loader
+    listed to get there (the plugin counts its counter_info calls: work, not time)."""
+    # our own reference keeps the library (and its count) loaded across asic_close
+    infos = ctypes.c_long.in_dll(ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL), "hostile_counter_infos")
+    before = infos.value
     h = reader.asic_open(path, asic_config)
     try:
-        start = time.monotonic()
         try:
-            return reader.asic_layout(h), time.monotonic() - start
+            result: object = reader.asic_layout(h)
         except OSError as exc:
-            return exc, time.monotonic() - start
+            result = exc
+        return result, infos.value - before
     finally:
         reader.asic_close(h)
 
@@ -374,11 +387,13 @@ LAYOUTS = [
 
 @pytest.mark.parametrize("asic_config,reason", LAYOUTS, ids=[c for c, _ in LAYOUTS])
 def test_a_bad_layout_is_refused_quickly_with_its_reason(lab, asic_config, reason):
-    result, elapsed = _layout(lab["good"], asic_config)
+    result, listed = _layout(lab["good"], asic_config)
     assert isinstance(result, OSError), result
     assert str(result).startswith(f"asic plugin {lab['good']}: layout refused: ")
     assert re.search(reason, str(result)), str(result)
-    assert elapsed < 1.0  # the counts are judged before a descriptor is listed
+    # the counts are judged before the descriptors are listed: never the millions these
+    # layouts announce (the most any needs: the nbins case's 4 × 1024 + 946)
+    assert listed <= 5 * 1024, listed
 
 
 def test_the_limits_are_the_headers_on_both_backends(lab):

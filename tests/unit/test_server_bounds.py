@@ -380,6 +380,6 @@ def test_pygnmi_stream_unaffected(big):
             {"path": "/interfaces/interface[name=swp3]/state/counters/leaf-3", "mode": "on_change"}]})
         first = sub.get_update(timeout=5)
         assert first["sync_response"] is True
-        time.sleep(0.5)
+        time.sleep(0.5)  # wallclock: time for a refusal to come; none must
         assert big.server.status()["subscribers"] == 1  # not refused meanwhile
         sub.close()
