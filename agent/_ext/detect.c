@@ -672,8 +672,9 @@ static PyObject *fec_rounded(double x)
 
 /* The gauges' resolutions in their order (predicted-flr, observed-cer, fit-r2, max-bin), as
  * (relative, absolute): a gauge is published again only when it moved by more than this from
- * the value last published (docs/insights.md). Twin: agent/_fallback/detect.py FEC_RESOLUTION. */
-static const double FEC_RESOLUTION[FEC_GAUGES][2] = {{0.1, 0.0}, {0.1, 0.0}, {0.0, 0.01}, {0.0, 0.0}};
+ * the value last published (docs/insights.md); the ratios' 1e-15 floor keeps a clean link's fit
+ * (1e-19..1e-16, jittering by factors) from being news. Twin: agent/_fallback/detect.py. */
+static const double FEC_RESOLUTION[FEC_GAUGES][2] = {{0.1, 1e-15}, {0.1, 1e-15}, {0.0, 0.01}, {0.0, 0.0}};
 
 /* fec_moved's rule for two doubles of gauge i: equal is no news, NaN is news unless both are,
  * else a move larger than max(absolute, relative x the larger magnitude). */

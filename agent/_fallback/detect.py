@@ -217,8 +217,10 @@ def _fec_rounded(x: float) -> float:
 
 #: link_degrading's gauges' resolutions in their order (predicted-flr, observed-cer, fit-r2,
 #: max-bin), as (relative, absolute): a gauge is published again only when it moved by more
-#: than this from the value last published (docs/insights.md); C: FEC_RESOLUTION
-FEC_RESOLUTION = ((0.1, 0.0), (0.1, 0.0), (0.0, 0.01), (0.0, 0.0))
+#: than the larger of the two from the value last published (docs/insights.md); the ratios'
+#: 1e-15 floor stops a clean link's fit (1e-19..1e-16, jittering by factors) from being news.
+#: C: FEC_RESOLUTION
+FEC_RESOLUTION = ((0.1, 1e-15), (0.1, 1e-15), (0.0, 0.01), (0.0, 0.0))
 
 
 def fec_moved(was, v, i: int) -> bool:

@@ -27,8 +27,8 @@ port (its worst lane's, or its own histogram's) under
 ``swtel:/interfaces/interface[name=X]/phy/fec/prediction/state`` (Cumulus has no such leaves).
 They are judged once a bucket (``window`` / 10: the window's sums change only then) and
 published at most once a second per port, each leaf only when it moved by more than its
-resolution since it was last published (``FEC_RESOLUTION``: 10 % for the predicted FLR and the
-observed CER, 0.01 for R², any change of maxT; docs/insights.md); a port whose
+resolution since it was last published (``FEC_RESOLUTION``: 10 % and at least 1e-15 for the
+predicted FLR and the observed CER, 0.01 for R², any change of maxT; docs/insights.md); a port whose
 window empties (its link down: no samples) reads 0. Each port's buckets end at its own phase
 (a hash of its name), so the ports' fits spread over the bucket instead of landing on one tick.
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).

@@ -56,7 +56,7 @@ if _backend.NAME == "C":
 
 
 #: the gauges' resolutions in GAUGES' order (docs/insights.md), (relative, absolute)
-RESOLUTIONS = ((0.1, 0.0), (0.1, 0.0), (0.0, 0.01), (0.0, 0.0))
+RESOLUTIONS = ((0.1, 1e-15), (0.1, 1e-15), (0.0, 0.01), (0.0, 0.0))
 
 
 def _news(sent: dict, leaf: str, value, i: int) -> bool:
@@ -786,3 +786,7 @@ def test_a_gauge_is_published_when_it_moved_by_more_than_its_resolution(name):
         [("observed-cer", 8.9e-7)],  # 11 % below the 1e-6 published
         [("predicted-flr", 0.0), ("observed-cer", 0.0), ("fit-r2", 0.0), ("max-bin", 0)],
     ]
+    # below 1e-15 a predicted FLR (a clean link's floor, 1e-19..1e-16) jitters by factors: no news
+    floor = [[(leaf, v) for _u, leaf, v in changes(sent, [(x, 0.0, 0.0, 0)], GAUGES)]
+             for x in (8.1e-20, 3.5e-16, 1.6e-19, 9e-16, 2e-15)]
+    assert floor == [[], [], [], [], [("predicted-flr", 2e-15)]]
