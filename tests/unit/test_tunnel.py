@@ -397,3 +397,26 @@ def test_stop_ends_sessions_and_removes_the_private_socket(setup):
     assert not os.path.exists(os.path.dirname(path))
     wait(lambda: TARGET not in setup.server.targets(), what="the target to go")
 
+
+
+def test_a_pass_through_the_tunnel_is_one_notification_per_origin(setup):
+    """The exporter hands the engine's pass hooks to its gNMI service: a pass of two batches
+    and a state reaches a STREAM subscriber through the tunnel as one Notification (all of it
+    OpenConfig's here), update paths absolute."""
+    s = setup
+    with s.client() as gc:
+        sub = gc.subscribe2(subscribe={"mode": "stream", "encoding": "proto", "subscription": [
+            {"path": "/interfaces/interface[name=v0]/state", "mode": "on_change"}]})
+        assert sub.get_update(timeout=5)["sync_response"] is True
+        s.exporter.open_pass()
+        s.feed.bump({("v0", "in-octets"): 17})
+        s.feed.bump({("v0", "out-octets"): 4})
+        s.feed.set_oper("v0", "DOWN")
+        s.exporter.close_pass()
+        change = sub.get_update(timeout=5)["update"]
+        got = {u["path"]: u["val"] for u in change["update"]}
+        base = "interfaces/interface[name=v0]/state"
+        assert got == {f"{base}/counters/in-octets": s.feed.value("v0", "in-octets"),
+                       f"{base}/counters/out-octets": s.feed.value("v0", "out-octets"),
+                       f"{base}/oper-status": "DOWN"}
+        sub.close()
