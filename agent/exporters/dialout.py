@@ -348,12 +348,12 @@ class DialoutExporter(ReconnectingSender, Exporter):
         for kind, m, extra in queued:
             if kind == _COUNTERS:
                 self.superseded += 1
-            elif kind == _PASS:  # its counters superseded, its states kept in their turn
+            elif kind == _PASS and extra:  # its counters superseded, its states kept in their turn
+                again = encode.Packer(self.target)  # (one origin's, within the size of the original)
+                again.add_states(extra)
+                kept.extend((_EVENTS, p.message, p.states) for p in again.take())
+            elif kind == _PASS:  # counters alone: superseded
                 self.superseded += 1
-                if extra:
-                    again = encode.Packer(self.target)
-                    again.add_states(extra)
-                    kept.extend((_EVENTS, p.message, p.states) for p in again.take())
             elif kind == _DELETES and any(c in live for c in extra[1]):
                 ts_ns, gone = extra[0], [c for c in extra[1] if c not in live]
                 kept.extend((kind, m2, (ts_ns, tuple(gone)))

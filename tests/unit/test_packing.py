@@ -472,3 +472,33 @@ def test_server_stream_per_tick_packs_snapshot_and_pass_with_the_same_values(bac
             channel.close()
         for srv in servers.values():
             srv.stop(0.5)
+
+
+def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(backend):
+    """Queued while down, per tick: a pass of counters alone (superseded: counted) and a pass
+    of counters and an event (its event kept, as a message of its own, after the snapshot;
+    not counted as superseded: every queued message is sent, superseded or still queued)."""
+    store = Store()
+    table = _table(4, 6)
+    values = array("Q", range(len(table.specs)))
+    store.set_source("asic", table, values, 10)
+    store.primed.set()
+    exp = DialoutExporter(DialoutConfig(name="t", address=HostPort(f"127.0.0.1:{free_port()}"), insecure=True),
+                          TARGET)
+    exp._store = store
+    event = StateUpdate(30, Container(SWTEL_ORIGIN, "/agent/events/event[id=1]/state"), "severity", "critical")
+    exp.open_pass()
+    exp.on_batch(make_batch(table, list(values), 20, [0, 1]))  # both origins
+    exp.close_pass()
+    exp.open_pass()
+    exp.on_batch(make_batch(table, list(values), 30, [0, 4]))  # swtel (c0) and openconfig (c4)
+    exp.on_state([event])
+    exp.close_pass()
+    assert len(exp._queue) == 4
+    msgs = exp._snapshot(sync=True)
+    assert len(msgs) == 3  # two origins and sync_response
+    assert exp.superseded == 3  # the first pass's two messages, the second's openconfig one
+    (kept,) = [gnmi_pb2.SubscribeResponse.FromString(item[1]).update for item in exp._queue]
+    latest: dict[str, Any] = {}
+    _apply([gnmi_pb2.SubscribeResponse(update=kept).SerializeToString()], latest, set())
+    assert latest == {event.container.full(event.leaf): "critical"}
