@@ -336,6 +336,7 @@ class Engine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
+                self._hook("open_pass")  # a listener may pack the pass's output as one (dial-out per tick)
                 self._apply_pending_config()
                 now = self.clock()
                 if self.links.generation != self._seen_gen:
@@ -363,6 +364,7 @@ class Engine:
                 self.ticks += 1
                 if now >= self._next_health:
                     self._publish_health(now)
+                self._hook("close_pass")  # every on_* of this pass has been called
                 for hook in self.tick_hooks:
                     hook()
                 due = min((r.next_due for r in self._runners), default=self.clock() + 1.0)
@@ -745,6 +747,12 @@ class Engine:
                 if updates:
                     self.store.set_states(updates)
                     self._tell("on_state", updates)
+
+    def _hook(self, method: str) -> None:
+        """An optional per-pass hook (``open_pass``, ``close_pass``) of the listeners that have it."""
+        for listener in self.listeners:
+            if hasattr(listener, method):
+                self._call(listener, method)
 
     def _tell(self, method: str, *args: Any) -> None:
         """Hand data to every listener; one listener's bug must not stop polling or the others."""

@@ -670,9 +670,28 @@ static PyObject *fec_rounded(double x)
     return PyFloat_FromDouble(y);
 }
 
-/* Python's ``if sent.get(leaf) != v: sent[leaf] = v`` (not RichCompareBool: no shortcut for
- * the same object): 1 written, 0 not, -1 error. */
-static int fec_change(PyObject *sent, PyObject *leaf, PyObject *v)
+/* The gauges' resolutions in their order (predicted-flr, observed-cer, fit-r2, max-bin), as
+ * (relative, absolute): a gauge is published again only when it moved by more than this from
+ * the value last published (docs/insights.md); the ratios' 1e-15 floor keeps a clean link's fit
+ * (1e-19..1e-16, jittering by factors) from being news. Twin: agent/_fallback/detect.py. */
+static const double FEC_RESOLUTION[FEC_GAUGES][2] = {{0.1, 1e-15}, {0.1, 1e-15}, {0.0, 0.01}, {0.0, 0.0}};
+
+/* fec_moved's rule for two doubles of gauge i: equal is no news, NaN is news unless both are,
+ * else a move larger than max(absolute, relative x the larger magnitude). */
+static int fec_moved(double was, double v, int i)
+{
+    if (was == v)
+        return 0;
+    if (isnan(was) || isnan(v))
+        return !(isnan(was) && isnan(v));
+    double tol = FEC_RESOLUTION[i][0] * fmax(fabs(was), fabs(v));
+    return fabs(v - was) > (tol < FEC_RESOLUTION[i][1] ? FEC_RESOLUTION[i][1] : tol);
+}
+
+/* Python's ``if fec_moved(sent.get(leaf), v, i): sent[leaf] = v``: two floats of gauge i (< the
+ * gauges) by their resolution, anything else by != (not RichCompareBool: no shortcut for the
+ * same object): 1 written, 0 not, -1 error. */
+static int fec_change(PyObject *sent, PyObject *leaf, PyObject *v, Py_ssize_t i)
 {
     PyObject *was = PyDict_GetItemWithError(sent, leaf);
     int differs;
@@ -680,6 +699,8 @@ static int fec_change(PyObject *sent, PyObject *leaf, PyObject *v)
         if (PyErr_Occurred())
             return -1;
         differs = 1;
+    } else if (PyFloat_CheckExact(was) && PyFloat_CheckExact(v) && i >= 0 && i < FEC_GAUGES) {
+        differs = fec_moved(PyFloat_AS_DOUBLE(was), PyFloat_AS_DOUBLE(v), (int)i);
     } else {
         PyObject *ne = PyObject_RichCompare(was, v, Py_NE);
         differs = ne == NULL ? -1 : PyObject_IsTrue(ne);
@@ -744,7 +765,7 @@ static int fec_gauges(const fec_conf *cf, PyObject *sent, PyObject *unit, PyObje
         PyObject *v = i < 3 ? fec_rounded(vals[i]) : PyLong_FromLong(max_t);
         if (v == NULL)
             return -1;
-        int r = fec_change(mine, leaf, v);
+        int r = fec_change(mine, leaf, v, i);
         if (r > 0) {
             PyObject *args[5] = {ts, box, leaf, v, cf->source};
             PyObject *up = fec_update(cf, args);
@@ -1265,8 +1286,9 @@ PyDoc_STRVAR(fec_changes_doc,
 "fec_changes(sents, values, leaves) -> changed, or None\n\n"
 "link_degrading's gauges of a port's units (agent/insights/link_degrading.py _publish): for\n"
 "each unit i, each of values[i] (a float rounded to 4 significant digits as\n"
-"float(f\"{x:.3e}\") does, by the same CPython conversions; an int as it is) that differs\n"
-"(Python's !=) from sents[i][leaf] (absent: differs) is written into sents[i] and listed as\n"
+"float(f\"{x:.3e}\") does, by the same CPython conversions; an int as it is) that moved from\n"
+"sents[i][leaf] (absent: moved; two floats: by more than the gauge's resolution, FEC_RESOLUTION\n"
+"by position in leaves; else Python's !=) is written into sents[i] and listed as\n"
 "(i, leaf, value), in order. None (Python's to do, nothing written) when a value is neither a\n"
 "float nor an int.");
 
@@ -1308,7 +1330,7 @@ static PyObject *fec_changes(PyObject *self, PyObject *args)
             }
             if (v == NULL)
                 goto fail;
-            int differs = fec_change(sent, leaf, v);
+            int differs = fec_change(sent, leaf, v, i);
             if (differs > 0) {
                 PyObject *change = Py_BuildValue("(nOO)", u, leaf, v);
                 if (change == NULL || PyList_Append(out, change) < 0)

@@ -217,7 +217,173 @@ done_indices:
     return result;
 }
 
+/* Bytes of one Update field (tag, length and body) for one counter. */
+static inline size_t update_field_len(Py_ssize_t path_len, uint64_t value)
+{
+    size_t u = update_len(path_len, value);
+    return 1 + varint_len(u) + u;
+}
+
+/* Write updates order[0..n) as Notification.update fields at p; returns the end. */
+static char *write_update_fields(char *p, const Py_ssize_t *order, Py_ssize_t n, const uint64_t *values,
+                                 char *const *path_ptrs, const Py_ssize_t *path_lens)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        uint64_t v = values[order[k]];
+        Py_ssize_t pl = path_lens[k];
+        size_t tv = 1 + varint_len(v);
+        *p++ = 0x22; /* Notification.update */
+        p = put_varint(p, update_len(pl, v));
+        *p++ = 0x0a; /* Update.path */
+        p = put_varint(p, (uint64_t)pl);
+        memcpy(p, path_ptrs[k], (size_t)pl);
+        p += pl;
+        *p++ = 0x1a; /* Update.val */
+        p = put_varint(p, tv);
+        *p++ = 0x18; /* TypedValue.uint_val */
+        p = put_varint(p, v);
+    }
+    return p;
+}
+
+/* Append (group, updates, fields) for updates order[lo..hi) of one group, cut into runs
+ * of at most max_bytes (a lone update larger than that is a run of its own). 0 or -1. */
+static int append_runs(PyObject *result, unsigned int group, Py_ssize_t lo, Py_ssize_t hi,
+                       const Py_ssize_t *order, const uint64_t *values, char *const *pptrs,
+                       const Py_ssize_t *plens, Py_ssize_t max_bytes)
+{
+    Py_ssize_t s = lo;
+    while (s < hi) {
+        size_t size = 0;
+        Py_ssize_t e = s;
+        while (e < hi) {
+            size_t f = update_field_len(plens[e], values[order[e]]);
+            if (e > s && size + f > (size_t)max_bytes)
+                break;
+            size += f;
+            e++;
+        }
+        PyObject *fields = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+        if (fields == NULL)
+            return -1;
+        write_update_fields(PyBytes_AS_STRING(fields), order + s, e - s, values, pptrs + s, plens + s);
+        PyObject *run = Py_BuildValue("(InN)", group, e - s, fields);
+        if (run == NULL)
+            return -1;
+        int rc = PyList_Append(result, run);
+        Py_DECREF(run);
+        if (rc < 0)
+            return -1;
+        s = e;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(encode_fields_doc,
+"encode_fields(indices, values, containers, paths, ngroups, max_bytes) -> list[(group, n, bytes)]\n\n"
+"The changed counters as serialized Notification.update fields (tag 4, uint_val values), to be\n"
+"concatenated into a Notification whose header the caller writes (agent/gnmi/encode.py Packer).\n"
+"containers: u32 buffer, group id (< ngroups) of every counter; paths: serialized Paths by\n"
+"counter index. One item per run of one group's updates (index order within a group, groups in\n"
+"order of first appearance), each run at most max_bytes long unless one update alone is longer.");
+
+static PyObject *encode_fields(PyObject *self, PyObject *args)
+{
+    PyObject *indices_obj, *values_obj, *containers_obj, *paths;
+    Py_ssize_t ngroups, max_bytes;
+    if (!PyArg_ParseTuple(args, "OOOO!nn", &indices_obj, &values_obj, &containers_obj, &PyList_Type, &paths,
+                          &ngroups, &max_bytes))
+        return NULL;
+    if (max_bytes < 1 || ngroups < 0 || ngroups > (Py_ssize_t)UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 1, ngroups within u32");
+        return NULL;
+    }
+    swtel_ints indices;
+    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0)
+        return NULL;
+    static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
+    PyObject *objs[2] = {values_obj, containers_obj};
+    Py_buffer views[2];
+    Py_ssize_t *idx = NULL, *start = NULL, *cursor = NULL, *order = NULL, *plens = NULL;
+    char **pptrs = NULL;
+    unsigned char *written = NULL;
+    PyObject *result = NULL;
+    if (swtel_get_buffers(objs, views, bufs, 2) < 0)
+        goto done_indices;
+    const uint64_t *values = (const uint64_t *)views[0].buf;
+    const uint32_t *cont = (const uint32_t *)views[1].buf;
+    Py_ssize_t nvalues = views[0].len / 8, ncounters = views[1].len / 4, npaths = PyList_GET_SIZE(paths);
+    Py_ssize_t n = indices.n;
+    result = PyList_New(0);
+    if (result == NULL || n == 0)
+        goto done;
+    idx = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    order = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    start = PyMem_Calloc((size_t)ngroups + 1, sizeof(Py_ssize_t));
+    cursor = PyMem_Malloc(sizeof(Py_ssize_t) * ((size_t)ngroups + 1));
+    pptrs = PyMem_Malloc(sizeof(char *) * (size_t)n);
+    plens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    written = PyMem_Calloc((size_t)ngroups + 1, 1);
+    if (!idx || !order || !start || !cursor || !pptrs || !plens || !written) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) { /* validate; count per group (a stable counting sort) */
+        Py_ssize_t i = swtel_ints_index(&indices, k);
+        if (i == -1 && PyErr_Occurred())
+            goto fail;
+        if (i < 0 || i >= nvalues || i >= ncounters || i >= npaths) {
+            PyErr_Format(PyExc_IndexError, "counter index %zd out of range", i);
+            goto fail;
+        }
+        if (cont[i] >= (uint32_t)ngroups) {
+            PyErr_Format(PyExc_IndexError, "container id %u out of range", cont[i]);
+            goto fail;
+        }
+        idx[k] = i;
+        start[cont[i] + 1]++;
+    }
+    for (Py_ssize_t c = 0; c < ngroups; c++)
+        start[c + 1] += start[c];
+    memcpy(cursor, start, sizeof(Py_ssize_t) * ((size_t)ngroups + 1));
+    for (Py_ssize_t k = 0; k < n; k++)
+        order[cursor[cont[idx[k]]]++] = idx[k];
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *pb = PyList_GET_ITEM(paths, order[k]);
+        if (!PyBytes_Check(pb)) {
+            PyErr_SetString(PyExc_TypeError, "paths must hold bytes");
+            goto fail;
+        }
+        pptrs[k] = PyBytes_AS_STRING(pb);
+        plens[k] = PyBytes_GET_SIZE(pb);
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        uint32_t c = cont[idx[k]];
+        if (written[c])
+            continue;
+        written[c] = 1;
+        if (append_runs(result, c, start[c], start[c + 1], order, values, pptrs, plens, max_bytes) < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+done:
+    PyMem_Free(idx);
+    PyMem_Free(order);
+    PyMem_Free(start);
+    PyMem_Free(cursor);
+    PyMem_Free(pptrs);
+    PyMem_Free(plens);
+    PyMem_Free(written);
+    swtel_release_buffers(views, 2);
+done_indices:
+    swtel_ints_release(&indices);
+    return result;
+}
+
 PyMethodDef swtel_encode_methods[] = {
     {"encode_updates", encode_updates, METH_VARARGS, encode_updates_doc},
+    {"encode_fields", encode_fields, METH_VARARGS, encode_fields_doc},
     {NULL, NULL, 0, NULL},
 };

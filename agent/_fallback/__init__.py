@@ -43,7 +43,7 @@ from agent._fallback.devlink import (
     devlink_request,
     devlink_trap_parse,
 )
-from agent._fallback.encode import encode_updates
+from agent._fallback.encode import encode_fields, encode_updates
 from agent._fallback.ethnl import (
     ETHNL_FEC_GET,
     ETHNL_STATS_GET,
@@ -73,7 +73,7 @@ __all__ = [
     "ASIC_ABI_VERSION", "ASIC_ECHANGED", "ASIC_ERROR", "ASIC_MAX_BINS", "ASIC_MAX_COUNTERS",
     "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHNL_FEC_GET", "ETHNL_STATS_GET", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
     "F_RESET", "F_WRAP", "NETDEV_FIELDS", "asic_close", "asic_layout", "asic_open", "asic_read", "diff",
-    "encode_updates", "ethnl_family",
+    "encode_fields", "encode_updates", "ethnl_family",
     "DEVLINK_PORT_GET", "DEVLINK_SB_GET", "DEVLINK_SB_OCC_MAX_CLEAR", "DEVLINK_SB_OCC_SNAPSHOT",
     "DEVLINK_SB_PORT_POOL_GET", "DEVLINK_SB_TC_POOL_BIND_GET", "devlink_dump", "devlink_exec",
     "devlink_family", "devlink_parse", "devlink_request", "devlink_trap_parse", "DEVLINK_TRAP_GET",

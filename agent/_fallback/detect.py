@@ -215,6 +215,30 @@ def _fec_rounded(x: float) -> float:
     return x if x == 0.0 else float(f"{x:.3e}")
 
 
+#: link_degrading's gauges' resolutions in their order (predicted-flr, observed-cer, fit-r2,
+#: max-bin), as (relative, absolute): a gauge is published again only when it moved by more
+#: than the larger of the two from the value last published (docs/insights.md); the ratios'
+#: 1e-15 floor stops a clean link's fit (1e-19..1e-16, jittering by factors) from being news.
+#: C: FEC_RESOLUTION
+FEC_RESOLUTION = ((0.1, 1e-15), (0.1, 1e-15), (0.0, 0.01), (0.0, 0.0))
+
+
+def fec_moved(was, v, i: int) -> bool:
+    """Whether gauge ``i``'s value ``v`` is news against ``was`` (``_ABSENT``: never published):
+    two floats by more than the gauge's resolution, anything else when it differs (C: fec_moved)."""
+    if was is _ABSENT:
+        return True
+    if type(was) is float and type(v) is float and i < len(FEC_RESOLUTION):
+        if was == v:
+            return False
+        if was != was or v != v:  # NaN: news unless both are
+            return not (was != was and v != v)
+        rel, ab = FEC_RESOLUTION[i]
+        tol = rel * max(abs(was), abs(v))
+        return abs(v - was) > (ab if tol < ab else tol)
+    return bool(was != v)
+
+
 def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int, updates: list) -> None:
     """A unit's gauges as _publish publishes them (C: fec_gauges)."""
     leaves, update, source = conf[11], conf[12], conf[13]  # (fields: update's __init__ does the same)
@@ -223,8 +247,8 @@ def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int,
         mine = sent[unit] = {}
     if not isinstance(mine, dict):
         raise TypeError("sent must map a unit to a dict")
-    for leaf, v in zip(leaves, (*map(_fec_rounded, vals), max_t), strict=True):
-        if mine.get(leaf) != v:
+    for i, (leaf, v) in enumerate(zip(leaves, (*map(_fec_rounded, vals), max_t), strict=True)):
+        if fec_moved(mine.get(leaf, _ABSENT), v, i):
             mine[leaf] = v
             updates.append(update(ts, box, leaf, v, source))
 
@@ -497,10 +521,10 @@ def fec_changes(sents: list, values: list, leaves: tuple) -> list | None:
             return None
     out = []
     for u, (sent, row) in enumerate(zip(sents, values, strict=True)):
-        for leaf, value in zip(leaves, row, strict=True):
+        for i, (leaf, value) in enumerate(zip(leaves, row, strict=True)):
             if type(value) is float:
                 value = float(f"{value:.3e}")
-            if sent.get(leaf) != value:
+            if fec_moved(sent.get(leaf, _ABSENT), value, i):
                 sent[leaf] = value
                 out.append((u, leaf, value))
     return out

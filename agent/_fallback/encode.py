@@ -46,3 +46,46 @@ def encode_updates(
                 update.val.uint_val = values[i]
             out.append(gnmi_pb2.SubscribeResponse(update=notif).SerializeToString())
     return out
+
+
+def encode_fields(
+    indices: Sequence[int],
+    values: Sequence[int],
+    containers: Sequence[int],
+    paths: list[bytes],
+    ngroups: int,
+    max_bytes: int,
+) -> list[tuple[int, int, bytes]]:
+    """Changed counters as serialized ``Notification.update`` fields, one (group, updates,
+    bytes) per run of one group's updates of at most ``max_bytes`` (a lone larger update is a
+    run of its own); groups in order of first appearance, index order within one."""
+    from pygnmi.spec.v080 import gnmi_pb2
+
+    if max_bytes < 1 or not 0 <= ngroups <= 0xFFFFFFFF:
+        raise ValueError("max_bytes must be at least 1, ngroups within u32")
+    groups: dict[int, list[int]] = {}
+    for i in indices:
+        if not 0 <= i < min(len(values), len(containers), len(paths)):
+            raise IndexError(f"counter index {i} out of range")
+        c = containers[i]
+        if c >= ngroups:
+            raise IndexError(f"container id {c} out of range")
+        groups.setdefault(c, []).append(i)
+    out: list[tuple[int, int, bytes]] = []
+    for c, members in groups.items():
+        run: list[bytes] = []
+        size = 0
+        for i in members:
+            one = gnmi_pb2.Notification()  # only its update field set: serializes to that field alone
+            update = one.update.add()
+            update.path.MergeFromString(paths[i])
+            update.val.uint_val = values[i]
+            field = one.SerializeToString()
+            if run and size + len(field) > max_bytes:
+                out.append((c, len(run), b"".join(run)))
+                run, size = [], 0
+            run.append(field)
+            size += len(field)
+        if run:
+            out.append((c, len(run), b"".join(run)))
+    return out

@@ -73,11 +73,14 @@ class Exporter:
 
 
 class Listener(Protocol):
-    """What the engine feeds: every exporter, and the insights runner. Three hooks are
+    """What the engine feeds: every exporter, and the insights runner. Five hooks are
     optional (the engine calls them where they exist): ``end_pass(ts_ns)`` once per pass,
     returning state updates derived from it (the detectors' events), which go to the store
     and every listener; ``on_port_speeds(speeds)`` when a source's port speeds change (port
-    -> bits/s); ``on_config(cfg)`` with a reloaded config, on the tick thread."""
+    -> bits/s); ``on_config(cfg)`` with a reloaded config, on the tick thread; ``open_pass()``
+    and ``close_pass()`` around each pass (every ``on_*`` of a pass comes between them), so a
+    listener may send a pass's output together (dial-out per tick: one Notification per origin).
+    A call outside them (a test, a tool) is sent on its own."""
 
     name: str
 

@@ -66,8 +66,9 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 # A stream up this long without an error proves the collector serves the RPC.
 HEALTHY_AFTER_S = 5.0
-# Queue item kinds: counter changes (superseded by a snapshot), states, deletes.
-_COUNTERS, _EVENTS, _DELETES = 0, 1, 2
+# Queue item kinds: counter changes (superseded by a snapshot), states, deletes, and a pass
+# packed per tick (its counters superseded by a snapshot, its states kept: extra holds them).
+_COUNTERS, _EVENTS, _DELETES, _PASS = 0, 1, 2, 3
 
 log = logs.get("dialout")
 
@@ -123,6 +124,14 @@ class _SharedEncoding:
             if self._key is None or self._key[0] is not batch or self._key[1:] != (target, per_tick):
                 self._msgs = encode.encode_batch(batch, target, per_tick=per_tick)
                 self._key = (batch, target, per_tick)
+            return self._msgs
+
+    def runs(self, batch: Batch, target: str) -> list[Any]:
+        """The batch as per-tick runs of update fields (encode.Packer), once for every destination."""
+        with self._lock:
+            if self._key is None or self._key[0] is not batch or self._key[1:] != (target, "runs"):
+                self._msgs = encode.counter_runs(batch.ts_ns, batch.table, batch.indices, batch.values, target)
+                self._key = (batch, target, "runs")
             return self._msgs
 
 
@@ -219,6 +228,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
         #: messages of a snapshot not yet handed to gRPC (1 while it is built: it holds what
         #: was queued); a stop counts them as queued
         self._snapshot_left = 0
+        #: per-tick: the engine's open pass, packed at its close (open_pass .. close_pass)
+        self._pass: encode.Packer | None = None
         self._current = _Session()  # the latest attempt's: how far it got, for the hint
         # status (the rest: ReconnectingSender)
         self.sent = 0
@@ -236,13 +247,37 @@ class DialoutExporter(ReconnectingSender, Exporter):
                         destination=self.name, address=str(self.cfg.address))
         self._start_thread(f"dialout-{self.name}")
 
+    def open_pass(self) -> None:
+        """The engine starts a pass: per tick, what it hands on is packed until close_pass."""
+        if self.per_tick:
+            self._pass = encode.Packer(self.target)
+
+    def close_pass(self) -> None:
+        """The pass is over: its counters and states go out as one Notification per origin."""
+        packer, self._pass = self._pass, None
+        if packer:
+            self._enqueue_packed(packer)
+
     def on_batch(self, batch: Batch) -> None:
-        self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick))
+        if self._pass is not None:
+            self._pass.add_runs(_shared.runs(batch, self.target))
+        else:  # per-container, or a call outside an engine pass: sent on its own
+            self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick))
 
     def on_state(self, updates: list[StateUpdate]) -> None:
-        self._enqueue(_EVENTS, encode.encode_states(updates, self.target))
+        if self._pass is not None:
+            self._pass.add_states(updates)
+        elif self.per_tick:
+            packer = encode.Packer(self.target)
+            packer.add_states(updates)
+            self._enqueue_packed(packer)
+        else:
+            self._enqueue(_EVENTS, encode.encode_states(updates, self.target))
 
     def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
+        if self._pass:  # what the pass handed on before the delete goes out before it
+            self.close_pass()
+            self.open_pass()
         by_origin: dict[str, list[Container]] = {}
         for c in containers:
             by_origin.setdefault(c.origin, []).append(c)
@@ -294,8 +329,14 @@ class DialoutExporter(ReconnectingSender, Exporter):
         if msgs:
             self._queue.put(((kind, m, extra) for m in msgs), self._on_drop)
 
+    def _enqueue_packed(self, packer: encode.Packer) -> None:
+        packed = packer.take()
+        if packed:
+            self._queue.put(((_PASS if p.counters else _EVENTS, p.message, p.states) for p in packed),
+                            self._on_drop)
+
     def _on_drop(self, item: tuple[int, bytes, Any]) -> None:
-        if item[0] in (_COUNTERS, _EVENTS):
+        if item[0] in (_COUNTERS, _EVENTS, _PASS):
             # the store still holds the newest values and every state (an event raised once
             # and then unchanged would otherwise never arrive): a snapshot sends them again
             self._need_snapshot = True
@@ -313,15 +354,29 @@ class DialoutExporter(ReconnectingSender, Exporter):
         msgs: list[bytes] = []
         live: set[Container] = set()
         if store is not None:
+            packer = encode.Packer(self.target) if self.per_tick else None
             for batch in store.snapshot_batches():
-                msgs.extend(encode.encode_batch(batch, self.target, per_tick=self.per_tick))
+                if packer is not None:  # per tick: the whole snapshot packed as one pass
+                    packer.add_batch(batch)
+                else:
+                    msgs.extend(encode.encode_batch(batch, self.target))
                 live.update(spec.container for spec in batch.table.specs)
             states = store.states()
             live.update(u.container for u in states)
-            msgs.extend(encode.encode_states(states, self.target))
+            if packer is not None:
+                packer.add_states(states)
+                msgs.extend(packer.messages())
+            else:
+                msgs.extend(encode.encode_states(states, self.target))
         kept: list[tuple[int, bytes, Any]] = []
         for kind, m, extra in queued:
             if kind == _COUNTERS:
+                self.superseded += 1
+            elif kind == _PASS and extra:  # its counters superseded, its states kept in their turn
+                again = encode.Packer(self.target)  # (one origin's, within the size of the original)
+                again.add_states(extra)
+                kept.extend((_EVENTS, p.message, p.states) for p in again.take())
+            elif kind == _PASS:  # counters alone: superseded
                 self.superseded += 1
             elif kind == _DELETES and any(c in live for c in extra[1]):
                 ts_ns, gone = extra[0], [c for c in extra[1] if c not in live]

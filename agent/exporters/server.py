@@ -113,7 +113,7 @@ class _Servicer:
         owner = self._owner
         try:
             sub = Subscriber(first.subscribe, owner.target, owner.min_interval_s, owner.queue_len,
-                             peer=context.peer())
+                             peer=context.peer(), per_tick=owner.per_tick)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         sub.warm(owner.store)
@@ -167,6 +167,12 @@ class ServerConfig:
     username: str | None = setting(None, type="string or null", doc="require this username (with `password_file`)")
     password_file: str | None = setting(None, type="path or null", doc=(
         "file holding the password; refused when other users can read it (mode `0640` or `0600`)"))
+    notifications: str = setting(
+        "per-tick", type="`per-tick` \\| `per-container`", choices=("per-container", "per-tick"), doc=(
+            "STREAM subscriptions: `per-tick` sends each tick's changes (and each snapshot) as one "
+            "Notification per origin (prefix: origin and target, update paths absolute; split at 1 MiB), "
+            "`per-container` one Notification per container; ONCE, POLL and Get answer per container "
+            "(see docs/gnmi.md)"))
 
 
 @register
@@ -235,6 +241,7 @@ class GnmiServer(Exporter):
         self.min_interval_s = min_interval_s
         self.max_subscribers = max_subscribers
         self.queue_len = queue_len
+        self.per_tick = cfg.notifications == "per-tick"
         self.store: Any = None
         self.port = 0
         self._grpc: grpc.Server | None = None
@@ -299,6 +306,15 @@ class GnmiServer(Exporter):
         return f"{host}:{self.port or self.cfg.listen.port}"
 
     # ------------------------------------------------------------ engine (tick thread): enqueue only
+
+    def open_pass(self) -> None:
+        for sub in self._subs:
+            sub.open_pass()
+
+    def close_pass(self) -> None:
+        """The pass is over: each STREAM subscriber gets its share of it as one queue item."""
+        for sub in self._subs:
+            sub.close_pass()
 
     def on_batch(self, batch: Batch) -> None:
         subs = self._subs

@@ -79,11 +79,13 @@ class LocalGnmi:
     changes reach its subscribers through ``on_batch``/``on_state``/``on_delete``.
     """
 
-    def __init__(self, target: str, min_interval_s: float, max_subscribers: int = 32):
+    def __init__(self, target: str, min_interval_s: float, max_subscribers: int = 32,
+                 notifications: str = "per-tick"):
         # The dial-in server's object holds the subscribers, the Store and the target;
         # only its gRPC listener is replaced by the UNIX socket below.
         self.gnmi = gnmi_server.GnmiServer(
-            gnmi_server.ServerConfig(listen=HostPort("127.0.0.1:50051"), insecure=True), target,
+            gnmi_server.ServerConfig(listen=HostPort("127.0.0.1:50051"), insecure=True,
+                                     notifications=notifications), target,
             min_interval_s=min_interval_s, max_subscribers=max_subscribers)
         self.path = ""
         self._dir = ""
@@ -203,6 +205,10 @@ class TunnelConfig:
         "ca": {"doc": "CA that signed the tunnel server's certificate (NVUE `ca-certificate`)"},
         "server_name": {"shown": "`null` (the address)",
                         "doc": "name to verify in the tunnel server's certificate"}})
+    notifications: str = setting(
+        "per-tick", type="`per-tick` \\| `per-container`", choices=("per-container", "per-tick"), doc=(
+            "STREAM subscriptions through the tunnel, as `exporters.server.notifications`: each tick's "
+            "changes in one Notification per origin, or one per container"))
 
 
 @register
@@ -276,7 +282,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
         self.target_name = cfg.target or target
         self.address = f"[{cfg.address}]:{cfg.port}" if ":" in cfg.address else f"{cfg.address}:{cfg.port}"
         self.retry_interval = float(cfg.retry_interval)
-        self.local = LocalGnmi(target, min_interval_s)
+        self.local = LocalGnmi(target, min_interval_s, notifications=cfg.notifications)
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._register_call: Any = None
@@ -297,6 +303,12 @@ class TunnelExporter(ReconnectingSender, Exporter):
             self.state, self.last_error = "failed", str(exc)
             raise
         self._start_thread(f"tunnel-{self.name}")
+
+    def open_pass(self) -> None:
+        self.local.gnmi.open_pass()
+
+    def close_pass(self) -> None:
+        self.local.gnmi.close_pass()
 
     def on_batch(self, batch: Batch) -> None:
         self.local.gnmi.on_batch(batch)

@@ -8,15 +8,20 @@ States, deletes and sync are rare and built with gnmi_pb2 directly.
 
 Rules (DESIGN.md "Paths"): one Notification per container per batch; target and
 origin only on the prefix; update paths relative to it; int64 ns timestamps.
+
+:class:`Packer` is the per-tick shape: everything one engine pass produced (every source's
+counters, every listener's states) in one Notification per origin, prefix holding only
+origin and target, update paths absolute, split at :data:`MAX_MESSAGE_BYTES`.
 """
 
 from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from pygnmi.spec.v080 import gnmi_pb2
 
@@ -40,6 +45,12 @@ _SYNC = gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()
 #: timestamp): keeps one message well below gRPC's 4 MB default receive limit.
 MAX_UPDATES = 1000
 
+#: A packed (per-tick) message's size limit: a quarter of gRPC's default 4 MiB receive limit,
+#: which gnmic, pygnmi and ``swtel collect`` keep. A pass larger than this is split.
+MAX_MESSAGE_BYTES = 1 << 20
+#: Runs the counter encoder cuts: a message takes whole runs, so a split one is at least 3/4 full.
+RUN_BYTES = MAX_MESSAGE_BYTES // 4
+
 
 @dataclass(frozen=True)
 class TableCodec:
@@ -48,6 +59,7 @@ class TableCodec:
     prefixes: list[bytes]  # by container id
     paths: list[bytes]  # by counter index
     containers: array  # 'I': container id by counter index
+    origins: tuple[str, ...] = ()  # per-tick codecs: the origin of each id
 
 
 def prefix_bytes(container: Container, target: str) -> bytes:
@@ -80,7 +92,8 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
                 containers.append(ids.setdefault(spec.container, len(ids)))
             prefixes = [prefix_bytes(c, target) if text_ok(c.path) else b"" for c in ids]
             leaf_paths = [b"" if i in bad else paths.encoded(spec.leaf) for i, spec in enumerate(table.specs)]
-        cached = TableCodec(prefixes=prefixes, paths=leaf_paths, containers=containers)
+        origins = tuple(ids) if per_tick else ()
+        cached = TableCodec(prefixes=prefixes, paths=leaf_paths, containers=containers, origins=origins)
         table.cache[key] = cached
     return cached
 
@@ -95,6 +108,141 @@ def encode_batch(batch: Batch, target: str, max_updates: int = MAX_UPDATES, per_
     return _backend.encoder.encode_updates(
         batch.ts_ns, indices, batch.values, c.containers, c.prefixes, c.paths, max_updates
     )
+
+
+#: One run of a pass's update fields: (origin, timestamp, serialized fields, the state it
+#: carries or None for counters).
+Run = tuple[str, int, bytes, "StateUpdate | None"]
+
+
+def counter_runs(ts_ns: int, table: CounterTable, indices: Any, values: array, target: str,
+                 run_bytes: int = RUN_BYTES) -> list[Run]:
+    """A batch's changed counters as runs of ``Notification.update`` fields (absolute paths,
+    uint_val), at most ``run_bytes`` each, for a :class:`Packer`; encoded in C."""
+    if not len(indices):
+        return []
+    c = codec(table, target, per_tick=True)
+    got = _backend.encoder.encode_fields(indices, values, c.containers, c.paths, len(c.origins), run_bytes)
+    return [(c.origins[group], ts_ns, fields, None) for group, _n, fields in got]
+
+
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _field(tag: int, body: bytes) -> bytes:
+    """One length-delimited protobuf field: tag byte, length, body."""
+    return bytes((tag,)) + _varint(len(body)) + body
+
+
+@lru_cache(maxsize=65536)
+def absolute_path(container: Container, leaf: str) -> bytes:
+    """The serialized absolute path of a leaf (states repeat: a detector's gauges)."""
+    return paths.encoded(f"{container.path}/{leaf}" if leaf else container.path)
+
+
+def update_field(path: bytes, value: bytes) -> bytes:
+    """A ``Notification.update`` field from a serialized Path and a serialized TypedValue."""
+    return _field(0x22, _field(0x0A, path) + _field(0x1A, value))
+
+
+def delete_field(path: bytes) -> bytes:
+    """A ``Notification.delete`` field from a serialized Path."""
+    return _field(0x2A, path)
+
+
+def state_run(u: StateUpdate) -> Run:
+    """One state as a ``Notification.update`` field (absolute path), or ``delete`` when None."""
+    path = absolute_path(u.container, u.leaf)
+    if u.value is None:
+        return (u.container.origin, u.ts_ns, delete_field(path), u)
+    return (u.container.origin, u.ts_ns, update_field(path, typed_value(u.value).SerializeToString()), u)
+
+
+class Packed(NamedTuple):
+    """One packed SubscribeResponse and what it carries (the dial-out queue keeps its states
+    through a snapshot, which supersedes its counters)."""
+
+    message: bytes
+    counters: bool
+    states: list[StateUpdate]
+
+
+class Packer:
+    """Everything one engine pass produced, as one Notification per origin (split at
+    ``max_bytes``): every source's counters and every listener's states, whatever produced
+    them. The prefix holds only origin and target; update paths are absolute, so a collector
+    joining prefix and path sees what the per-container shape gives. A Notification has one
+    timestamp: the newest of the values it carries (so none is stamped before it was seen;
+    the others at most a pass later). A state set twice in a pass goes out once, its latest
+    value (every path is unique within a Notification)."""
+
+    def __init__(self, target: str, max_bytes: int = MAX_MESSAGE_BYTES,
+                 encode_state: Callable[[StateUpdate], Run] | None = None) -> None:
+        self.target = target
+        self.max_bytes = max_bytes
+        #: how a state becomes a run (the dial-in server's JSON encodings: its own)
+        self.encode_state = encode_state or state_run
+        self._runs: list[Run] = []
+        self._states: dict[tuple[Container, str], StateUpdate] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._runs or self._states)
+
+    def add_runs(self, runs: list[Run]) -> None:
+        self._runs += runs
+
+    def add_batch(self, batch: Batch) -> None:
+        self._runs += counter_runs(batch.ts_ns, batch.table, batch.indices, batch.values, self.target,
+                                   max(self.max_bytes // 4, 1))
+
+    def add_states(self, updates: Iterable[StateUpdate]) -> None:
+        states = self._states
+        for u in updates:
+            key = (u.container, u.leaf)
+            states.pop(key, None)  # the latest goes where the latest change came
+            states[key] = u
+
+    def take(self) -> list[Packed]:
+        """The pass as messages (origins in order of first appearance, counters before states
+        within one); the packer is empty again."""
+        runs = self._runs + [self.encode_state(u) for u in self._states.values()]
+        self._runs, self._states = [], {}
+        by_origin: dict[str, list[Run]] = {}
+        for run in runs:
+            by_origin.setdefault(run[0], []).append(run)
+        out: list[Packed] = []
+        for origin, mine in by_origin.items():
+            ts = max(run[1] for run in mine)
+            head = _field(0x12, _prefix(origin, self.target))
+            head = b"\x08" + _varint(ts & 0xFFFFFFFFFFFFFFFF) + head
+            body: list[bytes] = [head]
+            size, counters, states = len(head), False, []
+            for _origin, _ts, fields, state in mine:
+                if len(body) > 1 and size + len(fields) > self.max_bytes:
+                    out.append(Packed(_field(0x0A, b"".join(body)), counters, states))
+                    body, size, counters, states = [head], len(head), False, []
+                body.append(fields)
+                size += len(fields)
+                if state is None:
+                    counters = True
+                else:
+                    states.append(state)
+            out.append(Packed(_field(0x0A, b"".join(body)), counters, states))
+        return out
+
+    def messages(self) -> list[bytes]:
+        return [p.message for p in self.take()]
+
+
+@lru_cache(maxsize=64)
+def _prefix(origin: str, target: str) -> bytes:
+    return paths.encoded("/", origin, target)
 
 
 def typed_value(value: Any) -> gnmi_pb2.TypedValue:

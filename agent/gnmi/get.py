@@ -520,6 +520,41 @@ class Renderer:
             out += self.counters(c)
         return out + self.states(states)
 
+    # ---------------------------------------------------------------- per tick (STREAM)
+
+    def packer(self) -> encode.Packer:
+        """An empty :class:`encode.Packer` for this target and encoding."""
+        return encode.Packer(self.target, encode_state=None if self.proto else self._json_state)
+
+    def pack(self, packer: encode.Packer, counters: list[Counters], states: list[StateUpdate]) -> None:
+        """Counters and states into ``packer`` (absolute paths, one Notification per origin)."""
+        for c in counters:
+            if not c.indices:
+                continue
+            if self.proto:
+                packer.add_runs(encode.counter_runs(c.ts_ns, c.table, c.indices, c.values, self.target))
+                continue
+            specs, values, ietf = c.table.specs, c.values, self._ietf
+            packer.add_runs([self._json_run(specs[i].container, specs[i].leaf, c.ts_ns,
+                                            _json_scalar(values[i], True, ietf), None) for i in c.indices])
+        packer.add_states(states)
+
+    def packed(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
+        """:meth:`snapshot`'s values, packed per tick."""
+        packer = self.packer()
+        self.pack(packer, counters, states)
+        return packer.messages()
+
+    def _json_run(self, container: Container, leaf: str, ts_ns: int, payload: bytes,
+                  state: StateUpdate | None) -> encode.Run:
+        value = gnmi_pb2.TypedValue(**{self._json_field: payload}).SerializeToString()
+        return (container.origin, ts_ns, encode.update_field(encode.absolute_path(container, leaf), value), state)
+
+    def _json_state(self, u: StateUpdate) -> encode.Run:
+        if u.value is None:
+            return (u.container.origin, u.ts_ns, encode.delete_field(encode.absolute_path(u.container, u.leaf)), u)
+        return self._json_run(u.container, u.leaf, u.ts_ns, _json_scalar(u.value, False, self._ietf), u)
+
     def _notification(self, container: Container, ts_ns: int) -> gnmi_pb2.Notification:
         notif = gnmi_pb2.Notification(timestamp=ts_ns)
         notif.prefix.MergeFromString(encode.prefix_bytes(container, self.target))

@@ -76,9 +76,15 @@ class Subscriber:
         min_interval_s: float,
         queue_len: int,
         peer: str = "",
+        per_tick: bool = False,
     ):
         self.peer = peer
         self.mode = request.mode
+        #: STREAM per tick: each engine pass's changes (open_pass .. close_pass) in one
+        #: Notification per origin, snapshots packed the same way; ONCE, POLL and Get keep
+        #: one Notification per container
+        self.per_tick = per_tick and self.mode == STREAM
+        self._pending: list[tuple] | None = None  # the open pass's offers (tick thread only)
         self.updates_only = request.updates_only
         self.renderer = Renderer(target, check_encoding(request.encoding))
         if self.mode not in (STREAM, ONCE, POLL):
@@ -153,26 +159,42 @@ class Subscriber:
             return None
         return self.on_change.filter_changes(table, changed)
 
+    def open_pass(self) -> None:
+        """The engine starts a pass: per tick, its offers are queued together at close_pass."""
+        if self.per_tick:
+            self._pending = []
+
+    def close_pass(self) -> None:
+        items, self._pending = self._pending, None
+        if items:
+            self._put(("p", items))
+
+    def _offer(self, item: tuple) -> None:
+        if self._pending is not None:
+            self._pending.append(item)
+        else:
+            self._put(item)
+
     def offer_counters(self, counters: Counters) -> None:
-        self._put(("c", counters))
+        self._offer(("c", counters))
 
     def offer_unmatched(self, counters: Counters) -> None:
         """Changes of a table not yet matched: the RPC thread matches and filters them."""
-        self._put(("u", counters))
+        self._offer(("u", counters))
 
     def offer_states(self, updates: list[StateUpdate]) -> None:
         if self.on_change is None:
             return
         mine = [u for u in updates if self.on_change.matches_leaf(u.container, u.leaf)]
         if mine:
-            self._put(("s", mine))
+            self._offer(("s", mine))
 
     def offer_delete(self, ts_ns: int, containers: list[Container]) -> None:
         if self.on_change is None:
             return
         mine = [c for c in containers if self.on_change.touches(c)]
         if mine:
-            self._put(("d", ts_ns, mine))
+            self._offer(("d", ts_ns, mine))
 
     def _put(self, item: tuple) -> None:
         with self._cond:
@@ -276,10 +298,35 @@ class Subscriber:
                     grpc.StatusCode.INVALID_ARGUMENT, "a POLL subscription takes only Poll requests"
                 )
 
+    def _snapshot(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
+        """Current values: packed per tick, or one Notification per container."""
+        return (self.renderer.packed if self.per_tick else self.renderer.snapshot)(counters, states)
+
+    def _pass(self, items: list[tuple]) -> list[bytes]:
+        """One pass's offers, per tick: one Notification per origin, a delete in its turn."""
+        r = self.renderer
+        packer = r.packer()
+        out: list[bytes] = []
+        for item in items:
+            if item[0] == "c":
+                r.pack(packer, [item[1]], [])
+            elif item[0] == "u":
+                c = item[1]
+                assert self.on_change is not None
+                indices = self.on_change.filter_changes(c.table, c.indices)
+                if indices:
+                    r.pack(packer, [Counters(c.ts_ns, c.table, indices, c.values)], [])
+            elif item[0] == "s":
+                r.pack(packer, [], item[1])
+            else:  # what came before the delete goes out before it
+                out += packer.messages()
+                out += r.deletes(item[1], item[2])
+        return out + packer.messages()
+
     def _stream(self, store: Any) -> Iterator[bytes]:
         r = self.renderer
         if not self.updates_only:
-            yield from self._counted(r.snapshot(*read(store, self.all_paths)))
+            yield from self._counted(self._snapshot(*read(store, self.all_paths)))
         for e in self.entries:  # suppress_redundant compares with the values as of subscribing
             if e.sample_s and e.suppress:
                 self._sample(e, store, force=True)
@@ -293,7 +340,9 @@ class Subscriber:
             if self.closed:
                 return
             for item in items:
-                if item[0] == "c":
+                if self.per_tick:  # a pass, or an offer made outside one (on its own)
+                    yield from self._counted(self._pass(item[1] if item[0] == "p" else [item]))
+                elif item[0] == "c":
                     yield from self._counted(r.counters(item[1]))
                 elif item[0] == "u":  # a table the tick thread left to us: match it here
                     c = item[1]
@@ -306,7 +355,7 @@ class Subscriber:
                 else:
                     yield from self._counted(r.deletes(item[1], item[2]))
             if resync and self.on_change is not None:
-                yield from self._counted(r.snapshot(*read(store, self.on_change)))
+                yield from self._counted(self._snapshot(*read(store, self.on_change)))
             yield from self._counted(self._timers(store))
 
     def _next_due(self) -> float | None:
@@ -331,14 +380,14 @@ class Subscriber:
             elif heartbeat and not e.sample_s:  # ON_CHANGE heartbeat: everything, changed or not
                 due.append(k)
         if due:  # one read and one rendering for all of them, however many paths the list has
-            out += self.renderer.snapshot(*read(store, self.all_paths.member(*due)))
+            out += self._snapshot(*read(store, self.all_paths.member(*due)))
         return out
 
     def _sample(self, e: Entry, store: Any, force: bool) -> list[bytes]:
         counters, states = read(store, e.pathset)
         if e.suppress:
             counters, states = self._suppress(e, counters, states, force)
-        return self.renderer.snapshot(counters, states)
+        return self._snapshot(counters, states)
 
     @staticmethod
     def _suppress(

@@ -26,7 +26,9 @@ CER, the fit's R² and maxT over the same window, per lane under
 port (its worst lane's, or its own histogram's) under
 ``swtel:/interfaces/interface[name=X]/phy/fec/prediction/state`` (Cumulus has no such leaves).
 They are judged once a bucket (``window`` / 10: the window's sums change only then) and
-published at most once a second per port, each leaf only when its value changed; a port whose
+published at most once a second per port, each leaf only when it moved by more than its
+resolution since it was last published (``FEC_RESOLUTION``: 10 % and at least 1e-15 for the
+predicted FLR and the observed CER, 0.01 for R², any change of maxT; docs/insights.md); a port whose
 window empties (its link down: no samples) reads 0. Each port's buckets end at its own phase
 (a hash of its name), so the ports' fits spread over the bucket instead of landing on one tick.
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
@@ -584,8 +586,8 @@ class LinkDegrading(Detector):
                 "PHY leaves); an open last bin is keyed by its lower bound (15: RS(544,514) corrects 15 "
                 "symbols). docs/gnmi.md has the mapping leaf by leaf.", "",
                 "Per lane where a port reports lanes' histograms (else per port), over the detector's "
-                "`window` (10 s), published once a bucket (`window` / 10) and at most once a second, each "
-                "leaf when it changed: states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), "
+                "`window` (10 s), judged once a bucket (`window` / 10) and at most once a second, each "
+                "leaf sent when it moved by more than its resolution (docs/insights.md): states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), "
                 "and in OTLP and remote write (the lanes' under the port's names with `_lane`). The port's "
                 "leaves are its worst lane's (the highest "
                 "predicted FLR, then maxT), so one per port still answers \"which links\"; the observed CER "
@@ -618,11 +620,13 @@ class LinkDegrading(Detector):
         if found is not None:
             self.pending += [StateUpdate(ts, boxes[gauges[u][0]], leaf, value, "insights") for u, leaf, value in found]
             return
+        from agent._fallback.detect import _ABSENT, fec_moved  # (rare: loads the fallback package)
+
         pending = self.pending  # (a value neither float nor int: Python's rounding)
         for (unit, values), sent in zip(gauges, sents, strict=True):
-            for leaf, value in zip(GAUGES, values, strict=True):
+            for i, (leaf, value) in enumerate(zip(GAUGES, values, strict=True)):
                 value = value if isinstance(value, int) else _rounded(value)
-                if sent.get(leaf) != value:
+                if fec_moved(sent.get(leaf, _ABSENT), value, i):
                     sent[leaf] = value
                     pending.append(StateUpdate(ts, boxes[unit], leaf, value, "insights"))
 

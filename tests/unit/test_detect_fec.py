@@ -55,6 +55,25 @@ if _backend.NAME == "C":
     KERNELS["C"] = tuple(getattr(_backend.reader, n) for n in _KERNEL_NAMES)
 
 
+#: the gauges' resolutions in GAUGES' order (docs/insights.md), (relative, absolute)
+RESOLUTIONS = ((0.1, 1e-15), (0.1, 1e-15), (0.0, 0.01), (0.0, 0.0))
+
+
+def _news(sent: dict, leaf: str, value, i: int) -> bool:
+    """The publishing rule, written apart from both kernels: a gauge never published, a float
+    that moved by more than its resolution from the one last published (NaN: unless both
+    are), anything else that differs."""
+    if leaf not in sent:
+        return True
+    was = sent[leaf]
+    if type(was) is float and type(value) is float and i < len(RESOLUTIONS):
+        if was != was or value != value:
+            return not (was != was and value != value)
+        rel, ab = RESOLUTIONS[i]
+        return abs(value - was) > max(ab, rel * max(abs(was), abs(value)))
+    return was != value
+
+
 def _use(det: LinkDegrading, kernels: tuple) -> None:
     det.kernel, det.fits, det.changes, det.lanes_of = kernels
 
@@ -247,9 +266,9 @@ class OldLinkDegrading(Detector):
         if box is None:
             box = st.boxes[unit] = prediction_container(port, unit)
         pending = self.pending
-        for leaf, value in zip(GAUGES, values, strict=True):
+        for i, (leaf, value) in enumerate(zip(GAUGES, values, strict=True)):
             value = value if isinstance(value, int) else _rounded(value)
-            if sent.get(leaf) != value:
+            if _news(sent, leaf, value, i):
                 sent[leaf] = value
                 pending.append(StateUpdate(ts, box, leaf, value, "insights"))
 
@@ -631,9 +650,9 @@ def test_gauge_rounding_and_lanes_are_pythons(seed):
             rows[rng.randrange(len(rows))] = (v, 1, False)
             want = []
             for u, (sent, row) in enumerate(zip(sents_py, rows, strict=True)):  # _publish's rule
-                for leaf, value in zip(leaves, row, strict=True):
+                for i, (leaf, value) in enumerate(zip(leaves, row, strict=True)):
                     value = value if isinstance(value, int) else float(f"{value:.3e}")
-                    if sent.get(leaf) != value:
+                    if _news(sent, leaf, value, i):
                         sent[leaf] = value
                         want.append((u, leaf, value))
             got = kernels[2](sents, rows, leaves)
@@ -747,3 +766,27 @@ def test_the_ring_rolls_gaps_and_alarm_as_the_old_detector_did(lanes):
         # the closes (55) were the kernel's but while the alarm held (the tail's 2 buckets and the 10
         # of the window it stays in) and after the gaps (past the window: the port started afresh)
         assert closed[name] >= 40, name
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_a_gauge_is_published_when_it_moved_by_more_than_its_resolution(name):
+    """A gauge drifting in small steps goes out once its drift from the value last published
+    passes its resolution (10 % for FLR and CER, 0.01 for R², any change of maxT): not every
+    bucket; a window emptied (0) is news."""
+    changes = KERNELS[name][2]
+    sent = [{}]
+    rows = [(1e-9, 1e-6, 0.9, 3), (1.05e-9, 1.04e-6, 0.905, 3), (1.09e-9, 0.95e-6, 0.909, 3),
+            (1.12e-9, 0.95e-6, 0.911, 4), (1.2e-9, 0.89e-6, 0.911, 4), (0.0, 0.0, 0.0, 0)]
+    got = [[(leaf, v) for _u, leaf, v in changes(sent, [row], GAUGES)] for row in rows]
+    assert got == [
+        [("predicted-flr", 1e-9), ("observed-cer", 1e-6), ("fit-r2", 0.9), ("max-bin", 3)],
+        [],  # every move within its resolution
+        [],
+        [("predicted-flr", 1.12e-9), ("fit-r2", 0.911), ("max-bin", 4)],  # drift from 1e-9, 0.9
+        [("observed-cer", 8.9e-7)],  # 11 % below the 1e-6 published
+        [("predicted-flr", 0.0), ("observed-cer", 0.0), ("fit-r2", 0.0), ("max-bin", 0)],
+    ]
+    # below 1e-15 a predicted FLR (a clean link's floor, 1e-19..1e-16) jitters by factors: no news
+    floor = [[(leaf, v) for _u, leaf, v in changes(sent, [(x, 0.0, 0.0, 0)], GAUGES)]
+             for x in (8.1e-20, 3.5e-16, 1.6e-19, 9e-16, 2e-15)]
+    assert floor == [[], [], [], [], [("predicted-flr", 2e-15)]]

@@ -89,3 +89,45 @@ def test_the_insights_runner_is_a_listener():
         assert callable(getattr(runner, hook)), hook
     runner.on_config(config.parse("insights: {history: 7}"))
     assert runner.cfg.history == 7
+
+
+class Paced(Recorder):
+    """A listener with the per-pass hooks (as dial-out per tick packs a pass)."""
+
+    name = "paced"
+
+    def open_pass(self) -> None:
+        self.calls.append(("open",))
+
+    def close_pass(self) -> None:
+        self.calls.append(("close",))
+
+
+def test_every_call_of_a_pass_comes_between_open_pass_and_close_pass():
+    """The engine's loop brackets each pass, the derived states (end_pass) and health inside,
+    so a listener may send a pass's output together; listeners without the hooks are called
+    as before."""
+    from tests.helpers import wait_until
+
+    derive, paced, plain = Deriving(), Paced(), Recorder()
+    cfg = config.parse("interval: 50ms\nsources: {netdev: {enabled: false}, ethtool: {enabled: false}, "
+                       "system: {interval: 50ms}}")
+    engine = Engine(cfg, [derive, paced, plain])
+    engine.start()
+    try:
+        wait_until(lambda: sum(c[0] == "close" for c in list(paced.calls)) >= 3, timeout=20, what="3 passes")
+    finally:
+        engine.stop()
+    calls = [c[0] for c in paced.calls if c[0] != "start"]
+    open_ = False
+    for kind in calls:
+        if kind == "open":
+            assert not open_
+            open_ = True
+        elif kind == "close":
+            assert open_
+            open_ = False
+        else:
+            assert open_, f"{kind} outside a pass"
+    assert "on_state" in calls and "on_batch" in calls  # the derived state and the system source's counters
+    assert not any(c[0] in ("open", "close") for c in plain.calls)

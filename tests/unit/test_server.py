@@ -98,6 +98,8 @@ def feed() -> Feed:
 
 
 def _start(feed: Feed, **cfg_kw) -> GnmiServer:
+    # These tests read each Notification's prefix; per-tick packing: tests/unit/test_packing.py.
+    cfg_kw.setdefault("notifications", "per-container")
     cfg = ServerConfig(listen=HostPort("127.0.0.1:0"), **cfg_kw)
     server = GnmiServer(cfg, TARGET, min_interval_s=MIN_INTERVAL)
     server.start(feed.store)
@@ -546,12 +548,16 @@ say(get={u["path"]: u["val"] for n in got["notification"] for u in n["update"]},
 sub = gc.subscribe2(subscribe={"mode": "stream", "encoding": "proto", "subscription": [
     {"path": base + "/oper-status", "mode": "on_change"},
     {"path": base + "/counters/in-pkts", "mode": "on_change"}]})
+def leaf(path):  # per tick the update paths are absolute, per container relative: the leaf alike
+    return path.rsplit("/", 1)[-1]
+def full(n, path):  # prefix and path joined, as a collector does
+    return f"{n['prefix']}/{path}" if n.get("prefix") else path
 first = sub.get_update(timeout=10)
-say(sync=first.get("sync_response", False), initial={u["path"]: u["val"] for u in first["update"]["update"]})
+say(sync=first.get("sync_response", False), initial={leaf(u["path"]): u["val"] for u in first["update"]["update"]})
 while time.monotonic() < deadline:
     n = sub.get_update(timeout=10)["update"]
-    vals = {u["path"]: u["val"] for u in n.get("update", [])}
-    say(update=vals, prefix=n.get("prefix"))
+    vals = {leaf(u["path"]): u["val"] for u in n.get("update", [])}
+    say(update=vals, paths=[full(n, u["path"]) for u in n.get("update", [])])
     if vals.get("oper-status") == "DOWN":
         break
 sub.close()

@@ -56,7 +56,9 @@ class Big:
         self.states = [StateUpdate(self.ts, Container(OPENCONFIG, f"/interfaces/interface[name={p}]/state"),
                                    "oper-status", "UP", "netdev") for p in PORTS]
         self.store.set_states(self.states)
-        self.server = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True), TARGET,
+        # (per container: the test reads the port off each Notification's prefix)
+        self.server = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True,
+                                              notifications="per-container"), TARGET,
                                  min_interval_s=0.05)
         self.server.start(self.store)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.server.port}")
