@@ -6,20 +6,23 @@ subscribers whose paths match (see agent/gnmi/subscribe.py); gRPC threads do
 the rendering and sending. Get and snapshots read the engine's Store.
 
 Read-only: Set is UNIMPLEMENTED. TLS by default (mTLS when a client CA is
-configured); plaintext only with ``insecure: true``. Optional username/password
-from gRPC metadata. Never on port 9339 (Cumulus' own gNMI server).
+configured); plaintext only with ``insecure: true``. Every RPC passes one guard (_guard)
+before its method runs: it names the caller (agent/gnmi/auth.py: the client certificate
+and/or a password checked against the salted-hash credentials file) or refuses it
+UNAUTHENTICATED. Never on port 9339 (Cumulus' own gNMI server).
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import threading
+import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from agent import __version__, logs, tls
+from agent import __version__, credentials, logs, tls
 from agent.config import (
     FORBIDDEN_PORT,
     HostPort,
@@ -30,6 +33,7 @@ from agent.config import (
 )
 from agent.counters import Batch, Container, StateUpdate
 from agent.exporters.base import Exporter, check_auth, register
+from agent.gnmi.auth import Authenticator, AuthFailure, Principal
 
 log = logs.get("server")
 
@@ -71,14 +75,6 @@ def _load() -> None:
     )
 
 
-def _read_password(path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().rstrip(b"\r\n")
-    except OSError as exc:
-        raise RuntimeError(f"gNMI server: password file {path!r}: {exc.strerror}") from None
-
-
 def _passthrough(message: Any) -> bytes:
     """Subscribe responses are pre-serialized (the C encoder's bytes); other replies are messages."""
     return message if isinstance(message, bytes) else message.SerializeToString()
@@ -90,23 +86,19 @@ class _Servicer:
     def __init__(self, owner: GnmiServer):
         self._owner = owner
 
-    def Capabilities(self, request, context):  # noqa: N802 - gRPC method name
-        self._owner.authorize(context)
+    def Capabilities(self, request, context, principal):  # noqa: N802 - gRPC method name
         return CAPABILITIES
 
-    def Get(self, request, context):  # noqa: N802
-        self._owner.authorize(context)
+    def Get(self, request, context, principal):  # noqa: N802
         try:
             return get.get(self._owner.store, request, self._owner.target)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
 
-    def Set(self, request, context):  # noqa: N802
-        self._owner.authorize(context)
+    def Set(self, request, context, principal):  # noqa: N802
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "swtel is read-only: Set is not supported")
 
-    def Subscribe(self, request_iterator, context):  # noqa: N802
-        self._owner.authorize(context)
+    def Subscribe(self, request_iterator, context, principal):  # noqa: N802
         first = next(request_iterator, None)
         if first is None or not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be a SubscriptionList")
@@ -129,16 +121,33 @@ class _Servicer:
             owner.unregister(sub)
 
 
-def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
+def _guard(owner: GnmiServer, method: Callable, streaming: bool) -> Callable:
+    """``method`` behind the server's guard (GnmiServer.admit): every RPC is named or refused
+    before any of its work. A wrapped method rather than a grpc.ServerInterceptor: an
+    interceptor sees only the method name and metadata, not the peer or the certificate."""
+    if streaming:
+        def stream(request_iterator, context):
+            principal = owner.admit(context)
+            yield from method(request_iterator, context, principal)
+        return stream
+
+    def unary(request, context):
+        return method(request, context, owner.admit(context))
+    return unary
+
+
+def _handlers(servicer: _Servicer, owner: GnmiServer) -> grpc.GenericRpcHandler:
     """pygnmi's service definition, with a pass-through serializer for Subscribe responses."""
     g = gnmi_pb2
     return grpc.method_handlers_generic_handler("gnmi.gNMI", {
         "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities, g.CapabilityRequest.FromString, _passthrough),
-        "Get": grpc.unary_unary_rpc_method_handler(servicer.Get, g.GetRequest.FromString, _passthrough),
-        "Set": grpc.unary_unary_rpc_method_handler(servicer.Set, g.SetRequest.FromString, _passthrough),
+            _guard(owner, servicer.Capabilities, False), g.CapabilityRequest.FromString, _passthrough),
+        "Get": grpc.unary_unary_rpc_method_handler(
+            _guard(owner, servicer.Get, False), g.GetRequest.FromString, _passthrough),
+        "Set": grpc.unary_unary_rpc_method_handler(
+            _guard(owner, servicer.Set, False), g.SetRequest.FromString, _passthrough),
         "Subscribe": grpc.stream_stream_rpc_method_handler(
-            servicer.Subscribe, g.SubscribeRequest.FromString, _passthrough),
+            _guard(owner, servicer.Subscribe, True), g.SubscribeRequest.FromString, _passthrough),
     })
 
 
@@ -164,9 +173,18 @@ class ServerConfig:
         "plaintext on an address other hosts can reach (not 127.0.0.0/8, `::1`, `localhost`) is refused "
         "unless this is `true`"))
     tls: ServerTls = setting(factory=ServerTls)
-    username: str | None = setting(None, type="string or null", doc="require this username (with `password_file`)")
+    users_file: str | None = setting(None, type="path or null", doc=(
+        "credentials file of salted hashes (`name:$scrypt$...` lines, written by `swtel passwd FILE NAME`): "
+        "every RPC must carry the name and password of one of its users (`username`/`password` metadata or "
+        "an `authorization: Basic` header); re-read when it changes; refused when other users can read it"))
+    username: str | None = setting(None, type="string or null", doc=(
+        "one user alone (with `password_file`); `users_file` is the general form"))
     password_file: str | None = setting(None, type="path or null", doc=(
-        "file holding the password; refused when other users can read it (mode `0640` or `0600`)"))
+        "`username`'s salted hash, as `swtel passwd FILE NAME` writes it (a plaintext password is refused); "
+        "refused when other users can read it (mode `0640` or `0600`)"))
+    cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
+        "under mTLS (`tls.ca`), what names the caller: the client certificate's subject CN or its first "
+        "subject alternative name"))
 
 
 @register
@@ -200,6 +218,19 @@ class GnmiServer(Exporter):
                 problems.append(f"{where}.tls: cert and key are required unless insecure: true")
             check_files(problems, f"{where}.tls", section.tls.ca, section.tls.cert, section.tls.key)
         check_auth(problems, where, section.username, section.password_file)
+        if section.username and not section.password_file:
+            problems.append(f"{where}.username: needs password_file (or use users_file); "
+                            "a username without a password source would let anyone in")
+        for key, path, only in (("users_file", section.users_file, None),
+                                ("password_file", section.password_file if section.username else None,
+                                 section.username)):
+            if path and not any(p.startswith(f"{where}.{key}:") for p in problems):
+                try:
+                    credentials.Users(path, only)
+                except (OSError, credentials.SecretError) as exc:
+                    problems.append(f"{where}.{key}: {exc}")
+        if section.users_file and section.username:
+            problems.append(f"{where}: users_file or username/password_file, not both")
 
     @classmethod
     def listeners_for(cls, section: ServerConfig | None, cfg) -> dict:
@@ -226,6 +257,7 @@ class GnmiServer(Exporter):
         *,
         max_subscribers: int = 32,
         queue_len: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
     ):
         _load()
         if cfg.listen.port == FORBIDDEN_PORT:
@@ -240,7 +272,11 @@ class GnmiServer(Exporter):
         self._grpc: grpc.Server | None = None
         self._lock = threading.Lock()
         self._subs: tuple[Subscriber, ...] = ()  # copy-on-write: the tick thread iterates lock-free
-        self._password: bytes | None = None
+        self._clock = clock  # the failed-login slow-down's (tests step it)
+        # anonymous until start() reads the config's user source (the tunnel's private socket
+        # never calls start: whoever the tunnel server lets in)
+        self._auth = Authenticator(None, mtls=False)
+        self._auth_failures = 0
         self._state = "stopped"
         self._last_error: str | None = None
         self._sent_closed = 0
@@ -252,8 +288,18 @@ class GnmiServer(Exporter):
     def start(self, store: Any) -> None:
         self.store = store
         cfg = self.cfg
-        if cfg.username:
-            self._password = _read_password(cfg.password_file) if cfg.password_file else b""
+        users = None
+        try:
+            if cfg.users_file:
+                users = credentials.Users(cfg.users_file)
+            elif cfg.username:  # validate refuses a username without password_file: never open
+                users = credentials.Users(cfg.password_file or "", cfg.username)
+        except (OSError, credentials.SecretError) as exc:
+            self._state, self._last_error = "failed", str(exc)
+            raise RuntimeError(f"gNMI server: {exc}") from None
+        mtls = bool(cfg.tls.ca) and not cfg.insecure
+        self._auth = Authenticator(users, mtls=mtls, cert_identity=cfg.cert_identity,
+                                   throttle=credentials.LoginThrottle(clock=self._clock))
         if cfg.insecure:
             creds = None
             log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
@@ -266,7 +312,7 @@ class GnmiServer(Exporter):
         workers = self.max_subscribers + _SPARE_WORKERS
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gnmi-server"),
-            handlers=[_handlers(_Servicer(self))],
+            handlers=[_handlers(_Servicer(self), self)],
             # Without this a second server could silently share the port (gRPC sets SO_REUSEPORT).
             options=[("grpc.so_reuseport", 0)],
             maximum_concurrent_rpcs=workers,
@@ -283,7 +329,7 @@ class GnmiServer(Exporter):
         self._grpc, self.port = server, port
         self._state = "listening"
         log.info("gNMI server listening", listen=self.listen, tls=creds is not None,
-                 mtls=bool(cfg.tls.ca) and not cfg.insecure, auth=bool(cfg.username))
+                 mtls=mtls, users=bool(users))
 
     def stop(self, timeout: float) -> None:
         for sub in self._subs:
@@ -324,19 +370,20 @@ class GnmiServer(Exporter):
 
     # ------------------------------------------------------------ RPC side
 
-    def authorize(self, context: grpc.ServicerContext) -> None:
-        if self._password is None:
-            return
-        meta = dict(context.invocation_metadata() or ())
-        user = str(meta.get("username", "")).encode()
-        password = str(meta.get("password", "")).encode()
-        ok = hmac.compare_digest(user, self.cfg.username.encode())
-        ok = hmac.compare_digest(password, self._password) and ok
-        if not ok:
-            self._last_error = f"authentication failed for {context.peer()}"
-            self._auth_log.log(log, "warning", "auth", "gNMI authentication failed",
-                               peer=context.peer(), username=user.decode(errors="replace"))
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
+    def admit(self, context: grpc.ServicerContext) -> Principal:
+        """Name the caller of an RPC or refuse it (UNAUTHENTICATED), before any of its work."""
+        peer = context.peer()
+        try:
+            return self._auth.authenticate(peer, context.invocation_metadata(), context.auth_context())
+        except AuthFailure as exc:
+            with self._lock:
+                self._auth_failures += 1
+            self._last_error = f"authentication failed for {peer}: {exc.message}"
+            # keyed by kind: a client retrying (or a scan of peers) logs once a minute
+            self._auth_log.log(log, "warning", "auth", "gNMI authentication failed", peer=peer,
+                               reason=exc.message)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            raise  # abort raises; never reached
 
     def register(self, sub: Subscriber) -> bool:
         with self._lock:
@@ -362,5 +409,6 @@ class GnmiServer(Exporter):
             "subscribers": len(subs),
             "sent": self._sent_closed + sum(s.sent for s in subs),
             "dropped": self._dropped_closed + sum(s.dropped for s in subs),
+            "auth_failures": self._auth_failures,
             "last_error": self._last_error,
         }

@@ -96,7 +96,7 @@ class LocalGnmi:
         workers = self.gnmi.max_subscribers + gnmi_server._SPARE_WORKERS
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tunnel-gnmi"),
-            handlers=[gnmi_server._handlers(gnmi_server._Servicer(self.gnmi))],
+            handlers=[gnmi_server._handlers(gnmi_server._Servicer(self.gnmi), self.gnmi)],
             maximum_concurrent_rpcs=workers,
         )
         try:

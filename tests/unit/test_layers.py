@@ -19,7 +19,7 @@ PACKAGE = ROOT / "agent"
 FLOORS: list[tuple[str, ...]] = [
     # 0 ground: the data model, the path grammar, logging, the hot path and its fallback, TLS files
     ("agent", "agent.counters", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
-     "agent.tls", "agent.sdnotify", "agent.yamlsafe"),
+     "agent.tls", "agent.sdnotify", "agent.yamlsafe", "agent.credentials"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
     ("agent.gnmi", "agent.store", "agent.links", "agent.asic", "agent.control.protocol",
      "agent.control.printable"),

@@ -47,8 +47,10 @@ def test_dialout_is_tls_unless_insecure():
 
 @pytest.mark.parametrize("mode,ok", [(0o600, True), (0o640, True), (0o644, False), (0o604, False)])
 def test_password_file_readable_by_others_is_refused(tmp_path, mode, ok):
+    from agent import credentials
+
     pw = tmp_path / "pw"
-    pw.write_text("secret\n")
+    credentials.write_user(str(pw), "u", "secret")
     pw.chmod(mode)
     text = f"exporters:\n  server: {{listen: '127.0.0.1:50051', insecure: true, username: u, password_file: {pw}}}\n"
     if ok:
