@@ -7,6 +7,7 @@ All ``on_*`` methods run on the engine's tick thread: they must not block
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -126,3 +127,34 @@ def check_auth(problems: list[str], where: str, username: str | None, password_f
             if mode & 0o007:  # a secret any local user can read is no secret
                 problems.append(f"{where}.password_file: readable by other users (mode {mode:04o}); "
                                 "chmod 0640 (group swtel) or 0600")
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost). A host name
+    other than ``localhost`` is not: what it resolves to can change after validation."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plaintext(problems: list[str], where: str, *, what: str, host: str, plaintext: bool,
+                    opt_in: bool, credentials: tuple[str, ...] = (), listen: bool = False,
+                    use_tls: str = "use TLS") -> None:
+    """The one plaintext rule of every exporter and the server. Plaintext (``plaintext``) to
+    or on a host other hosts can reach needs the explicit opt-in ``insecure_remote: true``
+    (``opt_in``); credentials (``credentials``: the keys that carry them) never travel in
+    plaintext beyond loopback, whatever the opt-in says. ``where``: the key naming the host."""
+    if not plaintext or is_loopback(host):
+        return
+    shown = host or "*"
+    place = f"on {shown}, which other hosts can reach" if listen else f"to {shown}, not a loopback address"
+    if credentials:
+        problems.append(f"{where}: {' and '.join(credentials)} would travel in plaintext {place}: "
+                        f"{use_tls} (credentials never go in clear beyond loopback, whatever insecure_remote says)")
+    elif not opt_in:
+        problems.append(f"{where}: plaintext {what} {place}: {use_tls}"
+                        f"{', listen on 127.0.0.1' if listen else ''}, or set insecure_remote: true")

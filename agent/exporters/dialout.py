@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import Container
-from agent.exporters.base import Exporter, check_auth, check_tls, register
+from agent.exporters.base import Exporter, check_auth, check_plaintext, check_tls, register
 from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ class DialoutConfig:
         "wire path: `/Nokia.SROS.DialoutTelemetry/Publish` (gnmic, Telegraf) or "
         "`/gnmi.sonic.gNMIDialOut/Publish`"))
     insecure: bool = setting(False, doc="plaintext gRPC; TLS unless this is `true`")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext (`insecure: true`) to a host other than loopback (127.0.0.0/8, `::1`, `localhost`) is "
+        "refused unless this is `true`; credentials are never sent in plaintext beyond loopback"))
     tls: ClientTls = setting(factory=ClientTls, sub={
         "ca": {"doc": "CA that signed the collector's certificate"},
         "server_name": {"doc": "name to verify in the collector's certificate"}})
@@ -185,6 +188,9 @@ class DialoutExporter(ReconnectingSender, Exporter):
                 problems.append(f"{item}.heartbeat: must be at least 1s, got {d.heartbeat}")
             check_tls(problems, item, d.insecure, d.tls)
             check_auth(problems, item, d.username, d.password_file)
+            check_plaintext(problems, f"{item}.address", what="gNMI dial-out (insecure: true)",
+                            host=d.address.host, plaintext=d.insecure, opt_in=d.insecure_remote,
+                            credentials=("username", "password_file") if d.username or d.password_file else ())
 
     @classmethod
     def listeners_for(cls, section: list[DialoutConfig], cfg) -> dict:

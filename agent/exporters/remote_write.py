@@ -28,7 +28,6 @@ still carries every count.
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import os
 import re
 import ssl
@@ -43,7 +42,7 @@ from agent import __version__, logs
 from agent.config import ClientTls, Duration, file_problem, setting
 from agent.counters import CounterTable
 from agent.exporters import otlp_names
-from agent.exporters.base import Exporter, check_auth, check_tls, register
+from agent.exporters.base import Exporter, check_auth, check_plaintext, check_tls, register
 from agent.exporters.otlp import names_of
 from agent.exporters.sender import BoundedQueue, PeriodicSender
 from agent.exporters.state_gauges import gauges as state_gauges
@@ -185,6 +184,9 @@ class RemoteWriteConfig:
     url: str = setting("", type="`http://` or `https://` URL", shown="required", doc=(
         "the receiver's write endpoint, e.g. `http://127.0.0.1:9090/api/v1/write` (Prometheus), "
         "`http://127.0.0.1:8428/api/v1/write` (VictoriaMetrics, vmagent), `https://mimir/api/v1/push`"))
+    insecure_remote: bool = setting(False, doc=(
+        "an `http://` (plaintext) url naming a host other than loopback (127.0.0.0/8, `::1`, `localhost`) "
+        "is refused unless this is `true`; credentials (`auth`) are never sent over `http://` beyond loopback"))
     interval: Duration = setting(Duration(1.0), type="duration, at least the agent's interval", doc=(
         "export period: the newest value of every series that changed"))
     resend: Duration = setting(Duration(60.0), type="duration, `interval`–4m", doc=(
@@ -200,7 +202,7 @@ class RemoteWriteConfig:
         "server_name": {"doc": "name to verify in the receiver's certificate"}})
     auth: RemoteWriteAuth = setting(factory=RemoteWriteAuth, doc=(
         "basic auth (`username`, `password_file`) or a bearer token (`token_file`); over `http://` "
-        "only to a loopback address"))
+        "only to a loopback address, whatever `insecure_remote` says"))
     labels: dict[str, str] = setting(factory=dict, type="mapping of label name to value", doc=(
         "labels added to every series (e.g. `site: ams1`); not `target` nor a series' own labels"))
 
@@ -224,15 +226,6 @@ def _url_problem(url: str) -> str | None:
     if port == 0:
         return "port 0"
     return None
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_secret_file(problems: list[str], where: str, path: str) -> None:
@@ -380,10 +373,11 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
                 _check_secret_file(problems, f"{item}.auth.token_file", a.token_file)
                 if a.username or a.password_file:
                     problems.append(f"{item}.auth: basic auth or token_file, not both")
-            if (parts is not None and not https and (a.username or a.token_file)
-                    and not _loopback(parts.hostname or "")):
-                problems.append(f"{item}.auth: credentials over plaintext http:// only to a loopback "
-                                "address; use https://")
+            if parts is not None:
+                check_plaintext(problems, f"{item}.url", what="remote write (http://)", host=parts.hostname or "",
+                                plaintext=not https, opt_in=d.insecure_remote, use_tls="use https://",
+                                credentials=tuple(k for k in ("auth.username", "auth.token_file")
+                                                  if getattr(a, k.partition(".")[2])))
             for key, value in d.labels.items():
                 if not _LABEL.match(key) or key.startswith("__"):
                     problems.append(f"{item}.labels.{key}: not a Prometheus label name "

@@ -14,7 +14,6 @@ UNAUTHENTICATED. Never on port 9339 (Cumulus' own gNMI server).
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from agent.config import (
     setting,
 )
 from agent.counters import Batch, Container, StateUpdate
-from agent.exporters.base import Exporter, check_auth, register
+from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
 from agent.gnmi.auth import Authenticator, AuthFailure, Principal
 
 log = logs.get("server")
@@ -151,16 +150,6 @@ def _handlers(servicer: _Servicer, owner: GnmiServer) -> grpc.GenericRpcHandler:
     })
 
 
-def is_loopback(host: str) -> bool:
-    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass
 class ServerConfig:
     """``exporters.server``: the gNMI dial-in server."""
@@ -182,6 +171,9 @@ class ServerConfig:
     password_file: str | None = setting(None, type="path or null", doc=(
         "`username`'s salted hash, as `swtel passwd FILE NAME` writes it (a plaintext password is refused); "
         "refused when other users can read it (mode `0640` or `0600`)"))
+    allow_anonymous: bool = setting(False, doc=(
+        "serve clients that are neither users nor mTLS-authenticated on an address other hosts can reach "
+        "(without it, such a server is refused); status then shows `anonymous: true`"))
     cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
         "under mTLS (`tls.ca`), what names the caller: the client certificate's subject CN or its first "
         "subject alternative name"))
@@ -208,11 +200,16 @@ class GnmiServer(Exporter):
         if section is None or not section.enabled:
             return
         check_listen(problems, f"{where}.listen", section.listen)
-        if section.insecure and not section.insecure_remote and not is_loopback(section.listen.host):
+        users = section.users_file or section.username
+        check_plaintext(problems, f"{where}.listen", what="gNMI (insecure: true)", host=section.listen.host,
+                        plaintext=section.insecure, opt_in=section.insecure_remote, listen=True,
+                        credentials=("users' passwords",) if users else ())
+        mtls = bool(section.tls.ca) and not section.insecure
+        if not (users or mtls or section.allow_anonymous or is_loopback(section.listen.host)):
             problems.append(
-                f"{where}.listen: plaintext gNMI (insecure: true) on {section.listen.host or '*'}, "
-                "which other hosts can reach: use TLS, listen on 127.0.0.1, or set insecure_remote: true"
-            )
+                f"{where}: listens on {section.listen.host or '*'}, which other hosts can reach, without "
+                "client authentication (anyone there could read every counter): set users_file, tls.ca "
+                "(mTLS), or allow_anonymous: true")
         if not section.insecure:
             if not (section.tls.cert and section.tls.key):
                 problems.append(f"{where}.tls: cert and key are required unless insecure: true")
@@ -298,6 +295,9 @@ class GnmiServer(Exporter):
             self._state, self._last_error = "failed", str(exc)
             raise RuntimeError(f"gNMI server: {exc}") from None
         mtls = bool(cfg.tls.ca) and not cfg.insecure
+        if users is None and not mtls and not is_loopback(cfg.listen.host):
+            log.warning("gNMI server admits anonymous clients on an address other hosts can reach "
+                        "(allow_anonymous: true)", listen=str(cfg.listen))
         self._auth = Authenticator(users, mtls=mtls, cert_identity=cfg.cert_identity,
                                    throttle=credentials.LoginThrottle(clock=self._clock))
         if cfg.insecure:
@@ -409,6 +409,7 @@ class GnmiServer(Exporter):
             "subscribers": len(subs),
             "sent": self._sent_closed + sum(s.sent for s in subs),
             "dropped": self._dropped_closed + sum(s.dropped for s in subs),
+            "anonymous": self._auth.anonymous,
             "auth_failures": self._auth_failures,
             "last_error": self._last_error,
         }

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
-from agent.exporters.base import Exporter, check_tls, register
+from agent.exporters.base import Exporter, check_plaintext, check_tls, register
 from agent.exporters.sender import ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -199,6 +199,9 @@ class TunnelConfig:
         "longest wait between connection attempts (NVUE `retry-interval`); retries start at 0.5 s and "
         "double up to it"))
     insecure: bool = setting(False, doc="plaintext gRPC to the tunnel server; TLS unless this is `true`")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext (`insecure: true`) to a host other than loopback (127.0.0.0/8, `::1`, `localhost`) is "
+        "refused unless this is `true`; the tunnel carries the agent's gNMI service"))
     tls: ClientTls = setting(factory=ClientTls, sub={
         "ca": {"doc": "CA that signed the tunnel server's certificate (NVUE `ca-certificate`)"},
         "server_name": {"shown": "`null` (the address)",
@@ -248,6 +251,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
                 problems.append(f"{item}: registers the same target with {host}:{t.port} twice")
             seen.add(key)
             check_tls(problems, item, t.insecure, t.tls)
+            check_plaintext(problems, f"{item}.address", what="tunnel (insecure: true), which carries the gNMI service,",
+                            host=host, plaintext=t.insecure, opt_in=t.insecure_remote)
 
     @classmethod
     def listeners_for(cls, section: list[TunnelConfig], cfg) -> dict:

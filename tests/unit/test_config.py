@@ -162,6 +162,7 @@ def test_design_config_shape_parses(tmp_path):
             - address: "[2001:db8::1]:57400"
               protocol: sonic
               insecure: true
+              insecure_remote: true
           server:  {{listen: "127.0.0.1:50051", insecure: true}}
         control: {{socket: /run/swtel/swtel.sock, mode: "0660", group: swtel, health_grace: 2m}}
         log:     {{level: info, format: kv}}
