@@ -14,6 +14,8 @@ UNAUTHENTICATED. Never on port 9339 (Cumulus' own gNMI server).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from typing import Any
 from agent import __version__, credentials, logs, tls
 from agent.config import (
     FORBIDDEN_PORT,
+    Duration,
     HostPort,
     ServerTls,
     check_files,
@@ -32,12 +35,16 @@ from agent.config import (
 )
 from agent.counters import Batch, Container, StateUpdate
 from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
-from agent.gnmi.auth import Authenticator, AuthFailure, Principal
+from agent.gnmi.auth import Authenticator, AuthFailure, Principal, peer_host
 
 log = logs.get("server")
 
 GNMI_VERSION = "0.8.0"
 _SPARE_WORKERS = 4  # threads kept for unary calls when every subscriber slot is taken
+# gRPC's own cap sits above ours, so that a client past ours gets our message; RPCs between
+# the two wait briefly for a worker (the guard runs on one) and are refused there.
+_GRPC_CAP_MARGIN = 16
+MAX_SUBSCRIBERS = 1024
 
 # gRPC, the gNMI messages and the Get/Subscribe machinery are imported when a server is
 # built (_load), not when a config is parsed (it imports every exporter's file): an agent
@@ -98,10 +105,19 @@ class _Servicer:
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "swtel is read-only: Set is not supported")
 
     def Subscribe(self, request_iterator, context, principal):  # noqa: N802
-        first = next(request_iterator, None)
+        owner = self._owner
+        # A client that opens a stream and never sends its SubscriptionList would hold a worker
+        # for good: the watchdog ends such a stream (DEADLINE_EXCEEDED) after first_request_timeout.
+        token = owner.deadlines.arm(float(owner.cfg.first_request_timeout), lambda: _expire_first(
+            context, float(owner.cfg.first_request_timeout)))
+        try:
+            first = next(request_iterator, None)
+        except grpc.RpcError:  # cancelled: by the client, or the watchdog (its status is sent)
+            return
+        finally:
+            owner.deadlines.disarm(token)
         if first is None or not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be a SubscriptionList")
-        owner = self._owner
         try:
             sub = Subscriber(first.subscribe, owner.target, owner.min_interval_s, owner.queue_len,
                              peer=context.peer())
@@ -120,18 +136,133 @@ class _Servicer:
             owner.unregister(sub)
 
 
+def _expire_first(context: Any, after_s: float) -> None:
+    """End a Subscribe whose first request has not come: DEADLINE_EXCEEDED with a message
+    (grpcio's call object can cancel with a status; the public ``cancel`` says only CANCELLED)."""
+    message = f"no SubscribeRequest within {Duration(after_s)} of the stream's start (first_request_timeout)"
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    try:
+        from grpc._cython import cygrpc
+
+        call.cancel(cygrpc.StatusCode.deadline_exceeded, message)
+    except Exception:  # noqa: BLE001 - another grpcio's internals: the public way, CANCELLED
+        context.cancel()
+
+
+class _Deadlines:
+    """One watchdog thread per server: calls ``fn`` once ``after_s`` has passed unless disarmed
+    first. Armed per Subscribe until its first request, so a heap, not a thread per stream."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._due: dict[int, Callable[[], None]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def arm(self, after_s: float, fn: Callable[[], None]) -> int:
+        token = next(self._ids)
+        with self._cond:
+            self._due[token] = fn
+            heapq.heappush(self._heap, (self._clock() + after_s, token))
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="gnmi-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._due.pop(token, None)  # its heap entry is skipped when it comes due
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._due.clear()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and (not self._heap or self._heap[0][0] > self._clock()):
+                    self._cond.wait(self._heap[0][0] - self._clock() if self._heap else None)
+                if self._stopped:
+                    self._thread = None
+                    return
+                _, token = heapq.heappop(self._heap)
+                fn = self._due.pop(token, None)
+            if fn is not None:
+                try:
+                    fn()
+                except Exception as exc:  # noqa: BLE001 - the watchdog outlives one bad call
+                    log.warning("gNMI deadline callback failed", error=str(exc))
+
+
+class _Slots:
+    """Concurrent RPCs, per peer address and in total, and Subscribe streams from their start
+    (not from their first request): what a client holds is counted before it costs anything."""
+
+    def __init__(self, per_peer: int, streams: int, total: int) -> None:
+        self.per_peer, self.streams, self.total = per_peer, streams, total
+        self._lock = threading.Lock()
+        self._by_peer: dict[str, int] = {}
+        self._streams = 0
+        self._total = 0
+        self.refused = 0
+
+    def take(self, host: str, stream: bool) -> str | None:
+        """None when taken, else why not (the RESOURCE_EXHAUSTED message)."""
+        with self._lock:
+            why = None
+            if self._by_peer.get(host, 0) >= self.per_peer:
+                why = (f"too many concurrent RPCs from {host} (limit {self.per_peer} per client address, "
+                       "max_rpcs_per_peer)")
+            elif stream and self._streams >= self.streams:
+                why = f"too many subscriptions (limit {self.streams}, max_subscribers)"
+            elif self._total >= self.total:
+                why = f"too many concurrent RPCs (limit {self.total})"
+            if why:
+                self.refused += 1
+                return why
+            self._by_peer[host] = self._by_peer.get(host, 0) + 1
+            self._streams += stream
+            self._total += 1
+            return None
+
+    def give(self, host: str, stream: bool) -> None:
+        with self._lock:
+            n = self._by_peer.get(host, 0) - 1
+            if n > 0:
+                self._by_peer[host] = n
+            else:
+                self._by_peer.pop(host, None)
+            self._streams -= stream
+            self._total -= 1
+
+
 def _guard(owner: GnmiServer, method: Callable, streaming: bool) -> Callable:
-    """``method`` behind the server's guard (GnmiServer.admit): every RPC is named or refused
-    before any of its work. A wrapped method rather than a grpc.ServerInterceptor: an
-    interceptor sees only the method name and metadata, not the peer or the certificate."""
+    """``method`` behind the server's guard: a slot (GnmiServer.enter: per-peer and total caps,
+    RESOURCE_EXHAUSTED) and a principal (GnmiServer.admit: UNAUTHENTICATED) before any of
+    its work. A wrapped method rather than a grpc.ServerInterceptor: an interceptor sees only
+    the method name and metadata, not the peer or the certificate."""
     if streaming:
         def stream(request_iterator, context):
-            principal = owner.admit(context)
-            yield from method(request_iterator, context, principal)
+            release = owner.enter(context, stream=True)
+            try:
+                principal = owner.admit(context)
+                yield from method(request_iterator, context, principal)
+            finally:
+                release()
         return stream
 
     def unary(request, context):
-        return method(request, context, owner.admit(context))
+        release = owner.enter(context, stream=False)
+        try:
+            return method(request, context, owner.admit(context))
+        finally:
+            release()
     return unary
 
 
@@ -174,6 +305,13 @@ class ServerConfig:
     allow_anonymous: bool = setting(False, doc=(
         "serve clients that are neither users nor mTLS-authenticated on an address other hosts can reach "
         "(without it, such a server is refused); status then shows `anonymous: true`"))
+    max_subscribers: int = setting(32, type=f"integer, 1–{MAX_SUBSCRIBERS}", doc=(
+        "Subscribe streams at once, counted from the stream's start; beyond, `RESOURCE_EXHAUSTED`. The server "
+        "runs this many + 4 worker threads, and at most that many RPCs at once"))
+    max_rpcs_per_peer: int = setting(16, type="integer, 1–10000", doc=(
+        "RPCs (streams and unary calls) at once from one client address; beyond, `RESOURCE_EXHAUSTED`"))
+    first_request_timeout: Duration = setting(Duration(10.0), type="duration, 100ms–5m", doc=(
+        "a Subscribe stream whose first request has not come by then is ended with `DEADLINE_EXCEEDED`"))
     cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
         "under mTLS (`tls.ca`), what names the caller: the client certificate's subject CN or its first "
         "subject alternative name"))
@@ -200,6 +338,12 @@ class GnmiServer(Exporter):
         if section is None or not section.enabled:
             return
         check_listen(problems, f"{where}.listen", section.listen)
+        if not 1 <= section.max_subscribers <= MAX_SUBSCRIBERS:
+            problems.append(f"{where}.max_subscribers: must be 1 to {MAX_SUBSCRIBERS}, got {section.max_subscribers}")
+        if not 1 <= section.max_rpcs_per_peer <= 10_000:
+            problems.append(f"{where}.max_rpcs_per_peer: must be 1 to 10000, got {section.max_rpcs_per_peer}")
+        if not 0.1 <= section.first_request_timeout <= 300:
+            problems.append(f"{where}.first_request_timeout: must be 100ms to 5m, got {section.first_request_timeout}")
         users = section.users_file or section.username
         check_plaintext(problems, f"{where}.listen", what="gNMI (insecure: true)", host=section.listen.host,
                         plaintext=section.insecure, opt_in=section.insecure_remote, listen=True,
@@ -252,7 +396,7 @@ class GnmiServer(Exporter):
         target: str,
         min_interval_s: float = 0.1,
         *,
-        max_subscribers: int = 32,
+        max_subscribers: int | None = None,
         queue_len: int = 1000,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -262,7 +406,10 @@ class GnmiServer(Exporter):
         self.cfg = cfg
         self.target = target
         self.min_interval_s = min_interval_s
-        self.max_subscribers = max_subscribers
+        self.max_subscribers = cfg.max_subscribers if max_subscribers is None else max_subscribers
+        workers = self.max_subscribers + _SPARE_WORKERS
+        self.slots = _Slots(cfg.max_rpcs_per_peer, self.max_subscribers, workers)
+        self.deadlines = _Deadlines()
         self.queue_len = queue_len
         self.store: Any = None
         self.port = 0
@@ -279,6 +426,7 @@ class GnmiServer(Exporter):
         self._sent_closed = 0
         self._dropped_closed = 0
         self._auth_log = logs.RateLimiter(60.0)  # a client retrying a bad password logs once a minute
+        self._limit_log = logs.RateLimiter(60.0)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -315,7 +463,7 @@ class GnmiServer(Exporter):
             handlers=[_handlers(_Servicer(self), self)],
             # Without this a second server could silently share the port (gRPC sets SO_REUSEPORT).
             options=[("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=workers,
+            maximum_concurrent_rpcs=workers + _GRPC_CAP_MARGIN,
         )
         address = str(cfg.listen)
         try:
@@ -332,6 +480,7 @@ class GnmiServer(Exporter):
                  mtls=mtls, users=bool(users))
 
     def stop(self, timeout: float) -> None:
+        self.deadlines.stop()
         for sub in self._subs:
             sub.close()
         if self._grpc is not None:
@@ -370,6 +519,23 @@ class GnmiServer(Exporter):
 
     # ------------------------------------------------------------ RPC side
 
+    def enter(self, context: grpc.ServicerContext, stream: bool) -> Callable[[], None]:
+        """Take a slot for an RPC (refused RESOURCE_EXHAUSTED past a cap); returns its release,
+        which runs once, at the method's end or the RPC's termination, whichever is first."""
+        host = peer_host(context.peer())
+        why = self.slots.take(host, stream)
+        if why:
+            self._last_error = why
+            self._limit_log.log(log, "warning", "limit", "gNMI RPC refused: limit", peer=context.peer(), reason=why)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+        done = threading.Lock()
+
+        def release() -> None:
+            if done.acquire(blocking=False):
+                self.slots.give(host, stream)
+        context.add_callback(release)
+        return release
+
     def admit(self, context: grpc.ServicerContext) -> Principal:
         """Name the caller of an RPC or refuse it (UNAUTHENTICATED), before any of its work."""
         peer = context.peer()
@@ -386,9 +552,7 @@ class GnmiServer(Exporter):
             raise  # abort raises; never reached
 
     def register(self, sub: Subscriber) -> bool:
-        with self._lock:
-            if len(self._subs) >= self.max_subscribers:
-                return False
+        with self._lock:  # the stream's slot was taken at its start (enter): this only lists it
             self._subs = (*self._subs, sub)
         log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode))
         return True
@@ -411,5 +575,6 @@ class GnmiServer(Exporter):
             "dropped": self._dropped_closed + sum(s.dropped for s in subs),
             "anonymous": self._auth.anonymous,
             "auth_failures": self._auth_failures,
+            "refused_limits": self.slots.refused,
             "last_error": self._last_error,
         }

@@ -85,6 +85,8 @@ class LocalGnmi:
         self.gnmi = gnmi_server.GnmiServer(
             gnmi_server.ServerConfig(listen=HostPort("127.0.0.1:50051"), insecure=True), target,
             min_interval_s=min_interval_s, max_subscribers=max_subscribers)
+        # every RPC comes from one peer here, the tunnel server (its sessions are capped there)
+        self.gnmi.slots.per_peer = self.gnmi.slots.total
         self.path = ""
         self._dir = ""
         self._grpc: grpc.Server | None = None
