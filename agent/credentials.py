@@ -51,8 +51,10 @@ def read_secret(path: str, what: str = "secret file", *, max_bytes: int = MAX_SE
     (``strip``: one rule for every secret: editors add a newline, nobody means a space)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise SecretError(f"{what} {path}: no such file") from None
     except OSError as exc:
-        raise SecretError(f"{what} {path}: {exc.strerror}") from None
+        raise SecretError(f"{what} {path}: cannot open: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

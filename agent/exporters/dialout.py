@@ -25,13 +25,20 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import Container
-from agent.exporters.base import Exporter, check_auth, check_plaintext, check_tls, register
+from agent.exporters.base import (
+    Exporter,
+    SecretError,
+    check_auth,
+    check_plaintext,
+    check_tls,
+    read_text_secret,
+    register,
+)
 from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -75,19 +82,11 @@ class CredentialsError(ValueError):
 
 
 def read_password(path: str) -> str:
-    """The password in ``path`` (surrounding whitespace stripped), checked to fit in gRPC
-    metadata, which carries printable ASCII only."""
+    """The password in ``path``, by the one secret reader (exporters/base.py)."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise CredentialsError(f"password_file {path}: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as exc:
-        raise CredentialsError(f"password_file {path}: not valid UTF-8 (byte {exc.start})") from exc
-    if not (text.isascii() and text.isprintable()):
-        raise CredentialsError(f"password_file {path}: gRPC metadata carries printable ASCII only")
-    return text
+        return read_text_secret(path, "password_file")
+    except SecretError as exc:
+        raise CredentialsError(str(exc)) from None
 
 
 class _Session:

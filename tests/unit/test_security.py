@@ -166,3 +166,56 @@ def test_one_plaintext_rule_for_every_exporter(section, where, what, host):
         "or set insecure_remote: true"]
     config.parse(f"exporters:\n  {section % ', insecure_remote: true'}\n")
     config.parse(f"exporters:\n  {section.replace(host, '::1' if ':' in host else '127.0.0.1') % ''}\n")
+
+
+# ---------------------------------------------------------------- one secret reader (issue 33, item 7)
+
+
+def test_every_secret_is_read_by_one_reader_with_one_rule(tmp_path):
+    """Dial-out's password, remote write's password and token: the same size bound, mode
+    check and whitespace rule (surrounding whitespace stripped), the same refusals."""
+    from agent.exporters import dialout, remote_write
+    from agent.exporters.base import SecretError
+
+    f = tmp_path / "secret"
+    f.write_text("\t s3cret \r\n")
+    f.chmod(0o600)
+    assert dialout.read_password(str(f)) == remote_write.read_secret(str(f)) == "s3cret"
+    for mode, content, fragment in [(0o644, "s3cret\n", "readable by other users (mode 0644)"),
+                                    (0o600, "\n\n", "empty (or only whitespace)"),
+                                    (0o600, "x" * 70_000, "larger than 65536 bytes"),
+                                    (0o600, "pässword", "printable ASCII only")]:
+        f.write_text(content)
+        f.chmod(mode)
+        with pytest.raises(dialout.CredentialsError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+            dialout.read_password(str(f))
+        with pytest.raises(SecretError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+            remote_write.read_secret(str(f))
+
+
+@pytest.mark.parametrize("content", ["", "\n", "  \n\n"])
+def test_validate_refuses_an_empty_dialout_password_file(tmp_path, content):
+    pw = tmp_path / "pw"
+    pw.write_text(content)
+    pw.chmod(0o600)
+    assert _problems(f"exporters:\n  dialout: [{{address: '127.0.0.1:57400', insecure: true, username: u, "
+                     f"password_file: {pw}}}]\n") == [
+        "exporters.dialout[0].password_file: empty (or only whitespace)"]
+
+
+def test_a_tls_key_other_users_can_read_is_refused_by_validate_and_at_start(tmp_path):
+    from agent.config import HostPort, ServerTls
+    from agent.exporters.server import GnmiServer, ServerConfig
+    from agent.store import Store
+    from tests.gnmi_helpers import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    pki.server_key.chmod(0o644)
+    problems = _problems(f"exporters:\n  server: {{listen: '127.0.0.1:50051', tls: {{cert: {pki.server_cert}, "
+                         f"key: {pki.server_key}}}}}\n")
+    assert problems == ["exporters.server.tls.key: readable by other users (mode 0644); "
+                        "chmod 0640 (group swtel) or 0600"]
+    srv = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"),
+                                  tls=ServerTls(cert=str(pki.server_cert), key=str(pki.server_key))), "t")
+    with pytest.raises(RuntimeError, match=r"key .*: readable by other users \(mode 0644\)"):
+        srv.start(Store())
