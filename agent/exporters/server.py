@@ -35,7 +35,7 @@ from agent.config import (
 )
 from agent.counters import Batch, Container, StateUpdate
 from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
-from agent.gnmi.auth import Authenticator, AuthFailure, Principal, peer_host
+from agent.gnmi.auth import Authenticator, AuthFailure, PamUsers, Principal, peer_host
 
 log = logs.get("server")
 
@@ -281,6 +281,24 @@ def _handlers(servicer: _Servicer, owner: GnmiServer) -> grpc.GenericRpcHandler:
     })
 
 
+PAM_DIRS = ("/etc/pam.d", "/usr/lib/pam.d")
+
+
+def _check_pam(problems: list[str], where: str, service: str) -> None:
+    import importlib.util
+    import os
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", service) or service in (".", ".."):
+        problems.append(f"{where}: expected a PAM service name (a file of /etc/pam.d), got {service[:60]!r}")
+        return
+    if not any(os.path.isfile(os.path.join(d, service)) for d in PAM_DIRS):
+        # PAM would fall back to the "other" service: say so rather than guess what it allows
+        problems.append(f"{where}: no PAM service file /etc/pam.d/{service}")
+    if importlib.util.find_spec("pam") is None:
+        problems.append(f"{where}: needs the Python module pam (Debian: python3-pampy; PyPI: python-pam)")
+
+
 @dataclass
 class ServerConfig:
     """``exporters.server``: the gNMI dial-in server."""
@@ -297,6 +315,10 @@ class ServerConfig:
         "credentials file of salted hashes (`name:$scrypt$...` lines, written by `swtel passwd FILE NAME`): "
         "every RPC must carry the name and password of one of its users (`username`/`password` metadata or "
         "an `authorization: Basic` header); re-read when it changes; refused when other users can read it"))
+    pam_service: str | None = setting(None, type="string or null", doc=(
+        "check passwords against the switch's own accounts through this PAM service (e.g. `swtel`, "
+        "/etc/pam.d/swtel; needs python3-pampy, and read access to /etc/shadow for local accounts: "
+        "see server.md); instead of `users_file`"))
     username: str | None = setting(None, type="string or null", doc=(
         "one user alone (with `password_file`); `users_file` is the general form"))
     password_file: str | None = setting(None, type="path or null", doc=(
@@ -344,7 +366,7 @@ class GnmiServer(Exporter):
             problems.append(f"{where}.max_rpcs_per_peer: must be 1 to 10000, got {section.max_rpcs_per_peer}")
         if not 0.1 <= section.first_request_timeout <= 300:
             problems.append(f"{where}.first_request_timeout: must be 100ms to 5m, got {section.first_request_timeout}")
-        users = section.users_file or section.username
+        users = section.users_file or section.username or section.pam_service
         check_plaintext(problems, f"{where}.listen", what="gNMI (insecure: true)", host=section.listen.host,
                         plaintext=section.insecure, opt_in=section.insecure_remote, listen=True,
                         credentials=("users' passwords",) if users else ())
@@ -370,8 +392,10 @@ class GnmiServer(Exporter):
                     credentials.Users(path, only)
                 except (OSError, credentials.SecretError) as exc:
                     problems.append(f"{where}.{key}: {exc}")
-        if section.users_file and section.username:
-            problems.append(f"{where}: users_file or username/password_file, not both")
+        if sum(bool(x) for x in (section.users_file, section.username, section.pam_service)) > 1:
+            problems.append(f"{where}: one user source: users_file, username/password_file or pam_service")
+        if section.pam_service is not None:
+            _check_pam(problems, f"{where}.pam_service", section.pam_service)
 
     @classmethod
     def listeners_for(cls, section: ServerConfig | None, cfg) -> dict:
@@ -437,9 +461,11 @@ class GnmiServer(Exporter):
         try:
             if cfg.users_file:
                 users = credentials.Users(cfg.users_file)
+            elif cfg.pam_service:
+                users = PamUsers(cfg.pam_service)
             elif cfg.username:  # validate refuses a username without password_file: never open
                 users = credentials.Users(cfg.password_file or "", cfg.username)
-        except (OSError, credentials.SecretError) as exc:
+        except (OSError, credentials.SecretError, ImportError) as exc:
             self._state, self._last_error = "failed", str(exc)
             raise RuntimeError(f"gNMI server: {exc}") from None
         mtls = bool(cfg.tls.ca) and not cfg.insecure

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,3 +151,53 @@ class Authenticator:
             raise
         self.throttle.succeeded(host)
         return Principal(name, "password", cert)
+
+
+class PamUsers:
+    """The switch's own accounts through PAM (``pam_service``): Cumulus' NVUE users are
+    local accounts, and a service that includes ``common-auth`` reaches TACACS+ or RADIUS
+    too. python-pam (Debian ``python3-pampy``), one authenticator per thread (each loads
+    libpam; its result fields are per call). A verified password is remembered, as a keyed
+    hash, for ``remember_s``: a locked or changed account takes effect within that time."""
+
+    def __init__(self, service: str, remember_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        import pam  # noqa: F401 - fail at start, not at the first login, when it is missing
+
+        self.service = service
+        self.remember_s = remember_s
+        self._clock = clock
+        self._local = threading.local()
+        self._key = secrets.token_bytes(32)
+        self._lock = threading.Lock()
+        self._verified: dict[str, tuple[bytes, float]] = {}
+
+    def _pam(self) -> Any:
+        handle = getattr(self._local, "pam", None)
+        if handle is None:
+            import pam
+
+            handle = self._local.pam = pam.pam()
+        return handle
+
+    def check(self, name: str, password: bytes) -> bool:
+        mark = hmac.new(self._key, name.encode() + b"\0" + password, hashlib.sha256).digest()
+        now = self._clock()
+        with self._lock:
+            known = self._verified.get(name)
+        if known is not None and known[1] > now and hmac.compare_digest(known[0], mark):
+            return True
+        try:
+            text = password.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        ok = bool(self._pam().authenticate(name, text, service=self.service, resetcreds=False))
+        with self._lock:
+            if ok:
+                self._verified[name] = (mark, now + self.remember_s)
+                if len(self._verified) > 4096:  # bounded: the oldest entries go
+                    for stale in list(self._verified)[:1024]:
+                        del self._verified[stale]
+            else:
+                self._verified.pop(name, None)
+        return ok

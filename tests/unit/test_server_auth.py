@@ -428,7 +428,7 @@ def test_validate_checks_the_users_file(tmp_path):
     users.chmod(0o640)
     problems = _problems(f"exporters:\n  server: {{{LOOP}, users_file: {users}, username: nvue, "
                          f"password_file: {users}}}\n")
-    assert "exporters.server: users_file or username/password_file, not both" in problems
+    assert "exporters.server: one user source: users_file, username/password_file or pam_service" in problems
 
 
 def test_swtel_passwd_prompts_twice(monkeypatch, tmp_path, capsys):
