@@ -124,7 +124,7 @@ class _Servicer:
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         sub.warm(owner.store)
-        if not owner.register(sub):
+        if not owner.register(sub, principal):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"too many subscriptions (limit {owner.max_subscribers})")
         context.add_callback(sub.close)
@@ -577,10 +577,11 @@ class GnmiServer(Exporter):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
             raise  # abort raises; never reached
 
-    def register(self, sub: Subscriber) -> bool:
+    def register(self, sub: Subscriber, principal: Principal | None = None) -> bool:
         with self._lock:  # the stream's slot was taken at its start (enter): this only lists it
             self._subs = (*self._subs, sub)
-        log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode))
+        log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode),
+                 principal=principal.name if principal else None, auth=principal.how if principal else None)
         return True
 
     def unregister(self, sub: Subscriber) -> None:

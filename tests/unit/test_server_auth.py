@@ -442,3 +442,19 @@ def test_swtel_passwd_prompts_twice(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert cli.main(["passwd", str(tmp_path / "u"), "nvue"]) == 0
     assert credentials.Users(str(tmp_path / "u")).check("nvue", b"same")
+
+
+def test_swtel_validate_refuses_the_bypass(tmp_path):
+    """The issue's bypass, through the command: a username with no password source, and with a
+    newline-only password file, are exit 1 with the line that says why."""
+    pw = tmp_path / "pw"
+    pw.write_text("\n")
+    pw.chmod(0o600)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for extra, message in (("", "exporters.server.username: needs password_file"),
+                           (f", password_file: {pw}", "exporters.server.password_file: empty (or only whitespace)")):
+        f = tmp_path / "swtel.yaml"
+        f.write_text(f"exporters:\n  server: {{{LOOP}, username: nvue{extra}}}\n")
+        r = subprocess.run([sys.executable, "-m", "agent", "validate", str(f)], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode == 1 and message in r.stdout + r.stderr, (r.stdout, r.stderr)
