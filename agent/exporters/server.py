@@ -18,6 +18,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ class _Servicer:
         return CAPABILITIES
 
     def Get(self, request, context, principal):  # noqa: N802
+        self._owner.rate_check(context)
         try:
             return get.get(self._owner.store, request, self._owner.target)
         except RequestError as exc:
@@ -129,7 +131,7 @@ class _Servicer:
                           f"too many subscriptions (limit {owner.max_subscribers})")
         context.add_callback(sub.close)
         try:
-            yield from sub.responses(owner.store, request_iterator)
+            yield from sub.responses(owner.store, owner.rated_polls(context, request_iterator))
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         finally:
@@ -198,6 +200,31 @@ class _Deadlines:
                     fn()
                 except Exception as exc:  # noqa: BLE001 - the watchdog outlives one bad call
                     log.warning("gNMI deadline callback failed", error=str(exc))
+
+
+class _Rates:
+    """Get and Poll requests per client address: a token bucket of ``rate`` a second holding at
+    most ``rate`` (at least 1): a client may ask in bursts, not faster on average. Bounded:
+    the least recently seen addresses are forgotten first (a forgotten one starts full)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float], max_peers: int = 4096) -> None:
+        self.rate = rate
+        self.burst = max(1.0, rate)
+        self._clock = clock
+        self._max = max_peers
+        self._lock = threading.Lock()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, when
+
+    def take(self, host: str) -> bool:
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.pop(host, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            ok = tokens >= 1.0
+            self._buckets[host] = (tokens - 1.0 if ok else tokens, now)
+            while len(self._buckets) > self._max:
+                self._buckets.popitem(last=False)
+            return ok
 
 
 class _Slots:
@@ -332,6 +359,9 @@ class ServerConfig:
         "runs this many + 4 worker threads, and at most that many RPCs at once"))
     max_rpcs_per_peer: int = setting(16, type="integer, 1–10000", doc=(
         "RPCs (streams and unary calls) at once from one client address; beyond, `RESOURCE_EXHAUSTED`"))
+    max_requests_per_second: float = setting(20.0, type="number, 0.1–10000", doc=(
+        "Get requests and Polls per second from one client address, on average (bursts up to as many "
+        "at once); beyond, `RESOURCE_EXHAUSTED`"))
     first_request_timeout: Duration = setting(Duration(10.0), type="duration, 100ms–5m", doc=(
         "a Subscribe stream whose first request has not come by then is ended with `DEADLINE_EXCEEDED`"))
     cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
@@ -364,6 +394,9 @@ class GnmiServer(Exporter):
             problems.append(f"{where}.max_subscribers: must be 1 to {MAX_SUBSCRIBERS}, got {section.max_subscribers}")
         if not 1 <= section.max_rpcs_per_peer <= 10_000:
             problems.append(f"{where}.max_rpcs_per_peer: must be 1 to 10000, got {section.max_rpcs_per_peer}")
+        if not 0.1 <= section.max_requests_per_second <= 10_000:
+            problems.append(f"{where}.max_requests_per_second: must be 0.1 to 10000, got "
+                            f"{section.max_requests_per_second:g}")
         if not 0.1 <= section.first_request_timeout <= 300:
             problems.append(f"{where}.first_request_timeout: must be 100ms to 5m, got {section.first_request_timeout}")
         users = section.users_file or section.username or section.pam_service
@@ -434,6 +467,7 @@ class GnmiServer(Exporter):
         workers = self.max_subscribers + _SPARE_WORKERS
         self.slots = _Slots(cfg.max_rpcs_per_peer, self.max_subscribers, workers)
         self.deadlines = _Deadlines()
+        self.rates = _Rates(float(cfg.max_requests_per_second), clock)
         self.queue_len = queue_len
         self.store: Any = None
         self.port = 0
@@ -561,6 +595,34 @@ class GnmiServer(Exporter):
                 self.slots.give(host, stream)
         context.add_callback(release)
         return release
+
+    def _rate_refusal(self, context: grpc.ServicerContext) -> str | None:
+        host = peer_host(context.peer())
+        if self.rates.take(host):
+            return None
+        why = (f"too many Get and Poll requests from {host} (limit {self.rates.rate:g} per second, "
+               "max_requests_per_second)")
+        with self.slots._lock:
+            self.slots.refused += 1
+        self._last_error = why
+        self._limit_log.log(log, "warning", "rate", "gNMI RPC refused: limit", peer=context.peer(), reason=why)
+        return why
+
+    def rate_check(self, context: grpc.ServicerContext) -> None:
+        """A Get within its client address's rate, or RESOURCE_EXHAUSTED."""
+        why = self._rate_refusal(context)
+        if why:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+
+    def rated_polls(self, context: grpc.ServicerContext, requests: Any) -> Any:
+        """``requests`` with every Poll taken from the same per-address rate as Get: past it the
+        stream ends RESOURCE_EXHAUSTED (raised where the subscription reads its next request)."""
+        for req in requests:
+            if req.HasField("poll"):
+                why = self._rate_refusal(context)
+                if why:
+                    raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+            yield req
 
     def admit(self, context: grpc.ServicerContext) -> Principal:
         """Name the caller of an RPC or refuse it (UNAUTHENTICATED), before any of its work."""

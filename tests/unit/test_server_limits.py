@@ -168,9 +168,59 @@ def test_slots_total_cap():
     ("max_subscribers", 5000, "must be 1 to 1024, got 5000"),
     ("max_rpcs_per_peer", 0, "must be 1 to 10000, got 0"),
     ("first_request_timeout", "10ms", "must be 100ms to 5m, got 10ms"),
+    ("max_requests_per_second", 0, "must be 0.1 to 10000, got 0"),
     ("first_request_timeout", "6m", "must be 100ms to 5m, got 360s"),
 ])
 def test_limits_are_validated(key, value, message):
     with pytest.raises(ConfigError) as info:
         config.parse(f"exporters:\n  server: {{listen: '127.0.0.1:50051', insecure: true, {key}: {value}}}\n")
     assert info.value.problems == [f"exporters.server.{key}: {message}"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_get_and_poll_share_a_rate_per_client_address():
+    """A token bucket per address on the server's (here the test's) clock: two at once, then one
+    per half second; Poll draws on the same bucket, and past it the POLL stream ends."""
+    clock = Clock()
+    srv = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True, max_requests_per_second=2.0),
+                     "leaf01", clock=clock)
+    srv.start(Store())
+    limit = "too many Get and Poll requests from 127.0.0.1 (limit 2 per second, max_requests_per_second)"
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")
+    stub = gnmi_pb2_grpc.gNMIStub(channel)
+
+    def get() -> grpc.StatusCode:
+        try:
+            stub.Get(gnmi_pb2.GetRequest(path=[gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces")])]),
+                     timeout=10)
+        except grpc.RpcError as exc:
+            return exc.code() if exc.code() != EXHAUSTED else exc.details()
+        return grpc.StatusCode.OK
+
+    try:
+        # an empty store answers NOT_FOUND: past the rate check, which is what is asked here
+        assert [get(), get(), get()] == [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.NOT_FOUND, limit]
+        clock.now += 0.5
+        assert [get(), get()] == [grpc.StatusCode.NOT_FOUND, limit]
+        assert _capabilities(srv) == (grpc.StatusCode.OK, "")  # Capabilities is not rated
+        clock.now += 1.0  # two tokens again
+        stream = Idle(srv, _poll_list())
+        try:
+            wait_until(lambda: srv.status()["subscribers"] == 1, what="the subscription")
+            stream.more = [gnmi_pb2.SubscribeRequest(poll=gnmi_pb2.Poll())] * 3
+            stream.go.set()
+            assert next(stream.call).sync_response and next(stream.call).sync_response
+            assert stream.outcome() == (EXHAUSTED, limit)
+        finally:
+            stream.close()
+        assert srv.status()["refused_limits"] == 3
+    finally:
+        channel.close()
+        srv.stop(1)
