@@ -84,6 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("-c", "--config", default=None, help="read the socket path from this config")
 
+    pw = sub.add_parser(
+        "passwd", help="add or change a user of the gNMI server's credentials file (salted hashes)",
+        description="Write NAME's entry (a salted scrypt hash, never the password) into FILE, the "
+                    "file exporters.server.users_file (or password_file) names; created 0640, an "
+                    "existing file keeps its mode and owner. The password is asked twice on a "
+                    "terminal, or read as one line from stdin with --stdin. A running agent picks "
+                    "the change up at its next login check.")
+    pw.add_argument("file", help="credentials file, e.g. /etc/swtel/gnmi-users")
+    pw.add_argument("name", help="user name (1-64 of A-Z a-z 0-9 _ . @ + -)")
+    pw.add_argument("--stdin", action="store_true", help="read the password from stdin (one line)")
+
     top = sub.add_parser(
         "top", help="live view of a running agent: ports by throughput, errors, drops, PFC, events",
         description="Ask a running agent over its control socket every second and show its ports "
@@ -220,6 +231,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from agent.control.client import status_main
 
         return status_main(args)
+    if args.verb == "passwd":
+        return _passwd(args)
     if args.verb == "top":
         from agent.control.top import top_main
 
@@ -241,6 +254,30 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return demo_main(args)
     return 2
+
+
+def _passwd(args: argparse.Namespace) -> int:
+    from agent import credentials
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        import getpass
+
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            print("swtel passwd: the passwords differ; nothing written", file=sys.stderr)
+            return 1
+    if not password:
+        print("swtel passwd: an empty password is refused; nothing written", file=sys.stderr)
+        return 1
+    try:
+        replaced = credentials.write_user(args.file, args.name, password)
+    except (OSError, credentials.SecretError) as exc:
+        print(f"swtel passwd: {exc}", file=sys.stderr)
+        return 1
+    print(f"{'changed' if replaced else 'added'} {args.name} in {args.file}")
+    return 0
 
 
 if __name__ == "__main__":

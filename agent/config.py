@@ -488,6 +488,9 @@ def _check_control(ctl: Control, problems: list[str]) -> None:
         problems.append(f"control.socket: expected an absolute path, got {ctl.socket!r}")
     elif len(os.fsencode(ctl.socket)) > _SUN_PATH_MAX:
         problems.append(f"control.socket: longer than {_SUN_PATH_MAX} bytes, too long for a UNIX socket")
+    if ctl.mode & 0o002:  # connecting to a UNIX socket takes write permission: any local user
+        problems.append(f"control.mode: writable by others ({ctl.mode:04o}): any local user could command the "
+                        "agent; use 0660 (group swtel) or 0600")
     if ctl.group is not None and not ctl.group.strip():
         problems.append("control.group: must not be empty (use null to keep the agent's group)")
 
@@ -523,6 +526,8 @@ def file_problem(path: str, kind: str | None) -> str | None:
         return f"{_short(path)} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
     if kind == "private key" and not any(label.endswith(b"PRIVATE KEY") for label in labels):
         return f"{_short(path)} holds no PEM private key (-----BEGIN ... PRIVATE KEY-----)"
+    if kind == "private key" and st.st_mode & 0o007:  # the one secret reader's rule (tls.read_pem)
+        return f"readable by other users (mode {st.st_mode & 0o777:04o}); chmod 0640 (group swtel) or 0600"
     return None
 
 

@@ -8,22 +8,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.credentials import SecretError, read_secret
+
 if TYPE_CHECKING:  # imported where credentials are built: parsing a config stays light
     import grpc
+
+
+MAX_PEM_BYTES = 1024 * 1024
 
 
 class TlsError(RuntimeError):
     """A certificate, key or CA file could not be used."""
 
 
-def read_pem(path: str | None, what: str) -> bytes | None:
+def read_pem(path: str | None, what: str, private: bool = False) -> bytes | None:
+    """A PEM file (at most 1 MiB); a ``private`` key by the one secret reader's rules: a
+    regular file no other user can read."""
     if not path:
         return None
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise TlsError(f"{what} {path!r}: {exc.strerror}") from None
+        data = read_secret(path, what, max_bytes=MAX_PEM_BYTES, private=private, strip=False)
+    except SecretError as exc:
+        raise TlsError(str(exc)) from None
     if b"-----BEGIN" not in data:
         raise TlsError(f"{what} {path!r}: not a PEM file")
     return data
@@ -65,7 +71,7 @@ def channel_credentials(
 
     return grpc.ssl_channel_credentials(
         root_certificates=read_pem(ca, "CA"),
-        private_key=read_pem(key, "client key"),
+        private_key=read_pem(key, "client key", private=True),
         certificate_chain=read_pem(cert, "client cert"),
     )
 
@@ -81,7 +87,7 @@ def server_credentials(
     """Server side: ``client_ca`` set means mTLS, clients must present a cert it signed."""
     if not (cert and key):
         raise TlsError("a server needs both a certificate and a key (or run insecure)")
-    chain, pkey = read_pem(cert, "certificate"), read_pem(key, "key")
+    chain, pkey = read_pem(cert, "certificate"), read_pem(key, "key", private=True)
     root = read_pem(client_ca, "client CA")
     import grpc
 

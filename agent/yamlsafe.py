@@ -14,6 +14,10 @@ import yaml
 
 MAX_DEPTH = 32  # nesting of mappings and lists
 MAX_VALUES = 50_000  # YAML values (scalars, lists, mappings), counted after alias expansion
+# Python refuses int() of 4,300+ digits and str() of an int that long (a hex one parses): far
+# below both, an integer is refused where it is read; smaller absurd ones meet the keys' ranges.
+MAX_INT_CHARS = 1000
+MAX_INT_BITS = 3000
 
 
 class Loader(yaml.SafeLoader):
@@ -62,6 +66,18 @@ class Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Any value the constructors cannot make (a timestamp past the calendar, a number past
+        Python's limits) becomes a YAML error at its node, so the config error names its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, TypeError, OverflowError) as exc:
+            reason = str(exc)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read this value: {reason[:120]}", node.start_mark) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set[Any] = set()
         for key_node, _ in node.value:
@@ -79,7 +95,14 @@ def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
     text = loader.construct_scalar(node)
     if re.fullmatch(r"0[0-7]+", str(text)):
         return str(text)  # a file mode; int fields reject it with a clear message
-    return yaml.SafeLoader.construct_yaml_int(loader, node)
+    if len(str(text)) > MAX_INT_CHARS:  # before int()
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer too large ({len(str(text))} characters)", node.start_mark)
+    value = yaml.SafeLoader.construct_yaml_int(loader, node)
+    if value.bit_length() > MAX_INT_BITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"integer too large ({value.bit_length()} bits)", node.start_mark)
+    return value
 
 
 Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)

@@ -7,11 +7,12 @@ All ``on_*`` methods run on the engine's tick thread: they must not block
 
 from __future__ import annotations
 
-import os
+import ipaddress
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agent import registry
-from agent.config import ClientTls, check_files, file_problem
+from agent.config import ClientTls, check_files
+from agent.credentials import SecretError, read_secret, secret_problem
 
 if TYPE_CHECKING:
     from agent.counters import Batch, Container, StateUpdate
@@ -114,18 +115,64 @@ def check_tls(problems: list[str], where: str, insecure: bool, tls: ClientTls) -
             problems.append(f"{where}.tls: cert and key go together (mTLS)")
 
 
+def read_text_secret(path: str, what: str) -> str:
+    """The one reader of every password and token file an exporter sends (dial-out's
+    password, remote write's password and token), on the rules of credentials.read_secret
+    (a regular file of at most 64 KiB that no other user can read, surrounding whitespace
+    stripped), and non-empty printable ASCII: all that gRPC metadata and HTTP headers carry.
+    Raises SecretError naming ``what`` and the file."""
+    data = read_secret(path, what)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SecretError(f"{what} {path}: not valid UTF-8 (byte {exc.start})") from None
+    if not text:
+        raise SecretError(f"{what} {path}: empty (or only whitespace)")
+    if not (text.isascii() and text.isprintable()):
+        raise SecretError(f"{what} {path}: printable ASCII only (gRPC metadata and HTTP headers carry nothing else)")
+    return text
+
+
+def check_secret(problems: list[str], where: str, path: str) -> None:
+    """validate's side of the one secret reader: the same rules, the problem under ``where``."""
+    problem = secret_problem(path)
+    if problem:
+        problems.append(f"{where}: {problem}")
+
+
 def check_auth(problems: list[str], where: str, username: str | None, password_file: str | None) -> None:
     if password_file and not username:
         problems.append(f"{where}.password_file: needs username")
     if password_file:
-        problem = file_problem(password_file, None)
-        if problem:
-            problems.append(f"{where}.password_file: {problem}")
-        else:
-            try:
-                mode = os.stat(password_file).st_mode & 0o777
-            except OSError:
-                mode = 0
-            if mode & 0o007:  # a secret any local user can read is no secret
-                problems.append(f"{where}.password_file: readable by other users (mode {mode:04o}); "
-                                "chmod 0640 (group swtel) or 0600")
+        check_secret(problems, f"{where}.password_file", password_file)
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost). A host name
+    other than ``localhost`` is not: what it resolves to can change after validation."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plaintext(problems: list[str], where: str, *, what: str, host: str, plaintext: bool,
+                    opt_in: bool, credentials: tuple[str, ...] = (), listen: bool = False,
+                    use_tls: str = "use TLS") -> None:
+    """The one plaintext rule of every exporter and the server. Plaintext (``plaintext``) to
+    or on a host other hosts can reach needs the explicit opt-in ``insecure_remote: true``
+    (``opt_in``); credentials (``credentials``: the keys that carry them) never travel in
+    plaintext beyond loopback, whatever the opt-in says. ``where``: the key naming the host."""
+    if not plaintext or is_loopback(host):
+        return
+    shown = host or "*"
+    place = f"on {shown}, which other hosts can reach" if listen else f"to {shown}, not a loopback address"
+    if credentials:
+        problems.append(f"{where}: {' and '.join(credentials)} would travel in plaintext {place}: "
+                        f"{use_tls} (credentials never go in clear beyond loopback, whatever insecure_remote says)")
+    elif not opt_in:
+        problems.append(f"{where}: plaintext {what} {place}: {use_tls}"
+                        f"{', listen on 127.0.0.1' if listen else ''}, or set insecure_remote: true")

@@ -25,13 +25,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import Container
-from agent.exporters.base import Exporter, check_auth, check_tls, register
+from agent.exporters.base import (
+    Exporter,
+    SecretError,
+    check_auth,
+    check_plaintext,
+    check_tls,
+    read_text_secret,
+    register,
+)
 from agent.exporters.sender import (
     CLOSE_GRACE_S,
     BoundedQueue,
@@ -82,19 +89,11 @@ class CredentialsError(ValueError):
 
 
 def read_password(path: str) -> str:
-    """The password in ``path`` (surrounding whitespace stripped), checked to fit in gRPC
-    metadata, which carries printable ASCII only."""
+    """The password in ``path``, by the one secret reader (exporters/base.py)."""
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise CredentialsError(f"password_file {path}: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as exc:
-        raise CredentialsError(f"password_file {path}: not valid UTF-8 (byte {exc.start})") from exc
-    if not (text.isascii() and text.isprintable()):
-        raise CredentialsError(f"password_file {path}: gRPC metadata carries printable ASCII only")
-    return text
+        return read_text_secret(path, "password_file")
+    except SecretError as exc:
+        raise CredentialsError(str(exc)) from None
 
 
 class _Session:
@@ -149,6 +148,9 @@ class DialoutConfig:
         "wire path: `/Nokia.SROS.DialoutTelemetry/Publish` (gnmic, Telegraf) or "
         "`/gnmi.sonic.gNMIDialOut/Publish`"))
     insecure: bool = setting(False, doc="plaintext gRPC; TLS unless this is `true`")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext (`insecure: true`) to a host other than loopback (127.0.0.0/8, `::1`, `localhost`) is "
+        "refused unless this is `true`; credentials are never sent in plaintext beyond loopback"))
     tls: ClientTls = setting(factory=ClientTls, sub={
         "ca": {"doc": "CA that signed the collector's certificate"},
         "server_name": {"doc": "name to verify in the collector's certificate"}})
@@ -202,6 +204,9 @@ class DialoutExporter(ReconnectingSender, Exporter):
                 problems.append(f"{item}.heartbeat: must be at least 1s, got {d.heartbeat}")
             check_tls(problems, item, d.insecure, d.tls)
             check_auth(problems, item, d.username, d.password_file)
+            check_plaintext(problems, f"{item}.address", what="gNMI dial-out (insecure: true)",
+                            host=d.address.host, plaintext=d.insecure, opt_in=d.insecure_remote,
+                            credentials=("username", "password_file") if d.username or d.password_file else ())
 
     @classmethod
     def listeners_for(cls, section: list[DialoutConfig], cfg) -> dict:

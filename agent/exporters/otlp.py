@@ -44,7 +44,7 @@ from agent import __version__, logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable, encodable_indices
 from agent.exporters import otlp_names, state_gauges
-from agent.exporters.base import Exporter, check_tls, register
+from agent.exporters.base import Exporter, check_plaintext, check_tls, register
 from agent.exporters.sender import BoundedQueue, PeriodicSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -285,6 +285,9 @@ class OtlpConfig:
     interval: Duration = setting(Duration(1.0), type="duration, at least the agent's interval", doc=(
         "export period (Cumulus: 1 s at best; swtel down to its poll interval, e.g. 100ms)"))
     insecure: bool = setting(False, doc="plaintext gRPC; TLS unless this is `true`")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext (`insecure: true`) to a host other than loopback (127.0.0.0/8, `::1`, `localhost`) is "
+        "refused unless this is `true`; credentials are never sent in plaintext beyond loopback"))
     tls: ClientTls = setting(factory=ClientTls, sub={
         "ca": {"doc": "CA that signed the receiver's certificate"},
         "server_name": {"doc": "name to verify in the receiver's certificate"}})
@@ -342,6 +345,8 @@ class OtlpExporter(PeriodicSender, Exporter):
             problems.append(f"{where}.egress_histogram_size: must be a multiple of 8 from 8 to 2^32 bytes, "
                             f"got {size}")
         check_tls(problems, where, section.insecure, section.tls)
+        check_plaintext(problems, f"{where}.endpoint", what="OTLP (insecure: true)", host=section.endpoint.host,
+                        plaintext=section.insecure, opt_in=section.insecure_remote)
 
     @classmethod
     def listeners_for(cls, section: OtlpConfig | None, cfg) -> dict:

@@ -28,22 +28,27 @@ still carries every count.
 from __future__ import annotations
 
 import http.client
-import ipaddress
-import os
 import re
 import ssl
 import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent import __version__, logs
-from agent.config import ClientTls, Duration, file_problem, setting
+from agent import __version__, logs, tls
+from agent.config import ClientTls, Duration, setting
 from agent.counters import CounterTable, encodable_indices
 from agent.exporters import otlp_names
-from agent.exporters.base import Exporter, check_auth, check_tls, register
+from agent.exporters.base import (
+    Exporter,
+    check_auth,
+    check_plaintext,
+    check_secret,
+    check_tls,
+    read_text_secret,
+    register,
+)
 from agent.exporters.otlp import names_of
 from agent.exporters.sender import BoundedQueue, PeriodicSender
 from agent.exporters.state_gauges import gauges as state_gauges
@@ -185,6 +190,9 @@ class RemoteWriteConfig:
     url: str = setting("", type="`http://` or `https://` URL", shown="required", doc=(
         "the receiver's write endpoint, e.g. `http://127.0.0.1:9090/api/v1/write` (Prometheus), "
         "`http://127.0.0.1:8428/api/v1/write` (VictoriaMetrics, vmagent), `https://mimir/api/v1/push`"))
+    insecure_remote: bool = setting(False, doc=(
+        "an `http://` (plaintext) url naming a host other than loopback (127.0.0.0/8, `::1`, `localhost`) "
+        "is refused unless this is `true`; credentials (`auth`) are never sent over `http://` beyond loopback"))
     interval: Duration = setting(Duration(1.0), type="duration, at least the agent's interval", doc=(
         "export period: the newest value of every series that changed"))
     resend: Duration = setting(Duration(60.0), type="duration, `interval`–4m", doc=(
@@ -200,7 +208,7 @@ class RemoteWriteConfig:
         "server_name": {"doc": "name to verify in the receiver's certificate"}})
     auth: RemoteWriteAuth = setting(factory=RemoteWriteAuth, doc=(
         "basic auth (`username`, `password_file`) or a bearer token (`token_file`); over `http://` "
-        "only to a loopback address"))
+        "only to a loopback address, whatever `insecure_remote` says"))
     labels: dict[str, str] = setting(factory=dict, type="mapping of label name to value", doc=(
         "labels added to every series (e.g. `site: ams1`); not `target` nor a series' own labels"))
 
@@ -226,40 +234,9 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_secret_file(problems: list[str], where: str, path: str) -> None:
-    """As check_auth checks a password file: a readable regular file no other user can read."""
-    problem = file_problem(path, None)
-    if problem:
-        problems.append(f"{where}: {problem}")
-        return
-    try:
-        mode = os.stat(path).st_mode & 0o777
-    except OSError:
-        mode = 0
-    if mode & 0o007:  # a secret any local user can read is no secret
-        problems.append(f"{where}: readable by other users (mode {mode:04o}); chmod 0640 (group swtel) or 0600")
-
-
 def read_secret(path: str) -> str:
-    """A secret file's text, surrounding whitespace stripped; it must fit in an HTTP header."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8").strip()
-    except OSError as exc:
-        raise ValueError(f"{path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not valid UTF-8 (byte {exc.start})") from exc
-    if not text or not (text.isascii() and text.isprintable()):
-        raise ValueError(f"{path}: empty or not printable ASCII (an HTTP header carries nothing else)")
-    return text
+    """A password or token, by the one secret reader (exporters/base.py); ValueError if unusable."""
+    return read_text_secret(path, "secret file")
 
 
 # ---------------------------------------------------------------- the series of the sources
@@ -321,6 +298,7 @@ def ssl_context(tls_cfg: ClientTls) -> ssl.SSLContext:
     """A client context: the system's CAs or ``ca``, a client certificate for mTLS."""
     ctx = ssl.create_default_context(cafile=tls_cfg.ca) if tls_cfg.ca else ssl.create_default_context()
     if tls_cfg.cert:
+        tls.read_pem(tls_cfg.key, "client key", private=True)  # the one secret reader's rules, as gRPC's
         ctx.load_cert_chain(tls_cfg.cert, tls_cfg.key)
     return ctx
 
@@ -377,13 +355,14 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             if a.username and not a.password_file:
                 problems.append(f"{item}.auth.username: needs password_file")
             if a.token_file:
-                _check_secret_file(problems, f"{item}.auth.token_file", a.token_file)
+                check_secret(problems, f"{item}.auth.token_file", a.token_file)
                 if a.username or a.password_file:
                     problems.append(f"{item}.auth: basic auth or token_file, not both")
-            if (parts is not None and not https and (a.username or a.token_file)
-                    and not _loopback(parts.hostname or "")):
-                problems.append(f"{item}.auth: credentials over plaintext http:// only to a loopback "
-                                "address; use https://")
+            if parts is not None:
+                check_plaintext(problems, f"{item}.url", what="remote write (http://)", host=parts.hostname or "",
+                                plaintext=not https, opt_in=d.insecure_remote, use_tls="use https://",
+                                credentials=tuple(k for k in ("auth.username", "auth.token_file")
+                                                  if getattr(a, k.partition(".")[2])))
             for key, value in d.labels.items():
                 if not _LABEL.match(key) or key.startswith("__"):
                     problems.append(f"{item}.labels.{key}: not a Prometheus label name "
@@ -641,7 +620,7 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
         body, nsamples = item
         try:
             status, text = self._post(body, timeout)
-        except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a secret file
+        except (OSError, http.client.HTTPException, ValueError, tls.TlsError) as exc:  # ValueError: a secret file
             self._close()
             self._failed(f"{type(exc).__name__}: {exc}")
             return False

@@ -6,22 +6,28 @@ subscribers whose paths match (see agent/gnmi/subscribe.py); gRPC threads do
 the rendering and sending. Get and snapshots read the engine's Store.
 
 Read-only: Set is UNIMPLEMENTED. TLS by default (mTLS when a client CA is
-configured); plaintext only with ``insecure: true``. Optional username/password
-from gRPC metadata. Never on port 9339 (Cumulus' own gNMI server).
+configured); plaintext only with ``insecure: true``. Every RPC passes one guard (_guard)
+before its method runs: it names the caller (agent/gnmi/auth.py: the client certificate
+and/or a password checked against the salted-hash credentials file) or refuses it
+UNAUTHENTICATED. Never on port 9339 (Cumulus' own gNMI server).
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
+import heapq
+import itertools
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from agent import __version__, logs, tls
+from agent import __version__, credentials, logs, tls
 from agent.config import (
     FORBIDDEN_PORT,
+    Duration,
     HostPort,
     ServerTls,
     check_files,
@@ -29,12 +35,17 @@ from agent.config import (
     setting,
 )
 from agent.counters import Batch, Container, StateUpdate
-from agent.exporters.base import Exporter, check_auth, register
+from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
+from agent.gnmi.auth import Authenticator, AuthFailure, PamUsers, Principal, peer_host
 
 log = logs.get("server")
 
 GNMI_VERSION = "0.8.0"
 _SPARE_WORKERS = 4  # threads kept for unary calls when every subscriber slot is taken
+# gRPC's own cap sits above ours, so that a client past ours gets our message; RPCs between
+# the two wait briefly for a worker (the guard runs on one) and are refused there.
+_GRPC_CAP_MARGIN = 16
+MAX_SUBSCRIBERS = 1024
 
 # gRPC, the gNMI messages and the Get/Subscribe machinery are imported when a server is
 # built (_load), not when a config is parsed (it imports every exporter's file): an agent
@@ -71,14 +82,6 @@ def _load() -> None:
     )
 
 
-def _read_password(path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().rstrip(b"\r\n")
-    except OSError as exc:
-        raise RuntimeError(f"gNMI server: password file {path!r}: {exc.strerror}") from None
-
-
 def _passthrough(message: Any) -> bytes:
     """Subscribe responses are pre-serialized (the C encoder's bytes); other replies are messages."""
     return message if isinstance(message, bytes) else message.SerializeToString()
@@ -90,66 +93,237 @@ class _Servicer:
     def __init__(self, owner: GnmiServer):
         self._owner = owner
 
-    def Capabilities(self, request, context):  # noqa: N802 - gRPC method name
-        self._owner.authorize(context)
+    def Capabilities(self, request, context, principal):  # noqa: N802 - gRPC method name
         return CAPABILITIES
 
-    def Get(self, request, context):  # noqa: N802
-        self._owner.authorize(context)
+    def Get(self, request, context, principal):  # noqa: N802
+        self._owner.rate_check(context)
         try:
             return get.get(self._owner.store, request, self._owner.target)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
 
-    def Set(self, request, context):  # noqa: N802
-        self._owner.authorize(context)
+    def Set(self, request, context, principal):  # noqa: N802
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "swtel is read-only: Set is not supported")
 
-    def Subscribe(self, request_iterator, context):  # noqa: N802
-        self._owner.authorize(context)
-        first = next(request_iterator, None)
+    def Subscribe(self, request_iterator, context, principal):  # noqa: N802
+        owner = self._owner
+        # A client that opens a stream and never sends its SubscriptionList would hold a worker
+        # for good: the watchdog ends such a stream (DEADLINE_EXCEEDED) after first_request_timeout.
+        token = owner.deadlines.arm(float(owner.cfg.first_request_timeout), lambda: _expire_first(
+            context, float(owner.cfg.first_request_timeout)))
+        try:
+            first = next(request_iterator, None)
+        except grpc.RpcError:  # cancelled: by the client, or the watchdog (its status is sent)
+            return
+        finally:
+            owner.deadlines.disarm(token)
         if first is None or not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be a SubscriptionList")
-        owner = self._owner
         try:
             sub = Subscriber(first.subscribe, owner.target, owner.min_interval_s, owner.queue_len,
                              peer=context.peer(), per_tick=owner.per_tick)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         sub.warm(owner.store)
-        if not owner.register(sub):
+        if not owner.register(sub, principal):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"too many subscriptions (limit {owner.max_subscribers})")
         context.add_callback(sub.close)
         try:
-            yield from sub.responses(owner.store, request_iterator)
+            yield from sub.responses(owner.store, owner.rated_polls(context, request_iterator))
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         finally:
             owner.unregister(sub)
 
 
-def _handlers(servicer: _Servicer) -> grpc.GenericRpcHandler:
+def _expire_first(context: Any, after_s: float) -> None:
+    """End a Subscribe whose first request has not come: DEADLINE_EXCEEDED with a message
+    (grpcio's call object can cancel with a status; the public ``cancel`` says only CANCELLED)."""
+    message = f"no SubscribeRequest within {Duration(after_s)} of the stream's start (first_request_timeout)"
+    call = getattr(getattr(context, "_rpc_event", None), "call", None)
+    try:
+        from grpc._cython import cygrpc
+
+        call.cancel(cygrpc.StatusCode.deadline_exceeded, message)
+    except Exception:  # noqa: BLE001 - another grpcio's internals: the public way, CANCELLED
+        context.cancel()
+
+
+class _Deadlines:
+    """One watchdog thread per server: calls ``fn`` once ``after_s`` has passed unless disarmed
+    first. Armed per Subscribe until its first request, so a heap, not a thread per stream."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._due: dict[int, Callable[[], None]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def arm(self, after_s: float, fn: Callable[[], None]) -> int:
+        token = next(self._ids)
+        with self._cond:
+            self._due[token] = fn
+            heapq.heappush(self._heap, (self._clock() + after_s, token))
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name="gnmi-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return token
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            self._due.pop(token, None)  # its heap entry is skipped when it comes due
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._due.clear()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and (not self._heap or self._heap[0][0] > self._clock()):
+                    self._cond.wait(self._heap[0][0] - self._clock() if self._heap else None)
+                if self._stopped:
+                    self._thread = None
+                    return
+                _, token = heapq.heappop(self._heap)
+                fn = self._due.pop(token, None)
+            if fn is not None:
+                try:
+                    fn()
+                except Exception as exc:  # noqa: BLE001 - the watchdog outlives one bad call
+                    log.warning("gNMI deadline callback failed", error=str(exc))
+
+
+class _Rates:
+    """Get and Poll requests per client address: a token bucket of ``rate`` a second holding at
+    most ``rate`` (at least 1): a client may ask in bursts, not faster on average. Bounded:
+    the least recently seen addresses are forgotten first (a forgotten one starts full)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float], max_peers: int = 4096) -> None:
+        self.rate = rate
+        self.burst = max(1.0, rate)
+        self._clock = clock
+        self._max = max_peers
+        self._lock = threading.Lock()
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, when
+
+    def take(self, host: str) -> bool:
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.pop(host, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            ok = tokens >= 1.0
+            self._buckets[host] = (tokens - 1.0 if ok else tokens, now)
+            while len(self._buckets) > self._max:
+                self._buckets.popitem(last=False)
+            return ok
+
+
+class _Slots:
+    """Concurrent RPCs, per peer address and in total, and Subscribe streams from their start
+    (not from their first request): what a client holds is counted before it costs anything."""
+
+    def __init__(self, per_peer: int, streams: int, total: int) -> None:
+        self.per_peer, self.streams, self.total = per_peer, streams, total
+        self._lock = threading.Lock()
+        self._by_peer: dict[str, int] = {}
+        self._streams = 0
+        self._total = 0
+        self.refused = 0
+
+    def take(self, host: str, stream: bool) -> str | None:
+        """None when taken, else why not (the RESOURCE_EXHAUSTED message)."""
+        with self._lock:
+            why = None
+            if self._by_peer.get(host, 0) >= self.per_peer:
+                why = (f"too many concurrent RPCs from {host} (limit {self.per_peer} per client address, "
+                       "max_rpcs_per_peer)")
+            elif stream and self._streams >= self.streams:
+                why = f"too many subscriptions (limit {self.streams}, max_subscribers)"
+            elif self._total >= self.total:
+                why = f"too many concurrent RPCs (limit {self.total})"
+            if why:
+                self.refused += 1
+                return why
+            self._by_peer[host] = self._by_peer.get(host, 0) + 1
+            self._streams += stream
+            self._total += 1
+            return None
+
+    def give(self, host: str, stream: bool) -> None:
+        with self._lock:
+            n = self._by_peer.get(host, 0) - 1
+            if n > 0:
+                self._by_peer[host] = n
+            else:
+                self._by_peer.pop(host, None)
+            self._streams -= stream
+            self._total -= 1
+
+
+def _guard(owner: GnmiServer, method: Callable, streaming: bool) -> Callable:
+    """``method`` behind the server's guard: a slot (GnmiServer.enter: per-peer and total caps,
+    RESOURCE_EXHAUSTED) and a principal (GnmiServer.admit: UNAUTHENTICATED) before any of
+    its work. A wrapped method rather than a grpc.ServerInterceptor: an interceptor sees only
+    the method name and metadata, not the peer or the certificate."""
+    if streaming:
+        def stream(request_iterator, context):
+            release = owner.enter(context, stream=True)
+            try:
+                principal = owner.admit(context)
+                yield from method(request_iterator, context, principal)
+            finally:
+                release()
+        return stream
+
+    def unary(request, context):
+        release = owner.enter(context, stream=False)
+        try:
+            return method(request, context, owner.admit(context))
+        finally:
+            release()
+    return unary
+
+
+def _handlers(servicer: _Servicer, owner: GnmiServer) -> grpc.GenericRpcHandler:
     """pygnmi's service definition, with a pass-through serializer for Subscribe responses."""
     g = gnmi_pb2
     return grpc.method_handlers_generic_handler("gnmi.gNMI", {
         "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities, g.CapabilityRequest.FromString, _passthrough),
-        "Get": grpc.unary_unary_rpc_method_handler(servicer.Get, g.GetRequest.FromString, _passthrough),
-        "Set": grpc.unary_unary_rpc_method_handler(servicer.Set, g.SetRequest.FromString, _passthrough),
+            _guard(owner, servicer.Capabilities, False), g.CapabilityRequest.FromString, _passthrough),
+        "Get": grpc.unary_unary_rpc_method_handler(
+            _guard(owner, servicer.Get, False), g.GetRequest.FromString, _passthrough),
+        "Set": grpc.unary_unary_rpc_method_handler(
+            _guard(owner, servicer.Set, False), g.SetRequest.FromString, _passthrough),
         "Subscribe": grpc.stream_stream_rpc_method_handler(
-            servicer.Subscribe, g.SubscribeRequest.FromString, _passthrough),
+            _guard(owner, servicer.Subscribe, True), g.SubscribeRequest.FromString, _passthrough),
     })
 
 
-def is_loopback(host: str) -> bool:
-    """True for an address only this host reaches (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+PAM_DIRS = ("/etc/pam.d", "/usr/lib/pam.d")
+
+
+def _check_pam(problems: list[str], where: str, service: str) -> None:
+    import importlib.util
+    import os
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", service) or service in (".", ".."):
+        problems.append(f"{where}: expected a PAM service name (a file of /etc/pam.d), got {service[:60]!r}")
+        return
+    if not any(os.path.isfile(os.path.join(d, service)) for d in PAM_DIRS):
+        # PAM would fall back to the "other" service: say so rather than guess what it allows
+        problems.append(f"{where}: no PAM service file /etc/pam.d/{service}")
+    if importlib.util.find_spec("pam") is None:
+        problems.append(f"{where}: needs the Python module pam (Debian: python3-pampy; PyPI: python-pam)")
 
 
 @dataclass
@@ -164,9 +338,35 @@ class ServerConfig:
         "plaintext on an address other hosts can reach (not 127.0.0.0/8, `::1`, `localhost`) is refused "
         "unless this is `true`"))
     tls: ServerTls = setting(factory=ServerTls)
-    username: str | None = setting(None, type="string or null", doc="require this username (with `password_file`)")
+    users_file: str | None = setting(None, type="path or null", doc=(
+        "credentials file of salted hashes (`name:$scrypt$...` lines, written by `swtel passwd FILE NAME`): "
+        "every RPC must carry the name and password of one of its users (`username`/`password` metadata or "
+        "an `authorization: Basic` header); re-read when it changes; refused when other users can read it"))
+    pam_service: str | None = setting(None, type="string or null", doc=(
+        "check passwords against the switch's own accounts through this PAM service (e.g. `swtel`, "
+        "/etc/pam.d/swtel; needs python3-pampy, and read access to /etc/shadow for local accounts: "
+        "see server.md); instead of `users_file`"))
+    username: str | None = setting(None, type="string or null", doc=(
+        "one user alone (with `password_file`); `users_file` is the general form"))
     password_file: str | None = setting(None, type="path or null", doc=(
-        "file holding the password; refused when other users can read it (mode `0640` or `0600`)"))
+        "`username`'s salted hash, as `swtel passwd FILE NAME` writes it (a plaintext password is refused); "
+        "refused when other users can read it (mode `0640` or `0600`)"))
+    allow_anonymous: bool = setting(False, doc=(
+        "serve clients that are neither users nor mTLS-authenticated on an address other hosts can reach "
+        "(without it, such a server is refused); status then shows `anonymous: true`"))
+    max_subscribers: int = setting(32, type=f"integer, 1–{MAX_SUBSCRIBERS}", doc=(
+        "Subscribe streams at once, counted from the stream's start; beyond, `RESOURCE_EXHAUSTED`. The server "
+        "runs this many + 4 worker threads, and at most that many RPCs at once"))
+    max_rpcs_per_peer: int = setting(16, type="integer, 1–10000", doc=(
+        "RPCs (streams and unary calls) at once from one client address; beyond, `RESOURCE_EXHAUSTED`"))
+    max_requests_per_second: float = setting(20.0, type="number, 0.1–10000", doc=(
+        "Get requests and Polls per second from one client address, on average (bursts up to as many "
+        "at once); beyond, `RESOURCE_EXHAUSTED`"))
+    first_request_timeout: Duration = setting(Duration(10.0), type="duration, 100ms–5m", doc=(
+        "a Subscribe stream whose first request has not come by then is ended with `DEADLINE_EXCEEDED`"))
+    cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
+        "under mTLS (`tls.ca`), what names the caller: the client certificate's subject CN or its first "
+        "subject alternative name"))
     notifications: str = setting(
         "per-tick", type="`per-tick` \\| `per-container`", choices=("per-container", "per-tick"), doc=(
             "STREAM subscriptions: `per-tick` sends each tick's changes (and each snapshot) as one "
@@ -196,16 +396,45 @@ class GnmiServer(Exporter):
         if section is None or not section.enabled:
             return
         check_listen(problems, f"{where}.listen", section.listen)
-        if section.insecure and not section.insecure_remote and not is_loopback(section.listen.host):
+        if not 1 <= section.max_subscribers <= MAX_SUBSCRIBERS:
+            problems.append(f"{where}.max_subscribers: must be 1 to {MAX_SUBSCRIBERS}, got {section.max_subscribers}")
+        if not 1 <= section.max_rpcs_per_peer <= 10_000:
+            problems.append(f"{where}.max_rpcs_per_peer: must be 1 to 10000, got {section.max_rpcs_per_peer}")
+        if not 0.1 <= section.max_requests_per_second <= 10_000:
+            problems.append(f"{where}.max_requests_per_second: must be 0.1 to 10000, got "
+                            f"{section.max_requests_per_second:g}")
+        if not 0.1 <= section.first_request_timeout <= 300:
+            problems.append(f"{where}.first_request_timeout: must be 100ms to 5m, got {section.first_request_timeout}")
+        users = section.users_file or section.username or section.pam_service
+        check_plaintext(problems, f"{where}.listen", what="gNMI (insecure: true)", host=section.listen.host,
+                        plaintext=section.insecure, opt_in=section.insecure_remote, listen=True,
+                        credentials=("users' passwords",) if users else ())
+        mtls = bool(section.tls.ca) and not section.insecure
+        if not (users or mtls or section.allow_anonymous or is_loopback(section.listen.host)):
             problems.append(
-                f"{where}.listen: plaintext gNMI (insecure: true) on {section.listen.host or '*'}, "
-                "which other hosts can reach: use TLS, listen on 127.0.0.1, or set insecure_remote: true"
-            )
+                f"{where}: listens on {section.listen.host or '*'}, which other hosts can reach, without "
+                "client authentication (anyone there could read every counter): set users_file, tls.ca "
+                "(mTLS), or allow_anonymous: true")
         if not section.insecure:
             if not (section.tls.cert and section.tls.key):
                 problems.append(f"{where}.tls: cert and key are required unless insecure: true")
             check_files(problems, f"{where}.tls", section.tls.ca, section.tls.cert, section.tls.key)
         check_auth(problems, where, section.username, section.password_file)
+        if section.username and not section.password_file:
+            problems.append(f"{where}.username: needs password_file (or use users_file); "
+                            "a username without a password source would let anyone in")
+        for key, path, only in (("users_file", section.users_file, None),
+                                ("password_file", section.password_file if section.username else None,
+                                 section.username)):
+            if path and not any(p.startswith(f"{where}.{key}:") for p in problems):
+                try:
+                    credentials.Users(path, only)
+                except (OSError, credentials.SecretError) as exc:
+                    problems.append(f"{where}.{key}: {exc}")
+        if sum(bool(x) for x in (section.users_file, section.username, section.pam_service)) > 1:
+            problems.append(f"{where}: one user source: users_file, username/password_file or pam_service")
+        if section.pam_service is not None:
+            _check_pam(problems, f"{where}.pam_service", section.pam_service)
 
     @classmethod
     def listeners_for(cls, section: ServerConfig | None, cfg) -> dict:
@@ -230,8 +459,9 @@ class GnmiServer(Exporter):
         target: str,
         min_interval_s: float = 0.1,
         *,
-        max_subscribers: int = 32,
+        max_subscribers: int | None = None,
         queue_len: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
     ):
         _load()
         if cfg.listen.port == FORBIDDEN_PORT:
@@ -239,7 +469,11 @@ class GnmiServer(Exporter):
         self.cfg = cfg
         self.target = target
         self.min_interval_s = min_interval_s
-        self.max_subscribers = max_subscribers
+        self.max_subscribers = cfg.max_subscribers if max_subscribers is None else max_subscribers
+        workers = self.max_subscribers + _SPARE_WORKERS
+        self.slots = _Slots(cfg.max_rpcs_per_peer, self.max_subscribers, workers)
+        self.deadlines = _Deadlines()
+        self.rates = _Rates(float(cfg.max_requests_per_second), clock)
         self.queue_len = queue_len
         self.per_tick = cfg.notifications == "per-tick"
         self.store: Any = None
@@ -247,20 +481,40 @@ class GnmiServer(Exporter):
         self._grpc: grpc.Server | None = None
         self._lock = threading.Lock()
         self._subs: tuple[Subscriber, ...] = ()  # copy-on-write: the tick thread iterates lock-free
-        self._password: bytes | None = None
+        self._clock = clock  # the failed-login slow-down's (tests step it)
+        # anonymous until start() reads the config's user source (the tunnel's private socket
+        # never calls start: whoever the tunnel server lets in)
+        self._auth = Authenticator(None, mtls=False)
+        self._auth_failures = 0
         self._state = "stopped"
         self._last_error: str | None = None
         self._sent_closed = 0
         self._dropped_closed = 0
         self._auth_log = logs.RateLimiter(60.0)  # a client retrying a bad password logs once a minute
+        self._limit_log = logs.RateLimiter(60.0)
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self, store: Any) -> None:
         self.store = store
         cfg = self.cfg
-        if cfg.username:
-            self._password = _read_password(cfg.password_file) if cfg.password_file else b""
+        users = None
+        try:
+            if cfg.users_file:
+                users = credentials.Users(cfg.users_file)
+            elif cfg.pam_service:
+                users = PamUsers(cfg.pam_service)
+            elif cfg.username:  # validate refuses a username without password_file: never open
+                users = credentials.Users(cfg.password_file or "", cfg.username)
+        except (OSError, credentials.SecretError, ImportError) as exc:
+            self._state, self._last_error = "failed", str(exc)
+            raise RuntimeError(f"gNMI server: {exc}") from None
+        mtls = bool(cfg.tls.ca) and not cfg.insecure
+        if users is None and not mtls and not is_loopback(cfg.listen.host):
+            log.warning("gNMI server admits anonymous clients on an address other hosts can reach "
+                        "(allow_anonymous: true)", listen=str(cfg.listen))
+        self._auth = Authenticator(users, mtls=mtls, cert_identity=cfg.cert_identity,
+                                   throttle=credentials.LoginThrottle(clock=self._clock))
         if cfg.insecure:
             creds = None
             log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
@@ -273,10 +527,10 @@ class GnmiServer(Exporter):
         workers = self.max_subscribers + _SPARE_WORKERS
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gnmi-server"),
-            handlers=[_handlers(_Servicer(self))],
+            handlers=[_handlers(_Servicer(self), self)],
             # Without this a second server could silently share the port (gRPC sets SO_REUSEPORT).
             options=[("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=workers,
+            maximum_concurrent_rpcs=workers + _GRPC_CAP_MARGIN,
         )
         address = str(cfg.listen)
         try:
@@ -290,9 +544,10 @@ class GnmiServer(Exporter):
         self._grpc, self.port = server, port
         self._state = "listening"
         log.info("gNMI server listening", listen=self.listen, tls=creds is not None,
-                 mtls=bool(cfg.tls.ca) and not cfg.insecure, auth=bool(cfg.username))
+                 mtls=mtls, users=bool(users))
 
     def stop(self, timeout: float) -> None:
+        self.deadlines.stop()
         for sub in self._subs:
             sub.close()
         if self._grpc is not None:
@@ -340,26 +595,71 @@ class GnmiServer(Exporter):
 
     # ------------------------------------------------------------ RPC side
 
-    def authorize(self, context: grpc.ServicerContext) -> None:
-        if self._password is None:
-            return
-        meta = dict(context.invocation_metadata() or ())
-        user = str(meta.get("username", "")).encode()
-        password = str(meta.get("password", "")).encode()
-        ok = hmac.compare_digest(user, self.cfg.username.encode())
-        ok = hmac.compare_digest(password, self._password) and ok
-        if not ok:
-            self._last_error = f"authentication failed for {context.peer()}"
-            self._auth_log.log(log, "warning", "auth", "gNMI authentication failed",
-                               peer=context.peer(), username=user.decode(errors="replace"))
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad username or password")
+    def enter(self, context: grpc.ServicerContext, stream: bool) -> Callable[[], None]:
+        """Take a slot for an RPC (refused RESOURCE_EXHAUSTED past a cap); returns its release,
+        which runs once, at the method's end or the RPC's termination, whichever is first."""
+        host = peer_host(context.peer())
+        why = self.slots.take(host, stream)
+        if why:
+            self._last_error = why
+            self._limit_log.log(log, "warning", "limit", "gNMI RPC refused: limit", peer=context.peer(), reason=why)
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+        done = threading.Lock()
 
-    def register(self, sub: Subscriber) -> bool:
-        with self._lock:
-            if len(self._subs) >= self.max_subscribers:
-                return False
+        def release() -> None:
+            if done.acquire(blocking=False):
+                self.slots.give(host, stream)
+        context.add_callback(release)
+        return release
+
+    def _rate_refusal(self, context: grpc.ServicerContext) -> str | None:
+        host = peer_host(context.peer())
+        if self.rates.take(host):
+            return None
+        why = (f"too many Get and Poll requests from {host} (limit {self.rates.rate:g} per second, "
+               "max_requests_per_second)")
+        with self.slots._lock:
+            self.slots.refused += 1
+        self._last_error = why
+        self._limit_log.log(log, "warning", "rate", "gNMI RPC refused: limit", peer=context.peer(), reason=why)
+        return why
+
+    def rate_check(self, context: grpc.ServicerContext) -> None:
+        """A Get within its client address's rate, or RESOURCE_EXHAUSTED."""
+        why = self._rate_refusal(context)
+        if why:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+
+    def rated_polls(self, context: grpc.ServicerContext, requests: Any) -> Any:
+        """``requests`` with every Poll taken from the same per-address rate as Get: past it the
+        stream ends RESOURCE_EXHAUSTED (raised where the subscription reads its next request)."""
+        for req in requests:
+            if req.HasField("poll"):
+                why = self._rate_refusal(context)
+                if why:
+                    raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+            yield req
+
+    def admit(self, context: grpc.ServicerContext) -> Principal:
+        """Name the caller of an RPC or refuse it (UNAUTHENTICATED), before any of its work."""
+        peer = context.peer()
+        try:
+            return self._auth.authenticate(peer, context.invocation_metadata(), context.auth_context())
+        except AuthFailure as exc:
+            with self._lock:
+                self._auth_failures += 1
+            self._last_error = f"authentication failed for {peer}: {exc.message}"
+            # keyed by kind: a client retrying (or a scan of peers) logs once a minute
+            self._auth_log.log(log, "warning", "auth", "gNMI authentication failed", peer=peer,
+                               reason=exc.message)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+            raise  # abort raises; never reached
+
+    def register(self, sub: Subscriber, principal: Principal | None = None) -> bool:
+        with self._lock:  # the stream's slot was taken at its start (enter): this only lists it
             self._subs = (*self._subs, sub)
-        log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode))
+        log.info("gNMI subscription", peer=sub.peer, mode=gnmi_pb2.SubscriptionList.Mode.Name(sub.mode),
+                 principal=principal.name if principal else None, auth=principal.how if principal else None)
         return True
 
     def unregister(self, sub: Subscriber) -> None:
@@ -378,5 +678,8 @@ class GnmiServer(Exporter):
             "subscribers": len(subs),
             "sent": self._sent_closed + sum(s.sent for s in subs),
             "dropped": self._dropped_closed + sum(s.dropped for s in subs),
+            "anonymous": self._auth.anonymous,
+            "auth_failures": self._auth_failures,
+            "refused_limits": self.slots.refused,
             "last_error": self._last_error,
         }

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
-from agent.exporters.base import Exporter, check_tls, register
+from agent.exporters.base import Exporter, check_plaintext, check_tls, register
 from agent.exporters.sender import ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ class LocalGnmi:
             gnmi_server.ServerConfig(listen=HostPort("127.0.0.1:50051"), insecure=True,
                                      notifications=notifications), target,
             min_interval_s=min_interval_s, max_subscribers=max_subscribers)
+        # every RPC comes from one peer here, the tunnel server (its sessions are capped there)
+        self.gnmi.slots.per_peer = self.gnmi.slots.total
         self.path = ""
         self._dir = ""
         self._grpc: grpc.Server | None = None
@@ -98,7 +100,7 @@ class LocalGnmi:
         workers = self.gnmi.max_subscribers + gnmi_server._SPARE_WORKERS
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tunnel-gnmi"),
-            handlers=[gnmi_server._handlers(gnmi_server._Servicer(self.gnmi))],
+            handlers=[gnmi_server._handlers(gnmi_server._Servicer(self.gnmi), self.gnmi)],
             maximum_concurrent_rpcs=workers,
         )
         try:
@@ -201,6 +203,9 @@ class TunnelConfig:
         "longest wait between connection attempts (NVUE `retry-interval`); retries start at 0.5 s and "
         "double up to it"))
     insecure: bool = setting(False, doc="plaintext gRPC to the tunnel server; TLS unless this is `true`")
+    insecure_remote: bool = setting(False, doc=(
+        "plaintext (`insecure: true`) to a host other than loopback (127.0.0.0/8, `::1`, `localhost`) is "
+        "refused unless this is `true`; the tunnel carries the agent's gNMI service"))
     tls: ClientTls = setting(factory=ClientTls, sub={
         "ca": {"doc": "CA that signed the tunnel server's certificate (NVUE `ca-certificate`)"},
         "server_name": {"shown": "`null` (the address)",
@@ -254,6 +259,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
                 problems.append(f"{item}: registers the same target with {host}:{t.port} twice")
             seen.add(key)
             check_tls(problems, item, t.insecure, t.tls)
+            check_plaintext(problems, f"{item}.address", what="tunnel (insecure: true), which carries the gNMI service,",
+                            host=host, plaintext=t.insecure, opt_in=t.insecure_remote)
 
     @classmethod
     def listeners_for(cls, section: list[TunnelConfig], cfg) -> dict:

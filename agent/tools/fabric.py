@@ -146,6 +146,7 @@ class Fabric:
         }
         if self.collector:
             cfg["exporters"]["dialout"] = [{"name": "fabric", "address": self.collector, "insecure": True,
+                                            "insecure_remote": True,  # a development tool: plaintext by design
                                             "notifications": "per-tick"}]
         if self.remote_write:
             cfg["exporters"]["remote_write"] = [{"name": "fabric", **self.remote_write}]

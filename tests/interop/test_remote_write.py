@@ -88,8 +88,11 @@ def test_config_defaults_and_rules(tmp_path):
     has(_rw(f"url: 'https://h/w', auth: {{username: u, password_file: {secret}}}"),
         "auth.password_file: readable by other users")
     secret.chmod(0o600)
-    has(_rw(f"url: 'http://metrics.example/w', auth: {{token_file: {secret}}}"),
-        "auth: credentials over plaintext http:// only to a loopback address")
+    has(_rw(f"url: 'http://metrics.example/w', auth: {{token_file: {secret}}}, insecure_remote: true"),
+        "url: auth.token_file would travel in plaintext to metrics.example, not a loopback address: use https://")
+    has(_rw("url: 'http://metrics.example/w'"),
+        "url: plaintext remote write (http://) to metrics.example, not a loopback address: use https://, "
+        "or set insecure_remote: true")
     has(_rw(f"url: 'https://h/w', auth: {{username: u, password_file: {secret}, token_file: {secret}}}"),
         "auth: basic auth or token_file, not both")
     has(_rw("url: 'https://h/w', auth: {username: u}"), "auth.username: needs password_file")

@@ -86,7 +86,7 @@ class Rig:
     def config(self, extra_dialout: str = "", queue: int = 1000, log_level: str = "info",
                interval: str = "100ms", extra: str = "") -> str:
         dialouts = "".join(
-            f"    - {{name: {name}, address: '{COL_IP}:{port}', insecure: true, queue: {queue},"
+            f"    - {{name: {name}, address: '{COL_IP}:{port}', insecure: true, insecure_remote: true, queue: {queue},"
             f" heartbeat: 10m, notifications: per-tick{extra_dialout}}}\n"
             for name, port in self.ports.items())
         return (

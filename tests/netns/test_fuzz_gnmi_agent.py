@@ -31,7 +31,7 @@ def gnmi_agent(tmp_path_factory):
         "target: fuzz\ninterval: 100ms\n"
         "sources:\n  netdev: {interfaces: [lo], exclude: []}\n  ethtool: {enabled: false}\n"
         "  system: {enabled: false}\n"
-        f"exporters:\n  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n"
+        f"exporters:\n  server: {{listen: '127.0.0.1:{port}', insecure: true, max_rpcs_per_peer: 64}}\n"
         f"control: {{socket: {tmp / 'swtel.sock'}, group: null}}\n"
     )
     agent = AgentProcess(None, cfg, tmp)

@@ -490,7 +490,7 @@ def test_reload_to_a_server_port_in_use_keeps_the_old_server(tmp_path, netns):
                  f"import socket; socket.create_connection(('127.0.0.1', {free}), 5).close()"], timeout=30)
             assert probe.returncode == 0
             # A change on the same port (stop first, start the new one) still works.
-            a.dialout = f"  server: {{listen: '127.0.0.1:{free}', insecure: true, username: u}}"
+            a.dialout = f"  server: {{listen: '127.0.0.1:{free}', insecure: true, allow_anonymous: true}}"
             a.write_config(interval="100ms")
             assert reload_and_wait(a)["config"]["last_reload"]["ok"] is True
             assert a.status()["exporters"]["server"]["state"] == "listening"

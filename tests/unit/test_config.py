@@ -161,6 +161,7 @@ def test_design_config_shape_parses(tmp_path):
             - address: "[2001:db8::1]:57400"
               protocol: sonic
               insecure: true
+              insecure_remote: true
           server:  {{listen: "127.0.0.1:50051", insecure: true}}
         control: {{socket: /run/swtel/swtel.sock, mode: "0660", group: swtel, health_grace: 2m}}
         log:     {{level: info, format: kv}}
@@ -537,6 +538,7 @@ def test_tls_files_must_be_readable_pem_of_the_right_kind(tmp_path, key):
     cert.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     pkey = tmp_path / "key.pem"
     pkey.write_text("-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n")
+    pkey.chmod(0o600)
     good = {"ca": cert, "cert": cert, "key": pkey}
     kind = "private key" if key == "key" else "certificate"
     for bad, fragment in [(tmp_path, "is not a regular file"), ("/etc/passwd", f"holds no PEM {kind}"),
@@ -672,3 +674,42 @@ def test_validate_looks_ports_up_among_this_hosts_interfaces(tmp_path):
     cfg = config.parse("insights: {imbalance: {groups: {b: [swp1, swp7]}}}\n")
     cfg.sources.asic.enabled, cfg.sources.asic.plugin = True, "/opt/vendor/plugin.so"
     assert warnings(cfg, str(net)) == []
+
+
+# ---------------------------------------------------------------- issue 33, item 7: what the YAML loader raises, the socket mode
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("interval: " + "9" * 5000 + "\n", "line 1, column 11: integer too large (5000 characters)"),
+    ("sources:\n  netdev:\n    interval: 0x" + "f" * 5000 + "\n",
+     "line 3, column 15: integer too large (5002 characters)"),
+    ("exporters:\n  dialout: [{queue: 0x" + "f" * 900 + "}]\n", "line 2, column 21: integer too large (3600 bits)"),
+    ("exporters:\n  dialout: [{address: 'h:1', insecure: true, insecure_remote: true, queue: 99999999999999999999999}]\n",
+     "exporters.dialout[0].queue: out of range, got 99999999999999999999999"),
+    ("target: 2024-02-30\n", "line 1, column 9: cannot read this value: day is out of range for month"),
+])
+def test_values_the_yaml_loader_cannot_make_are_config_errors_naming_the_line(text, problem):
+    assert problems_of(text) == [problem]
+
+
+def test_validate_and_run_report_a_5000_digit_integer_without_a_traceback(tmp_path):
+    f = tmp_path / "swtel.yaml"
+    f.write_text("interval: " + "1" * 5000 + "\n")
+    for verb in ("validate", "run"):
+        args = [str(f)] if verb == "validate" else ["-c", str(f), "--duration", "1"]
+        r = subprocess.run([sys.executable, "-m", "agent", verb, *args], capture_output=True, text=True,
+                           cwd=REPO, timeout=60)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and "Traceback" not in out, out
+        assert "line 1, column 11: integer too large" in out, out
+
+
+@pytest.mark.parametrize("mode,ok", [("0660", True), ("0600", True), ("0664", True), ("0666", False),
+                                     ("0662", False), ("0777", False)])
+def test_control_socket_mode_writable_by_others_is_refused(mode, ok):
+    text = f"control: {{mode: '{mode}'}}\n"
+    if ok:
+        config.parse(text)
+    else:
+        assert problems_of(text) == [f"control.mode: writable by others ({mode}): any local user could command "
+                                     "the agent; use 0660 (group swtel) or 0600"]

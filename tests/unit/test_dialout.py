@@ -94,6 +94,7 @@ def test_snapshot_sync_then_changes(pki, tmp_path, protocol, secure):
     col = _collector(port, pki if secure else None)
     pw = tmp_path / "pw"
     pw.write_text("s3cret\n")
+    pw.chmod(0o600)
     cfg = _cfg(port, pki if secure else None, protocol=protocol, insecure=not secure,
                username="telemetry", password_file=str(pw), subscription_name="fabric")
     feed = Feed()
@@ -503,6 +504,7 @@ def test_bad_password_file_reported_retried_then_connects(tmp_path):
     col = _collector(port)
     pw = tmp_path / "pw"
     pw.write_bytes(b"\xff\xfes3cret\n")
+    pw.chmod(0o600)  # the one secret reader refuses a file other users can read
     feed = Feed(ports=1)
     exp = DialoutExporter(_cfg(port, insecure=True, username="telemetry", password_file=str(pw)), TARGET)
     retries = record_retries(exp)
@@ -529,7 +531,8 @@ def test_bad_password_file_reported_retried_then_connects(tmp_path):
             deadline = time.monotonic() + 10
             while "printable ASCII" not in (exp.status()["last_error"] or "") and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert exp.status()["last_error"] == f"password_file {pw}: gRPC metadata carries printable ASCII only"
+            assert exp.status()["last_error"] == (f"password_file {pw}: printable ASCII only (gRPC metadata and "
+                                                  "HTTP headers carry nothing else)")
             pw.write_bytes(b"\xff\xfes3cret\n")
             deadline = time.monotonic() + 10
             while "UTF-8" not in (exp.status()["last_error"] or "") and time.monotonic() < deadline:

@@ -20,7 +20,7 @@ FLOORS: list[tuple[str, ...]] = [
     # 0 ground: the data model, the path grammar, logging, the hot path and its fallback, TLS files
     ("agent", "agent.counters", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
      "agent.tls", "agent.sdnotify", "agent.yamlsafe", "agent.handoff",
-     "agent.caps"),
+     "agent.caps", "agent.credentials"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
     ("agent.gnmi", "agent.store", "agent.links", "agent.asic", "agent.control.protocol",
      "agent.control.printable"),

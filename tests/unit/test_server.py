@@ -430,8 +430,10 @@ def test_mtls(feed, pki):
 
 
 def test_password(feed, tmp_path: Path):
+    from agent import credentials
+
     secret = tmp_path / "password"
-    secret.write_text("s3cret\n")
+    credentials.write_user(str(secret), "nvue", "s3cret")  # the hash, never the password
     srv = _start(feed, insecure=True, username="nvue", password_file=str(secret))
     try:
         with client(srv, username="nvue", password="s3cret") as gc:

@@ -74,7 +74,7 @@ def tunnel_yaml(body: str) -> str:
 
 def test_config_defaults_and_nvue_keys():
     cfg = config.parse("target: leaf9\n" + tunnel_yaml(
-        "    - {address: tunnel.example, port: 57401, insecure: true}\n"
+        "    - {address: tunnel.example, port: 57401, insecure: true, insecure_remote: true}\n"
         "    - {name: dc2, address: '2001:db8::1', port: 443, target: sw9, retry-interval: 5s,\n"
         "       tls: {ca: null, server_name: tunnel.dc2}}\n"))
     first, second = cfg.exporters.tunnel
@@ -103,23 +103,23 @@ def test_config_errors_name_their_path(body, fragment):
 
 
 def test_config_at_most_ten_servers():
-    ten = "".join(f"    - {{address: h{i}, port: 1, insecure: true}}\n" for i in range(10))
+    ten = "".join(f"    - {{address: h{i}, port: 1, insecure: true, insecure_remote: true}}\n" for i in range(10))
     assert len(config.parse(tunnel_yaml(ten)).exporters.tunnel) == 10
     with pytest.raises(ConfigError) as info:
-        config.parse(tunnel_yaml(ten + "    - {address: h10, port: 1, insecure: true}\n"))
+        config.parse(tunnel_yaml(ten + "    - {address: h10, port: 1, insecure: true, insecure_remote: true}\n"))
     assert "exporters.tunnel: at most 10 servers, got 11" in info.value.problems
 
 
 def test_runner_builds_one_exporter_per_server_and_keeps_unchanged_ones():
     from agent import runner
 
-    old = config.parse(tunnel_yaml("    - {name: a, address: h, port: 1, insecure: true}\n"
-                                   "    - {name: b, address: h, port: 2, insecure: true}\n"))
+    old = config.parse(tunnel_yaml("    - {name: a, address: h, port: 1, insecure: true, insecure_remote: true}\n"
+                                   "    - {name: b, address: h, port: 2, insecure: true, insecure_remote: true}\n"))
     built = runner.build_exporters(old)
     assert {k: type(v).__name__ for k, v in built.items()} == {
         "tunnel:a": "TunnelExporter", "tunnel:b": "TunnelExporter"}
-    new = config.parse(tunnel_yaml("    - {name: a, address: h, port: 1, insecure: true}\n"
-                                   "    - {name: b, address: h, port: 3, insecure: true}\n"))
+    new = config.parse(tunnel_yaml("    - {name: a, address: h, port: 1, insecure: true, insecure_remote: true}\n"
+                                   "    - {name: b, address: h, port: 3, insecure: true, insecure_remote: true}\n"))
     assert runner._exporter_config(old, "tunnel:a") == runner._exporter_config(new, "tunnel:a")
     assert runner._exporter_config(old, "tunnel:b") != runner._exporter_config(new, "tunnel:b")
 
