@@ -119,6 +119,7 @@ def counter_runs(ts_ns: int, table: CounterTable, indices: Any, values: array, t
                  run_bytes: int = RUN_BYTES) -> list[Run]:
     """A batch's changed counters as runs of ``Notification.update`` fields (absolute paths,
     uint_val), at most ``run_bytes`` each, for a :class:`Packer`; encoded in C."""
+    indices = encodable_indices(table, indices)  # a path that is not text: that value alone is dropped
     if not len(indices):
         return []
     c = codec(table, target, per_tick=True)
@@ -203,7 +204,8 @@ class Packer:
 
     def add_states(self, updates: Iterable[StateUpdate]) -> None:
         states = self._states
-        for u in updates:
+        # a state that cannot be encoded is dropped and counted, never the destination's pass
+        for u in encodable_states(updates):
             key = (u.container, u.leaf)
             states.pop(key, None)  # the latest goes where the latest change came
             states[key] = u

@@ -42,7 +42,7 @@ def engine(tmp_path) -> Iterator[tuple[Engine, FakeClock]]:
 
 
 class _Waits:
-    """Stands in for the engine's stop event while the test runs its loop: each wait moves
+    """Stands in for the engine's stop and wake events while the test runs its loop: each wait moves
     the fake clock by what the loop asked for (and a little more, as a real wake-up is late);
     the loop ends once ``seconds`` of fake time have passed."""
 
@@ -56,14 +56,24 @@ class _Waits:
         self.clock.t += timeout + WAKE_LATE_S
         return self.is_set()
 
+    def clear(self) -> None:  # as the handoff's wake event: nobody asks in these tests
+        pass
+
+    def set(self) -> None:
+        pass
+
 
 def _run(eng: Engine, clock: FakeClock, seconds: float) -> None:
     """The engine's own loop, on this thread, for ``seconds`` of fake time."""
-    stop, eng._stop = eng._stop, _Waits(clock, seconds)  # type: ignore[assignment]
+    waits = _Waits(clock, seconds)
+    # the loop idles on the handoff's wake event (status requests are served between passes)
+    # and checks the stop event: both are the fake clock's here
+    stop, wake = eng._stop, eng.handoff.wake
+    eng._stop = eng.handoff.wake = waits  # type: ignore[assignment]
     try:
         eng._loop()
     finally:
-        eng._stop = stop
+        eng._stop, eng.handoff.wake = stop, wake
     assert eng.loop_error is None, eng.loop_error
 
 

@@ -108,3 +108,17 @@ def test_a_control_reply_with_a_name_that_is_not_text_is_sent_escaped():
     got = unpack_body(pack(reply)[4:])
     assert got == {"ok": True, "result": {"ports": {"swp%FF": {"rx_octets": 1}, GOOD: {"rx_octets": 2}},
                                           "n": ["swp%FF"]}}
+
+
+def test_the_per_tick_packer_keeps_a_pass_around_a_value_it_cannot_encode():
+    """One state or counter that is not text costs that value, never the destination's pass."""
+    table = _table()
+    packer = encode.Packer("t")
+    before = UNENCODABLE.count
+    packer.add_batch(Batch("netdev", 1, table, array("I", [0, 1, 2, 3]), array("Q", [1, 2, 3, 4]),
+                           array("q", [1, 1, 1, 1]), bytes(4)))
+    packer.add_states([StateUpdate(1, interface(p, OPENCONFIG, "state"), "oper-status", "UP", "netdev")
+                       for p in (BAD, GOOD)])
+    msgs = [p.message for p in packer.take()]
+    assert sorted(_names(msgs)) == [(GOOD, "in-octets"), (GOOD, "in-pkts"), (GOOD, "oper-status")]
+    assert _dropped(before) == 3
