@@ -471,22 +471,27 @@ def test_collector_rejecting_rpc_backs_off_and_stays_down(reject, code):
     srv = RejectingServer(port, reject)
     feed = Feed(ports=1)
     exp = DialoutExporter(_cfg(port, insecure=True, username="u", password_file=None), TARGET)
+    exp.log_limiter.period_s = 3600.0  # one rate-limit period, however long a loaded machine takes
+    delays = record_retries(exp)
     down_since = exp.status()["down_since_ns"]
     states = set()
     with structlog.testing.capture_logs() as logs:
         exp.start(feed.store)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 6.0:
+        deadline = time.monotonic() + 60
+        while len(delays) < 5:  # five refused sessions: at least 6 s of backoff, past the grace
             st = exp.status()
             states.add(st["state"])
             assert st["down_since_ns"] == down_since, st  # never reset by a rejected session
+            assert time.monotonic() < deadline, delays
             time.sleep(0.05)
         st = exp.status()
         problems = health_problems({"now_ns": time.time_ns(), "exporters": {"dialout:x": st}}, grace_s=3.0)
         exp.stop(0)
     srv.stop()
-    # backoff 0.5, 1, 2, 4 s (+-20%): 4 or 5 attempts in 6 s; resetting to 0.5 s made ~10
-    assert 3 <= srv.calls <= 5, srv.calls
+    # backoff 0.5, 1, 2, 4 s (+-20%), never reset by a refused session (a reset starts again
+    # at 0.5 s): each wait longer than the one before, as chosen (not as timed)
+    assert all(b > a for a, b in zip(delays, delays[1:], strict=False)), delays
+    assert srv.calls >= 5, srv.calls
     assert states <= {"down", "connecting"}, states
     assert st["reconnects"] == 0 and st["state"] in ("down", "connecting")
     assert code in st["last_error"], st

@@ -367,6 +367,8 @@ def test_top_plain_lines_when_not_a_terminal(tmp_path):
     agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
     try:
         agent.wait_ready()
+        # the plugin's ports in the store (ready is the first poll of any source)
+        agent.wait_for(lambda: status_doc(tmp_path)["sources"]["asic"]["reads"] >= 2, 60, "two ASIC reads")
         proc = subprocess.run([sys.executable, "-m", "agent", "top", "--socket", str(tmp_path / "swtel.sock"),
                                "-n", "2", "--interval", "0.5", "--limit", "100"], cwd=ROOT, capture_output=True, text=True,
                               timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})

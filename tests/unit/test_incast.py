@@ -139,8 +139,9 @@ def test_demo_incast_shows_a_calm_one_second_view_beside_the_peaks(tmp_path):
     readings, above, bursts, events_ = map(int, m.groups())
     # bursts at 3 s + 2 s k (+ up to 0.5 s): the poller read about two levels per burst
     assert readings >= 2 * (bursts - 1) and 4 * above <= readings, (readings, bursts)
-    # each burst one event; four at least were waited for
-    assert 4 <= bursts == events_, (bursts, events_)
+    # each burst one event (the last may still be judged when Ctrl-C stops the agents); four
+    # at least were waited for
+    assert 4 <= events_ <= bursts <= events_ + 1, (bursts, events_)
 
 
 def test_the_ingress_pg_its_headroom_the_pool_and_pfc_follow_the_burst():
