@@ -327,3 +327,56 @@ def test_accounting_counts_publishes_and_logs_each_rpc_once(pki, files, monkeypa
         assert leaves[("/agent/server/state", "subscribers")] == 0
     finally:
         srv.stop(1)
+
+
+def test_the_engine_publishes_a_listeners_health_values(tmp_path, monkeypatch):
+    """The engine's health pass carries a listener's health_values (the server's counts) to the
+    store (gNMI Get) and to every listener (dial-out, OTLP...), on change only."""
+    from agent import engine as engine_mod
+    from agent.engine import Engine
+
+    monkeypatch.setattr(engine_mod, "HEALTH_PERIOD_S", 0.02)  # every pass, not every 5 s
+    leaf = (Container(SWTEL_ORIGIN, "/agent/server/results/result[code=OK]/state"), "count")
+
+    class Listener:
+        name = "fake"
+        count = 1
+
+        def __init__(self) -> None:
+            self.seen: list[StateUpdate] = []
+
+        def start(self, store):
+            pass
+
+        def stop(self, timeout):
+            pass
+
+        def health_values(self):
+            return [(*leaf, self.count)]
+
+        def on_batch(self, batch):
+            pass
+
+        def on_state(self, updates):
+            self.seen.extend(u for u in updates if (u.container, u.leaf) == leaf)
+
+        def on_delete(self, ts_ns, containers):
+            pass
+    listener = Listener()
+    cfg = config.parse("interval: 20ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false}, "
+                       f"system: {{enabled: false}}}}\ncontrol: {{socket: {tmp_path}/s.sock, group: null}}\n")
+    engine = Engine(cfg, [listener])
+    engine.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(listener.seen) < 1:
+            assert time.monotonic() < deadline, "never published"
+            time.sleep(0.01)
+        listener.count = 2
+        while len(listener.seen) < 2:
+            assert time.monotonic() < deadline, "the change never published"
+            time.sleep(0.01)
+        assert [u.value for u in listener.seen] == [1, 2]  # on change only: no repeats of 1
+        assert any((u.container, u.leaf, u.value) == (*leaf, 2) for u in engine.store.states())
+    finally:
+        engine.stop(5)
