@@ -161,3 +161,24 @@ def test_a_request_wholly_denied_is_refused_a_wider_one_filtered():
 def test_malformed_rule_paths(text, fragment):
     with pytest.raises(ValueError, match=fragment):
         parse_path(text)
+
+
+def test_the_documented_policies_are_valid_and_decide_as_described():
+    """docs/server.md's policy and its Cumulus snippet's policy parse; the snippet's decides as
+    the text says."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text()
+    example = re.search(r"```json\n(\{\n  \"name\": \"leaf01-authz\".*?)```", text, re.S)
+    assert example, "the policy example of server.md"
+    assert Policy.parse(example.group(1)).decide(["contractor-7"], GET).rule == "no-contractors"
+    snippet = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "swtel-authz" in b)
+    snippets = yaml.safe_load(snippet)[0]["set"]["system"]["config"]["snippet"]
+    policy = Policy.parse(snippets["swtel-authz"]["content"])
+    assert policy.decide(["nms.example.net"], GET).allowed
+    assert policy.decide(["tenant-mon"], SUB).allowed and not policy.decide(["tenant-mon"], GET).allowed
+    server = yaml.safe_load(snippets["swtel-config"]["content"])["exporters"]["server"]
+    assert server["authz"]["policy_file"] == snippets["swtel-authz"]["file"]
