@@ -380,3 +380,44 @@ def test_the_engine_publishes_a_listeners_health_values(tmp_path, monkeypatch):
         assert any((u.container, u.leaf, u.value) == (*leaf, 2) for u in engine.store.states())
     finally:
         engine.stop(5)
+
+
+def test_sighup_reload_applies_a_changed_policy_to_the_running_server(files, tmp_path):
+    """The agent's reload (what SIGHUP runs): a changed policy file takes effect on the same
+    server (no restart); a broken one is rejected with the reload and the last one stays."""
+    from agent import runner
+    from tests.gnmi_helpers import free_port
+
+    policy = tmp_path / "authz.json"
+    policy.write_text(json.dumps(POLICY))
+    port = free_port()
+    path = tmp_path / "swtel.yaml"
+    path.write_text(
+        "interval: 50ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false}, "
+        "system: {enabled: false}}\ncontrol: {enabled: false}\n"
+        f"exporters:\n  server: {{listen: '127.0.0.1:{port}', insecure: true, users_file: {files['users']}, "
+        f"authz: {{policy_file: {policy}}}}}\n")
+    agent = runner.Agent(config.load(str(path)))
+    agent.start()
+    stub = gnmi_pb2_grpc.gNMIStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+    guest = [("username", "guest"), ("password", "guest-pw")]
+
+    def caps():
+        return _code(lambda: stub.Capabilities(gnmi_pb2.CapabilityRequest(), metadata=guest, timeout=5))[0]
+    try:
+        server = agent.exporters["server"]
+        assert caps() == DENIED
+        policy.write_text(json.dumps({**POLICY, "allow_rules": [{"name": "everyone"}]}))
+        assert agent.reload()
+        deadline = time.monotonic() + 30
+        while caps() != OK:  # applied on the tick thread at its next pass
+            assert time.monotonic() < deadline, "the new policy never applied"
+            time.sleep(0.02)
+        assert agent.exporters["server"] is server  # the same server: streams stay open
+        assert server.status()["authz"]["policy"] == "leaf01-authz"
+        policy.write_text('{"name": "x"}')
+        assert not agent.reload()
+        assert "allow_rules is required" in agent.last_reload["error"]
+        assert caps() == OK
+    finally:
+        agent.shutdown()
