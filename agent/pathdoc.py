@@ -56,6 +56,14 @@ def render() -> str:
                           ("fault", "why the source is unhealthy now (an exception of its calls, backed "
                                     "off until a good read; \"\": healthy)")):
         out.append(doc_row("engine", meaning, f"swtel:/agent/sources/source[name=S]/state/{leaf}", "state"))
+    for path, meaning in (  # the dial-in server's accounting (when exporters.server is on)
+            ("swtel:/agent/server/state/subscribers", "Subscribe streams open now"),
+            ("swtel:/agent/server/state/auth-failures", "RPCs refused UNAUTHENTICATED"),
+            ("swtel:/agent/server/state/refused-limits", "RPCs refused RESOURCE_EXHAUSTED by a limit"),
+            ("swtel:/agent/server/results/result[code=C]/state/count",
+             "RPCs ended with status code C (OK, CANCELLED, UNAUTHENTICATED, PERMISSION_DENIED...; "
+             "server.md)")):
+        out.append(doc_row("server", meaning, path, "state"))
     for det in registry.DETECTORS:  # the values a detector derives (link_degrading's gauges)
         out += det.plugin.doc_paths()
     out += ["", *otlp_names.doc_rows()]

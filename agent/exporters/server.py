@@ -9,19 +9,24 @@ Read-only: Set is UNIMPLEMENTED. TLS by default (mTLS when a client CA is
 configured); plaintext only with ``insecure: true``. Every RPC passes one guard (_guard)
 before its method runs: it names the caller (agent/gnmi/auth.py: the client certificate
 and/or a password checked against the salted-hash credentials file) or refuses it
-UNAUTHENTICATED. Never on port 9339 (Cumulus' own gNMI server).
+UNAUTHENTICATED, then checks it against the authorization policy and path rules
+(agent/gnmi/authz.py: PERMISSION_DENIED), and accounts for it once it ends (one log line,
+rate-limited; a count per result code in status and at swtel:/agent/server/...).
+Never on port 9339 (Cumulus' own gNMI server).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent import __version__, credentials, logs, tls
@@ -34,9 +39,10 @@ from agent.config import (
     check_listen,
     setting,
 )
-from agent.counters import Batch, Container, StateUpdate
+from agent.counters import SWTEL_ORIGIN, Batch, Container, StateUpdate
 from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
 from agent.gnmi.auth import Authenticator, AuthFailure, PamUsers, Principal, peer_host
+from agent.gnmi.authz import PathRules, Policy, PolicyError
 
 log = logs.get("server")
 
@@ -59,14 +65,18 @@ Subscriber: Any = None
 CAPABILITIES: Any = None
 
 
+gnmi_paths: Any = None
+
+
 def _load() -> None:
-    global grpc, gnmi_pb2, get, Counters, RequestError, Subscriber, CAPABILITIES
+    global grpc, gnmi_pb2, get, Counters, RequestError, Subscriber, CAPABILITIES, gnmi_paths
     if CAPABILITIES is not None:
         return
     import grpc
     from pygnmi.spec.v080 import gnmi_pb2
 
     from agent.gnmi import get
+    from agent.gnmi import paths as gnmi_paths
     from agent.gnmi.get import Counters, RequestError
     from agent.gnmi.subscribe import Subscriber
 
@@ -93,40 +103,47 @@ class _Servicer:
     def __init__(self, owner: GnmiServer):
         self._owner = owner
 
-    def Capabilities(self, request, context, principal):  # noqa: N802 - gRPC method name
+    def Capabilities(self, request, context, call):  # noqa: N802 - gRPC method name
         return CAPABILITIES
 
-    def Get(self, request, context, principal):  # noqa: N802
+    def Get(self, request, context, call):  # noqa: N802
+        call.note_paths(request.prefix, request.path)
         self._owner.rate_check(context)
         try:
-            return get.get(self._owner.store, request, self._owner.target)
+            return get.get(self._owner.store, request, self._owner.target, call.access)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
 
-    def Set(self, request, context, principal):  # noqa: N802
+    def Set(self, request, context, call):  # noqa: N802
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "swtel is read-only: Set is not supported")
 
-    def Subscribe(self, request_iterator, context, principal):  # noqa: N802
+    def Subscribe(self, request_iterator, context, call):  # noqa: N802
         owner = self._owner
+        after_s = float(owner.cfg.first_request_timeout)
+
+        def expire() -> None:
+            call.result = "DEADLINE_EXCEEDED"
+            _expire_first(context, after_s)
         # A client that opens a stream and never sends its SubscriptionList would hold a worker
         # for good: the watchdog ends such a stream (DEADLINE_EXCEEDED) after first_request_timeout.
-        token = owner.deadlines.arm(float(owner.cfg.first_request_timeout), lambda: _expire_first(
-            context, float(owner.cfg.first_request_timeout)))
+        token = owner.deadlines.arm(after_s, expire)
         try:
             first = next(request_iterator, None)
         except grpc.RpcError:  # cancelled: by the client, or the watchdog (its status is sent)
+            call.result = call.result or "CANCELLED"
             return
         finally:
             owner.deadlines.disarm(token)
         if first is None or not first.HasField("subscribe"):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must be a SubscriptionList")
+        call.note_paths(first.subscribe.prefix, [s.path for s in first.subscribe.subscription])
         try:
             sub = Subscriber(first.subscribe, owner.target, owner.min_interval_s, owner.queue_len,
-                             peer=context.peer(), per_tick=owner.per_tick)
+                             peer=context.peer(), per_tick=owner.per_tick, access=call.access)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
         sub.warm(owner.store)
-        if not owner.register(sub, principal):
+        if not owner.register(sub, call.principal):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"too many subscriptions (limit {owner.max_subscribers})")
         context.add_callback(sub.close)
@@ -269,27 +286,87 @@ class _Slots:
             self._total -= 1
 
 
-def _guard(owner: GnmiServer, method: Callable, streaming: bool) -> Callable:
+_PATHS_LOGGED = 8  # request paths named in an RPC's log line; the rest are counted
+
+
+@dataclass
+class _Call:
+    """One RPC as the guard and the accounting see it."""
+
+    rpc: str  # the gNMI method: Get, Subscribe...
+    peer: str
+    principal: Principal | None = None
+    access: Any = None  # agent/gnmi/authz.py Access: what it may read (None: everything)
+    paths: list[str] = field(default_factory=list)
+    result: str | None = None  # set where the status code is known without the context
+    _done: threading.Lock = field(default_factory=threading.Lock)
+
+    def note_paths(self, prefix: Any, paths: Any) -> None:
+        """The request's paths as text, for the log line (never fails the RPC)."""
+        try:
+            base = gnmi_paths.join(None, prefix) if prefix is not None and prefix.ByteSize() else ""
+            origin = prefix.origin if prefix is not None else ""
+            shown = []
+            for p in list(paths)[:_PATHS_LOGGED]:
+                text = base.rstrip("/") + gnmi_paths.from_proto(p) if base else gnmi_paths.from_proto(p)
+                o = p.origin or origin
+                shown.append(get.shown(f"{o}:{text}" if o else text)[1:-1])
+            if len(paths) > _PATHS_LOGGED:
+                shown.append(f"... {len(paths) - _PATHS_LOGGED} more")
+            self.paths = shown or ["/"]
+        except Exception:  # noqa: BLE001 - a path the request machinery refuses says why itself
+            self.paths = ["(unreadable)"]
+
+
+def _result(context: Any, failed: bool) -> str:
+    """The RPC's status code name, as set by abort (``code()`` from grpcio 1.38; the state field
+    before): OK when none was set and nothing raised, UNKNOWN when a bug raised."""
+    try:
+        code = context.code()
+    except Exception:  # noqa: BLE001 - an older grpcio: its state, as 1.51 keeps it
+        code = getattr(getattr(context, "_state", None), "code", None)
+    if code is None:
+        return "UNKNOWN" if failed else "OK"
+    return code.name
+
+
+def _guard(owner: GnmiServer, name: str, method: Callable, streaming: bool) -> Callable:
     """``method`` behind the server's guard: a slot (GnmiServer.enter: per-peer and total caps,
-    RESOURCE_EXHAUSTED) and a principal (GnmiServer.admit: UNAUTHENTICATED) before any of
-    its work. A wrapped method rather than a grpc.ServerInterceptor: an interceptor sees only
-    the method name and metadata, not the peer or the certificate."""
+    RESOURCE_EXHAUSTED), a principal (GnmiServer.admit: UNAUTHENTICATED) and the authorization
+    policy (GnmiServer.authorize: PERMISSION_DENIED) before any of its work; accounted once it
+    ends (GnmiServer.account). A wrapped method rather than a grpc.ServerInterceptor: an
+    interceptor sees only the method name and metadata, not the peer or the certificate."""
     if streaming:
         def stream(request_iterator, context):
-            release = owner.enter(context, stream=True)
+            call = _Call(name, context.peer())
+            owner.watch(context, call)
+            failed = True
             try:
-                principal = owner.admit(context)
-                yield from method(request_iterator, context, principal)
+                release = owner.enter(context, stream=True)
+                try:
+                    owner.authorize(context, call)
+                    yield from method(request_iterator, context, call)
+                    failed = False
+                finally:
+                    release()
             finally:
-                release()
+                owner.account(call, call.result or _result(context, failed))
         return stream
 
     def unary(request, context):
-        release = owner.enter(context, stream=False)
+        call = _Call(name, context.peer())
+        failed = True
         try:
-            return method(request, context, owner.admit(context))
+            release = owner.enter(context, stream=False)
+            try:
+                owner.authorize(context, call)
+                reply = method(request, context, call)
+                failed = False
+                return reply
+            finally:
+                release()
         finally:
-            release()
+            owner.account(call, call.result or _result(context, failed))
     return unary
 
 
@@ -298,17 +375,34 @@ def _handlers(servicer: _Servicer, owner: GnmiServer) -> grpc.GenericRpcHandler:
     g = gnmi_pb2
     return grpc.method_handlers_generic_handler("gnmi.gNMI", {
         "Capabilities": grpc.unary_unary_rpc_method_handler(
-            _guard(owner, servicer.Capabilities, False), g.CapabilityRequest.FromString, _passthrough),
+            _guard(owner, "Capabilities", servicer.Capabilities, False), g.CapabilityRequest.FromString, _passthrough),
         "Get": grpc.unary_unary_rpc_method_handler(
-            _guard(owner, servicer.Get, False), g.GetRequest.FromString, _passthrough),
+            _guard(owner, "Get", servicer.Get, False), g.GetRequest.FromString, _passthrough),
         "Set": grpc.unary_unary_rpc_method_handler(
-            _guard(owner, servicer.Set, False), g.SetRequest.FromString, _passthrough),
+            _guard(owner, "Set", servicer.Set, False), g.SetRequest.FromString, _passthrough),
         "Subscribe": grpc.stream_stream_rpc_method_handler(
-            _guard(owner, servicer.Subscribe, True), g.SubscribeRequest.FromString, _passthrough),
+            _guard(owner, "Subscribe", servicer.Subscribe, True), g.SubscribeRequest.FromString, _passthrough),
     })
 
 
 PAM_DIRS = ("/etc/pam.d", "/usr/lib/pam.d")
+
+
+def _check_authz(problems: list[str], where: str, section: ServerAuthz) -> None:
+    """The policy file parses (its problem named: field and file), every path rule names a
+    principal and parses."""
+    if section.policy_file:
+        try:
+            Policy.load(section.policy_file)
+        except PolicyError as exc:
+            problems.append(f"{where}.policy_file: {exc}")
+    for i, rule in enumerate(section.paths):
+        if not rule.principals:
+            problems.append(f"{where}.paths[{i}].principals: name at least one principal (`*`: every caller)")
+    try:
+        PathRules.from_config(section.paths)
+    except ValueError as exc:
+        problems.append(f"{where}.paths{exc}")
 
 
 def _check_pam(problems: list[str], where: str, service: str) -> None:
@@ -324,6 +418,33 @@ def _check_pam(problems: list[str], where: str, service: str) -> None:
         problems.append(f"{where}: no PAM service file /etc/pam.d/{service}")
     if importlib.util.find_spec("pam") is None:
         problems.append(f"{where}: needs the Python module pam (Debian: python3-pampy; PyPI: python-pam)")
+
+
+@dataclass
+class PathRuleConfig:
+    """One entry of ``exporters.server.authz.paths``."""
+
+    principals: list[str] = setting(factory=list, type="list of principals", doc=(
+        "whom the rule is for: user names or certificate identities, matched as in the policy "
+        "(`*` any named caller, `abc*` a prefix, `*abc` a suffix, `\"\"` an anonymous caller); the "
+        "first rule that names the caller applies"))
+    allow: list[str] = setting(factory=lambda: ["/", "swtel:/"], type="list of paths",
+                               shown="`[\"/\", \"swtel:/\"]` (all)", doc=(
+        "subtrees the caller may read (`/interfaces`, `swtel:/interfaces/interface[name=swp1]`)"))
+    deny: list[str] = setting(factory=list, type="list of paths", shown="`[]`", doc=(
+        "subtrees the caller may not read: the longest matching path decides, deny wins a tie"))
+
+
+@dataclass
+class ServerAuthz:
+    """``exporters.server.authz``: who may call which RPC, and read which paths."""
+
+    policy_file: str | None = setting(None, type="path or null", doc=(
+        "gRPC authorization policy (JSON, the format gNSI authz carries: `deny_rules`, then `allow_rules`, "
+        "default deny; see server.md); re-read on SIGHUP; an RPC it denies gets `PERMISSION_DENIED`"))
+    paths: list[PathRuleConfig] = setting(factory=list, type="list of mappings", shown="`[]` (every path)", doc=(
+        "path rules (gNSI pathz's spirit): once any is set, a caller reads only what its rule allows; "
+        "a caller no rule names reads nothing"))
 
 
 @dataclass
@@ -364,6 +485,7 @@ class ServerConfig:
         "at once); beyond, `RESOURCE_EXHAUSTED`"))
     first_request_timeout: Duration = setting(Duration(10.0), type="duration, 100ms–5m", doc=(
         "a Subscribe stream whose first request has not come by then is ended with `DEADLINE_EXCEEDED`"))
+    authz: ServerAuthz = setting(factory=ServerAuthz)
     cert_identity: str = setting("cn", type="`cn` or `san`", choices=("cn", "san"), doc=(
         "under mTLS (`tls.ca`), what names the caller: the client certificate's subject CN or its first "
         "subject alternative name"))
@@ -435,6 +557,7 @@ class GnmiServer(Exporter):
             problems.append(f"{where}: one user source: users_file, username/password_file or pam_service")
         if section.pam_service is not None:
             _check_pam(problems, f"{where}.pam_service", section.pam_service)
+        _check_authz(problems, f"{where}.authz", section.authz)
 
     @classmethod
     def listeners_for(cls, section: ServerConfig | None, cfg) -> dict:
@@ -444,8 +567,13 @@ class GnmiServer(Exporter):
 
     @classmethod
     def built_from(cls, key: str, cfg) -> object:
-        # The smallest source interval bounds the server's sample_interval check.
-        return (cfg.exporters.server, cfg.target, cfg.min_interval())
+        # The smallest source interval bounds the server's sample_interval check. authz is
+        # left out: a running server takes a new policy and path rules in on_config, without a
+        # restart that would end every stream.
+        server = cfg.exporters.server
+        if server is not None:
+            server = dataclasses.replace(server, authz=ServerAuthz())
+        return (server, cfg.target, cfg.min_interval())
 
     @classmethod
     def shares_resources(cls, key: str, old, new) -> bool:
@@ -492,6 +620,13 @@ class GnmiServer(Exporter):
         self._dropped_closed = 0
         self._auth_log = logs.RateLimiter(60.0)  # a client retrying a bad password logs once a minute
         self._limit_log = logs.RateLimiter(60.0)
+        # one line per RPC, at most one a minute per (client address, principal, RPC, result)
+        self._rpc_log = logs.RateLimiter(60.0)
+        self._results: dict[str, int] = {}
+        # (policy, path rules, the policy file's identity when read, the section): swapped whole
+        self._authz: tuple[Policy | None, PathRules | None, tuple | None, ServerAuthz | None] = (
+            None, None, None, None)
+        self._authz_error: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -515,6 +650,11 @@ class GnmiServer(Exporter):
                         "(allow_anonymous: true)", listen=str(cfg.listen))
         self._auth = Authenticator(users, mtls=mtls, cert_identity=cfg.cert_identity,
                                    throttle=credentials.LoginThrottle(clock=self._clock))
+        try:
+            self._apply_authz(cfg.authz)
+        except (PolicyError, ValueError) as exc:
+            self._state, self._last_error = "failed", str(exc)
+            raise RuntimeError(f"gNMI server: {exc}") from None
         if cfg.insecure:
             creds = None
             log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
@@ -655,6 +795,95 @@ class GnmiServer(Exporter):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
             raise  # abort raises; never reached
 
+    # ------------------------------------------------------------ authorization and accounting
+
+    def _apply_authz(self, section: ServerAuthz) -> bool:
+        """Read the policy file and path rules; raise (PolicyError, ValueError) when invalid.
+        The file is read again only when it changed (inode, size, mtime) or the section did: a
+        reload that touched neither costs one stat. True when something new is in force."""
+        ident = None
+        if section.policy_file:
+            try:
+                st = os.stat(section.policy_file)
+                ident = (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError as exc:
+                raise PolicyError(f"policy file {section.policy_file}: {exc.strerror or exc}") from None
+        _, _, old_ident, old_section = self._authz
+        if section == old_section and ident == old_ident:
+            return False
+        policy = Policy.load(section.policy_file) if section.policy_file else None
+        rules = PathRules.from_config(section.paths) if section.paths else None
+        self._authz = (policy, rules, ident, section)
+        self._authz_error = None
+        return True
+
+    def on_config(self, cfg: Any) -> None:
+        """A reload (on the tick thread): a changed policy file or path rules take effect for
+        the RPCs that start from now on; a broken one (validate passed it, then it changed)
+        keeps the last good one in force, logged and in status."""
+        section = cfg.exporters.server
+        if section is None or self._grpc is None:
+            return
+        try:
+            if self._apply_authz(section.authz):
+                policy = self._authz[0]
+                log.info("gNMI authorization reloaded", policy=policy.name if policy else None,
+                         path_rules=len(section.authz.paths))
+        except (PolicyError, ValueError) as exc:
+            self._authz_error = self._last_error = f"authorization not reloaded: {exc}"
+            log.error("gNMI authorization not reloaded; the last good one stays in force", error=str(exc))
+
+    def watch(self, context: grpc.ServicerContext, call: _Call) -> None:
+        """A stream the client cancels may never resume its generator: account for it when
+        gRPC says it ended (CANCELLED), unless its guard already did."""
+        context.add_callback(lambda: self.account(call, call.result or "CANCELLED"))
+
+    def authorize(self, context: grpc.ServicerContext, call: _Call) -> None:
+        """Name the caller (admit), then apply the policy: PERMISSION_DENIED for an RPC it
+        denies; the path rules' view of the caller goes on ``call.access``."""
+        principal = call.principal = self.admit(context)
+        names = list(dict.fromkeys(n for n in (principal.name, principal.certificate) if n)) or [""]
+        policy, rules, _, _ = self._authz
+        if policy is not None:
+            method = f"/gnmi.gNMI/{call.rpc}"
+            decision = policy.decide(names, method, context.invocation_metadata())
+            if not decision.allowed:
+                why = (f"denied by rule {decision.rule!r}" if decision.rule else "no allow rule matches")
+                message = f"{names[0] or 'an anonymous caller'} may not call {method}: {why} " \
+                          f"(authorization policy {policy.name!r})"
+                self._last_error = f"{context.peer()}: {message}"
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
+        call.access = rules.access_for(names) if rules is not None else None
+
+    def account(self, call: _Call, result: str) -> None:
+        """Once per RPC: its count by result, and its log line (rate-limited)."""
+        if not call._done.acquire(blocking=False):
+            return
+        with self._lock:
+            self._results[result] = self._results.get(result, 0) + 1
+        principal = call.principal
+        self._rpc_log.log(
+            log, "info" if result in ("OK", "CANCELLED") else "warning",
+            (peer_host(call.peer), principal.name if principal else None, call.rpc, result),
+            "gNMI RPC", peer=call.peer, principal=principal.name if principal else None,
+            auth=principal.how if principal else None, rpc=call.rpc, paths=call.paths, result=result)
+
+    def health_values(self) -> list[tuple[Container, str, Any]]:
+        """What the engine publishes under swtel:/agent/server/ every 5 s, on change (docs/paths.md)."""
+        if self._grpc is None:
+            return []
+        state = Container(SWTEL_ORIGIN, "/agent/server/state")
+        out: list[tuple[Container, str, Any]] = [
+            (state, "subscribers", len(self._subs)),
+            (state, "auth-failures", self._auth_failures),
+            (state, "refused-limits", self.slots.refused),
+        ]
+        with self._lock:
+            results = sorted(self._results.items())
+        for code, n in results:
+            out.append((Container(SWTEL_ORIGIN, f"/agent/server/results/result[code={code}]/state"), "count", n))
+        return out
+
     def register(self, sub: Subscriber, principal: Principal | None = None) -> bool:
         with self._lock:  # the stream's slot was taken at its start (enter): this only lists it
             self._subs = (*self._subs, sub)
@@ -681,5 +910,13 @@ class GnmiServer(Exporter):
             "anonymous": self._auth.anonymous,
             "auth_failures": self._auth_failures,
             "refused_limits": self.slots.refused,
+            "results": dict(sorted(self._results.items())),
+            "authz": self._authz_status(),
             "last_error": self._last_error,
         }
+
+    def _authz_status(self) -> dict[str, Any]:
+        policy, rules, _, _ = self._authz
+        return {"policy": policy.name if policy else None,
+                "path_rules": len(rules.rules) if rules else 0,
+                "error": self._authz_error}

@@ -284,8 +284,11 @@ class PathSet:
     (a Subscription of a list) that reuses that pass instead of scanning the table again.
     """
 
-    def __init__(self, patterns: Iterable[Pattern]):
+    def __init__(self, patterns: Iterable[Pattern], access: Any = None):
         self.patterns: tuple[Pattern, ...] = tuple(patterns)
+        #: what the caller may read (agent/gnmi/authz.py Access; None: everything): a value it
+        #: denies never matches, so every reply built from this set leaves it out
+        self.access = access
         by_origin: dict[str, list[tuple[int, Elems]]] = {}
         for k, (origin, elems) in enumerate(self.patterns):
             by_origin.setdefault(origin, []).append((k, elems))
@@ -345,7 +348,8 @@ class PathSet:
                     more = leaf_ids[spec.leaf] = _Trie.walk(states, _split(spec.leaf))[0]
                 if more:
                     ids = ids | more if ids else more
-            if not ids:
+            if not ids or (self.access is not None
+                           and not self.access.allows_leaf(c.origin, c.path, spec.leaf)):
                 continue
             indices.append(i)
             if per_pattern:
@@ -367,6 +371,9 @@ class PathSet:
             if states:
                 more = _Trie.walk(states, _split(leaf))[0]
                 ids = ids | more if ids else more
+            if ids and self.access is not None and not self.access.allows_leaf(
+                    container.origin, container.path, leaf):
+                ids = _NONE
             if len(self._states) < _CACHE_MAX:
                 self._states[key] = ids
         return ids
@@ -378,6 +385,8 @@ class PathSet:
         """A deleted container concerns us if it lies at, below or above one of our patterns
         (above: some pattern goes on below it)."""
         whole, states = self._container(container)
+        if self.access is not None and not self.access.sees_container(container.origin, container.path):
+            return False  # a denied subtree's deletes would name what the caller may not read
         return bool(whole) or bool(states)
 
     def filter_changes(self, table: CounterTable, changed: list[int]) -> list[int]:
@@ -573,8 +582,17 @@ def _response(notif: gnmi_pb2.Notification) -> bytes:
 # ---------------------------------------------------------------- Get
 
 
-def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetResponse:
-    """Latest values under every requested path; a path with no data is NOT_FOUND."""
+def refuse_denied(pattern: Pattern, access: Any) -> None:
+    """PERMISSION_DENIED for a request path whose every value the caller's path rules deny; a
+    wider one (the root, a wildcard) is answered with the denied values left out."""
+    if access is not None and access.refuses(*pattern):
+        raise RequestError(grpc.StatusCode.PERMISSION_DENIED,
+                           f"{display(pattern)}: not readable by this caller (path rules)")
+
+
+def get(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any = None) -> gnmi_pb2.GetResponse:
+    """Latest values under every requested path; a path with no data is NOT_FOUND; ``access``
+    (agent/gnmi/authz.py) leaves out what the caller may not read."""
     renderer = Renderer(target, check_encoding(request.encoding))
     if request.type == gnmi_pb2.GetRequest.CONFIG:
         raise RequestError(grpc.StatusCode.NOT_FOUND, "this target serves state data only")
@@ -586,11 +604,12 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str) -> gnmi_pb2.GetRe
     seen: set[tuple] = set()
     for path in requested:
         pattern = request_pattern(request.prefix, path, target)
+        refuse_denied(pattern, access)
         key = (pattern[0], tuple((n, tuple(sorted(ks.items()))) for n, ks in pattern[1]))
         if key in seen:  # the same path asked again is answered once
             continue
         seen.add(key)
-        counters, states = read(store, PathSet([pattern]))
+        counters, states = read(store, PathSet([pattern], access))
         chunks = renderer.snapshot(counters, states)
         if not chunks:
             raise RequestError(grpc.StatusCode.NOT_FOUND, f"no data at {display(pattern)}")

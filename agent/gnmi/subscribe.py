@@ -35,6 +35,7 @@ from agent.gnmi.get import (
     RequestError,
     check_encoding,
     read,
+    refuse_denied,
     request_pattern,
 )
 
@@ -77,6 +78,7 @@ class Subscriber:
         queue_len: int,
         peer: str = "",
         per_tick: bool = False,
+        access: Any = None,
     ):
         self.peer = peer
         self.mode = request.mode
@@ -101,6 +103,7 @@ class Subscriber:
         patterns, on_change = [], []
         for sub in request.subscription:
             pattern = request_pattern(request.prefix, sub.path, target)
+            refuse_denied(pattern, access)
             patterns.append(pattern)
             entry = Entry(None, suppress=sub.suppress_redundant)
             if self.mode == STREAM:
@@ -126,11 +129,11 @@ class Subscriber:
                         )
                     entry.heartbeat_s = sub.heartbeat_interval / 1e9
             self.entries.append(entry)
-        self.all_paths = PathSet(patterns)
+        self.all_paths = PathSet(patterns, access)
         for k, entry in enumerate(self.entries):  # each reads through the list's one pass per table
             entry.pathset = self.all_paths.member(k)
         #: Only on-change subscriptions take queued changes; SAMPLE reads the Store on its timer.
-        self.on_change = PathSet(on_change) if on_change else None
+        self.on_change = PathSet(on_change, access) if on_change else None
 
         self._cond = threading.Condition()
         self._queue: deque[tuple] = deque()
