@@ -641,8 +641,8 @@ class OtlpExporter(PeriodicSender, Exporter):
         rejected = reply.partial_success.rejected_data_points if reply.HasField("partial_success") else 0
         if rejected:
             self.rejected_points += rejected
-            self.last_error = f"receiver rejected {rejected} of " \
-                              f"{npoints} points: {reply.partial_success.error_message}"
+            self.last_error = logs.remote_text(f"receiver rejected {rejected} of "
+                                               f"{npoints} points: {reply.partial_success.error_message}")
             if rejected >= npoints:
                 # Reached, but nothing it was sent is kept: as good as down for health. (Its
                 # log line is not an outage's: reaching the receiver does not forget it.)

@@ -456,7 +456,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
                     if t.target != self.target_name or t.op != pb.TARGET_UNKNOWN:
                         continue  # an announcement about another target (we subscribe to none)
                     if t.error:
-                        raise _Refused(f"tunnel server refused target {self.target_name!r}: {t.error}")
+                        raise _Refused(logs.remote_text(f"tunnel server refused target {self.target_name!r}: {t.error}"))
                     if t.accept and not registered:
                         registered = True
                         unanswered.cancel()
@@ -486,13 +486,14 @@ class TunnelExporter(ReconnectingSender, Exporter):
     def _session_request(self, s: Any, channel: grpc.Channel, outbox: queue.Queue) -> None:
         if s.error:  # the server gave up on a session: its Tunnel stream ends by itself
             self.log_limiter.log(log, "info", "session-error", "tunnel session error from server",
-                                 tunnel=self.name, tag=s.tag, error=s.error)
+                                 tunnel=self.name, tag=s.tag, error=logs.remote_text(s.error))
             return
         if not s.accept or s.tag <= 0:
             return  # we never ask for sessions, so nothing else is meant for us
         reason = None
         if s.target != self.target_name or s.target_type != pb.GNMI_GNOI:
-            reason = f"no target {s.target!r} of type {s.target_type!r} here"
+            # the server's own names, cut: this goes back to it and into a log line
+            reason = logs.remote_text(f"no target {s.target!r} of type {s.target_type!r} here")
         else:
             with self._lock:
                 if len(self._pipes) >= MAX_SESSIONS:
@@ -536,7 +537,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
             call.cancel()
         except grpc.RpcError as exc:
             if not self._stopping.is_set() and exc.code() != grpc.StatusCode.CANCELLED:
-                error = f"{exc.code().name}: {exc.details()}"
+                error = rpc_error(exc)
         except (OSError, ValueError) as exc:  # the gNMI service closed the connection
             error = str(exc)
         finally:
