@@ -326,6 +326,12 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
 def ssl_context(tls_cfg: ClientTls) -> ssl.SSLContext:
     """A client context: the system's CAs or ``ca``, a client certificate for mTLS."""
     ctx = ssl.create_default_context(cafile=tls_cfg.ca) if tls_cfg.ca else ssl.create_default_context()
+    if tls_cfg.crl:  # read at every new connection: a renewed CRL is taken without a reload
+        try:
+            ctx.load_verify_locations(cafile=tls_cfg.crl)
+        except ssl.SSLError as exc:
+            raise tls.TlsError(f"CRL {tls_cfg.crl!r}: cannot be loaded: {exc}") from None
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     if tls_cfg.cert:
         tls.read_pem(tls_cfg.key, "client key", private=True)  # the one secret reader's rules, as gRPC's
         ctx.load_cert_chain(tls_cfg.cert, tls_cfg.key)

@@ -378,6 +378,42 @@ def test_partial_success_is_counted():
     assert exp.status()["rejected_points"] >= 2 and "two too many" in exp.status()["last_error"]
 
 
+def test_tls_files_changed_then_reload_makes_a_new_channel_that_reads_them(tmp_path):
+    """SIGHUP (reload_tls) with the client certificate renewed in place: the next request goes
+    on a new channel built from the new files; unchanged files keep the running channel."""
+    import shutil
+
+    from agent import tls
+    from tests.gnmi_helpers import CA
+
+    pki = make_pki(tmp_path / "pki")
+    rx = Receiver("127.0.0.1:0", credentials=tls.server_credentials(pki.server_cert, pki.server_key, pki.ca)).start()
+    store = Store()
+    store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    shutil.copyfile(pki.client_cert, cert)
+    shutil.copyfile(pki.client_key, key)
+    key.chmod(0o600)
+    cfg = OtlpConfig(endpoint=config.HostPort(rx.address), insecure=False, interval=config.Duration(0.1),
+                     tls=config.ClientTls(ca=str(pki.ca), cert=str(cert), key=str(key), server_name="collector.test"))
+    exp = OtlpExporter(cfg, "leaf01")
+    try:
+        exp.start(store)
+        assert rx.wait_for(lambda r: r.requests >= 1, 10), exp.status()
+        first = exp._channel
+        assert exp.reload_tls() is False and exp._channel is first
+        # renewed: another certificate of an unrelated CA, which the receiver refuses (mTLS)
+        other = CA.create(tmp_path, "other-ca").issue(tmp_path, "renewed", client=True)
+        shutil.copyfile(other[1], key)
+        shutil.copyfile(other[0], cert)
+        assert exp.reload_tls() is True
+        wait_until(lambda: exp._channel is not first and exp.status()["state"] != "connected", 30,
+                   "a new channel with the new (refused) certificate")
+    finally:
+        exp.stop(0.5)
+        rx.stop()
+
+
 def test_a_3mb_partial_success_message_is_cut_in_the_log_and_status():
     """A receiver's 3 MB error_message reaches neither a log line nor status whole: the one
     cutter (logs.remote_text) keeps its head and tail, a few hundred characters in all."""
