@@ -180,3 +180,33 @@ def test_grpc_clients_and_remote_write_refuse_a_server_certificate_the_crl_revok
             ctx.wrap_socket(raw, server_hostname="localhost")
     finally:
         srv.stop(1)
+
+
+def test_a_running_agent_serves_the_renewed_certificate_after_sighup(tmp_path):
+    """The whole path: `swtel run` with a TLS server, its certificate and key renewed in
+    place, SIGHUP: the next connection gets the new certificate, and the log says so."""
+    import signal
+
+    from tests.gnmi_helpers import free_port
+    from tests.helpers import OFF, agent_yaml
+    from tests.namespaces import AgentProcess
+
+    ca = CA.create(tmp_path)
+    cert, key = issue_server(ca, tmp_path / "live")
+    new_cert, new_key = issue_server(ca, tmp_path / "renewed")
+    port = free_port()
+    text = agent_yaml(tmp_path, {"netdev": OFF, "ethtool": OFF, "system": "{interval: 100ms}"}, interval="100ms",
+                      exporters=f"  server: {{listen: '127.0.0.1:{port}', tls: {{cert: {cert}, key: {key}}}}}\n")
+    agent = AgentProcess(None, text, tmp_path)
+    try:
+        agent.wait_ready()
+        first = der_of(cert)
+        assert served_cert(port) == first
+        shutil.copyfile(new_key, key)
+        shutil.copyfile(new_cert, cert)
+        assert served_cert(port) == first  # renewed files are not taken before the reload
+        agent.proc.send_signal(signal.SIGHUP)
+        agent.wait_for(lambda: "TLS files reloaded" in agent.log.read_text(), 30, "the reload")
+        assert served_cert(port) == der_of(new_cert) != first
+    finally:
+        assert agent.stop() == 0
