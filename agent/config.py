@@ -198,6 +198,10 @@ class ClientTls:
     cert: str | None = setting(None, type="path or null", doc="client certificate, for mTLS (with `key`)")
     key: str | None = setting(None, type="path or null", doc="client key, for mTLS (with `cert`)")
     server_name: str | None = setting(None, type="string or null", shown="`null` (the host)")
+    crl: str | None = setting(None, type="path or null", doc=(
+        "a PEM CRL of the CA that signed the peer's certificate: a peer certificate it revokes is "
+        "refused (remote write checks it in the handshake; the gRPC exporters in a TLS check before each "
+        "connection); re-read on SIGHUP when changed"))
 
 
 @dataclass
@@ -208,6 +212,9 @@ class ServerTls:
     key: str | None = setting(None, type="path or null", doc="server key")
     ca: str | None = setting(None, type="path or null",
                              doc="client CA: when set, clients need a certificate it signed (mTLS)")
+    crl: str | None = setting(None, type="path or null", doc=(
+        "a PEM CRL signed by the client CA (with `ca`): a client certificate it revokes is refused with "
+        "UNAUTHENTICATED (`client certificate revoked`); re-read with the other files on SIGHUP"))
 
 
 # ---------------------------------------------------------------- schema: control, log
@@ -495,7 +502,7 @@ def _check_control(ctl: Control, problems: list[str]) -> None:
         problems.append("control.group: must not be empty (use null to keep the agent's group)")
 
 
-_PEM_KIND = {"ca": "certificate", "cert": "certificate", "key": "private key"}
+_PEM_KIND = {"ca": "certificate", "cert": "certificate", "key": "private key", "crl": "CRL"}
 _PEM_BEGIN = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
 
 
@@ -522,6 +529,8 @@ def file_problem(path: str, kind: str | None) -> str | None:
     finally:
         os.close(fd)
     labels = _PEM_BEGIN.findall(data)
+    if kind == "CRL" and b"X509 CRL" not in labels:
+        return f"{_short(path)} holds no PEM CRL (-----BEGIN X509 CRL-----)"
     if kind == "certificate" and b"CERTIFICATE" not in labels:
         return f"{_short(path)} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
     if kind == "private key" and not any(label.endswith(b"PRIVATE KEY") for label in labels):
@@ -533,7 +542,7 @@ def file_problem(path: str, kind: str | None) -> str | None:
 
 def check_files(problems: list[str], where: str, *paths: str | None) -> None:
     before = len(problems)
-    for label, path in zip(("ca", "cert", "key"), paths, strict=False):
+    for label, path in zip(("ca", "cert", "key", "crl"), paths, strict=False):
         if path:
             problem = file_problem(path, _PEM_KIND[label])
             if problem:

@@ -128,6 +128,25 @@ def kind(text: str) -> str:
     return "".join("#" if c.isdigit() else c for c in head[:160])
 
 
+#: characters of a peer's text (an error message, a refusal, details) kept for a log or status
+REMOTE_TEXT_MAX = 300
+
+
+def remote_text(text: object, limit: int = REMOTE_TEXT_MAX) -> str:
+    """``text`` from a peer, cut to at most ``limit`` characters for a log line or status.
+
+    The middle goes, so that the head (a gRPC code name, ``HTTP 429``) and the tail (often the
+    cause) both stay: a receiver's 3 MB message must not become a 3 MB log line and status. The
+    one cutter for every remote text; callers need not check the length first."""
+    s = text if isinstance(text, str) else str(text)
+    if len(s) <= limit:
+        return s
+    marker = f" …[{len(s)} chars, cut]… "  # the length said once: the reader knows what is missing
+    keep = max(limit - len(marker), 2)
+    head = keep * 2 // 3  # more of the head: the code, the status, the first words
+    return f"{s[:head]}{marker}{s[len(s) - (keep - head):]}"
+
+
 class RateLimiter:
     """Let one message per key through per period; count the rest.
 

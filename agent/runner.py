@@ -175,6 +175,7 @@ class Agent:
             try:
                 new = config.load(self.cfg.path or config.DEFAULT_PATH)
                 self._swap_exporters(new)
+                self._reload_tls()
             except config.ConfigError as exc:
                 return self._reject(exc.problems)
             except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError...: never fatal
@@ -198,6 +199,21 @@ class Agent:
             log.info("reloaded", config=new.path)
             self.notifier.ready()
             return True
+
+    def _reload_tls(self) -> None:
+        """Every running exporter re-reads its TLS files (certificate, key, CA, CRL) if they
+        changed: its next connection uses them. New files that cannot serve (a key that is not
+        the certificate's) are logged and the running ones kept: the config reload stands."""
+        for key, exporter in self.exporters.items():
+            reload_tls = getattr(exporter, "reload_tls", None)
+            if reload_tls is None:
+                continue
+            try:
+                if reload_tls():
+                    log.info("TLS files reloaded; new connections use them", exporter=key)
+            except Exception as exc:  # noqa: BLE001 - TlsError, OSError: never fatal
+                log.error("TLS files not reloaded; keeping the running ones", exporter=key,
+                          error=_clip(_error_text(exc)))
 
     def _reject(self, problems: list[str]) -> bool:
         self.last_reload = {"ok": False, "ts_ns": time.time_ns(), "error": "\n".join(problems)}

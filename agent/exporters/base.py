@@ -110,7 +110,7 @@ class Listener(Protocol):
 def check_tls(problems: list[str], where: str, insecure: bool, tls: ClientTls) -> None:
     """A TLS client's files (unless ``insecure``): readable PEM files, cert and key together."""
     if not insecure:
-        check_files(problems, f"{where}.tls", tls.ca, tls.cert, tls.key)
+        check_files(problems, f"{where}.tls", tls.ca, tls.cert, tls.key, tls.crl)
         if bool(tls.cert) != bool(tls.key):
             problems.append(f"{where}.tls: cert and key go together (mTLS)")
 

@@ -385,6 +385,8 @@ class OtlpExporter(PeriodicSender, Exporter):
         self._egress_counts: dict[tuple[str, str], list] = {}
         self._channel: grpc.Channel | None = None
         self._call: Any = None
+        self._tls_stamp: tuple = ()  # the TLS files the channel was built with (tls.stamp)
+        self._tls_changed = threading.Event()  # SIGHUP found them changed: a new channel
         # status (the rest: PeriodicSender)
         self.exports = 0  # export intervals built
         self.sent = 0  # requests the receiver accepted
@@ -610,6 +612,8 @@ class OtlpExporter(PeriodicSender, Exporter):
             ("grpc.initial_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX_S * 1000)),
         ]
+        t = self.cfg.tls
+        self._tls_stamp = tls.stamp(t.ca, t.cert, t.key, t.crl)
         channel = self._channel = grpc_channel(address, self.cfg.insecure, self.cfg.tls, options)
         self._call = channel.unary_unary(METHOD, request_serializer=_identity,
                                          response_deserializer=ms_pb2.ExportMetricsServiceResponse.FromString)
@@ -621,6 +625,9 @@ class OtlpExporter(PeriodicSender, Exporter):
             return True
         data, npoints = item
         try:
+            if self._tls_changed.is_set():  # new TLS files: the next request on a new connection
+                self._tls_changed.clear()
+                self._close()
             if self._call is None:
                 self._connect()
             reply = self._call(data, timeout=timeout)
@@ -641,8 +648,8 @@ class OtlpExporter(PeriodicSender, Exporter):
         rejected = reply.partial_success.rejected_data_points if reply.HasField("partial_success") else 0
         if rejected:
             self.rejected_points += rejected
-            self.last_error = f"receiver rejected {rejected} of " \
-                              f"{npoints} points: {reply.partial_success.error_message}"
+            self.last_error = logs.remote_text(f"receiver rejected {rejected} of "
+                                               f"{npoints} points: {reply.partial_success.error_message}")
             if rejected >= npoints:
                 # Reached, but nothing it was sent is kept: as good as down for health. (Its
                 # log line is not an outage's: reaching the receiver does not forget it.)
@@ -661,6 +668,18 @@ class OtlpExporter(PeriodicSender, Exporter):
         self._log_outage("warning", "down", "OTLP export failed; retrying",
                          endpoint=str(self.cfg.endpoint), error=error)
 
+    def reload_tls(self) -> bool:
+        """SIGHUP: if the TLS files (CA, certificate, key, CRL) changed since the channel was
+        built, the next request goes on a new channel that reads them. True if they did."""
+        t = self.cfg.tls
+        if self.cfg.insecure or self._call is None or tls.stamp(t.ca, t.cert, t.key, t.crl) == self._tls_stamp:
+            return False
+        self._tls_changed.set()
+        self._wake.set()
+        return True
+
     def _close(self) -> None:
+        self._call = None
         if self._channel is not None:
             self._channel.close()
+            self._channel = None

@@ -27,8 +27,10 @@ still carries every count.
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import re
+import socket
 import ssl
 import threading
 import time
@@ -63,6 +65,7 @@ MAX_QUEUE = 100_000
 MAX_RESEND_S = 240.0  # under Prometheus' 5-minute lookback, with room for a late request
 MAX_REPLY = 64 * 1024  # bytes of a reply read; a longer one closes the connection
 REPLY_SHOWN = 200  # characters of a refusal's text in status and logs
+MAX_RETRY_AFTER_S = 300.0  # a receiver's Retry-After is honoured up to 5 minutes (the queue keeps filling)
 #: labels of the series themselves (otlp_names' attributes and ``target``): not ``labels`` keys
 RESERVED = frozenset({"target", "bin"} | {a for shape in otlp_names.SHAPES for a in shape.attrs})
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -291,12 +294,44 @@ class _Https(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
-        self.sock = self._verify_ctx.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
+        # the TLS socket in place before the handshake: the request's deadline can shut it down
+        self.sock = self._verify_ctx.wrap_socket(self.sock, server_hostname=self._server_name or self.host,
+                                                 do_handshake_on_connect=False)
+        self.sock.do_handshake()
+
+
+class RequestTimeout(TimeoutError):
+    """The whole request (connect, send, answer) did not finish within ``timeout``."""
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A ``Retry-After`` header's wait in seconds (delta-seconds or an HTTP date), at most
+    :data:`MAX_RETRY_AFTER_S`; None when absent or unreadable (then the backoff decides)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        wait = float(int(value[:12]))  # a 5,000-digit value is still "long": capped below
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        wait = when.timestamp() - (time.time() if now is None else now)
+    return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
 
 
 def ssl_context(tls_cfg: ClientTls) -> ssl.SSLContext:
     """A client context: the system's CAs or ``ca``, a client certificate for mTLS."""
     ctx = ssl.create_default_context(cafile=tls_cfg.ca) if tls_cfg.ca else ssl.create_default_context()
+    if tls_cfg.crl:  # read at every new connection: a renewed CRL is taken without a reload
+        try:
+            ctx.load_verify_locations(cafile=tls_cfg.crl)
+        except ssl.SSLError as exc:
+            raise tls.TlsError(f"CRL {tls_cfg.crl!r}: cannot be loaded: {exc}") from None
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     if tls_cfg.cert:
         tls.read_pem(tls_cfg.key, "client key", private=True)  # the one secret reader's rules, as gRPC's
         ctx.load_cert_chain(tls_cfg.cert, tls_cfg.key)
@@ -456,6 +491,7 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             "refused": self.refused,
             "last_refusal": self.last_refusal,
             "retries": self.retries,
+            "retry_after_s": self.last_retry_after_s,
             "reconnects": self.reconnects,
             "last_error": self.last_error,
             "down_since_ns": self.down_since_ns,
@@ -557,8 +593,8 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
         self._resend_all = True  # what the dropped request changed is sent again
 
     # ------------------------------------------------------------ sending (own thread)
-    def _connect(self) -> http.client.HTTPConnection:
-        timeout = float(self.cfg.timeout)
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        """A connection (not yet connected), its headers built: the secrets read again."""
         headers = {
             "Content-Encoding": "snappy",
             "Content-Type": "application/x-protobuf",
@@ -583,34 +619,71 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             self._conn.close()
             self._conn = None
 
-    def _post(self, body: bytes, timeout: float) -> tuple[int, str]:
-        """POST one request; (HTTP status, the start of the answer's text). A kept-alive
-        connection the receiver closed meanwhile is replaced once at once, not counted as a
-        failure (a request sent twice is harmless: receivers drop a repeated sample)."""
+    def _post(self, body: bytes, timeout: float) -> tuple[int, str, float | None]:
+        """POST one request within ``timeout`` s in all (the retry below included); (HTTP
+        status, the start of the answer's text, its Retry-After). A kept-alive connection the
+        receiver closed meanwhile is replaced once at once, not counted as a failure (a request
+        sent twice is harmless: receivers drop a repeated sample)."""
+        deadline = time.monotonic() + timeout
         fresh = self._conn is None
         try:
-            return self._exchange(body, timeout)
+            return self._exchange(body, deadline, timeout)
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             self._close()
             if fresh:
                 raise
-        return self._exchange(body, timeout)
+        return self._exchange(body, deadline, timeout)
 
-    def _exchange(self, body: bytes, timeout: float) -> tuple[int, str]:
-        if self._conn is None:
-            self._conn = self._connect()
-        conn = self._conn
-        conn.timeout = timeout
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
-        conn.request("POST", self.path, body=body, headers=self._headers)
-        reply = conn.getresponse()
-        text = reply.read(MAX_REPLY)
-        if not reply.isclosed():  # more than we read: not worth keeping the connection for
+    def _exchange(self, body: bytes, deadline: float, timeout: float) -> tuple[int, str, float | None]:
+        """One request and its answer, by ``deadline`` (monotonic). A socket timeout bounds each
+        read, not the whole: a receiver sending a byte every few seconds would hold the
+        exporter for ever. A timer shuts the socket down at the deadline instead, which ends
+        whatever call is blocked on it."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RequestTimeout(f"no answer within the timeout ({timeout:g}s)")
+        expired = threading.Event()
+        holder: list[http.client.HTTPConnection | None] = [self._conn]
+
+        def expire() -> None:
+            expired.set()
+            conn = holder[0]
+            sock = conn.sock if conn is not None else None
+            if sock is not None:
+                try:  # socket's own shutdown, also on a TLS socket: no TLS close_notify from here
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(left, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            if self._conn is None:
+                self._conn = holder[0] = self._connect(left)
+                self._conn.connect()  # here, so that the timer can reach its socket
+                if expired.is_set():
+                    raise RequestTimeout(f"no answer within the timeout ({timeout:g}s)")
+            conn = self._conn
+            conn.timeout = left
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            conn.request("POST", self.path, body=body, headers=self._headers)
+            reply = conn.getresponse()
+            text = reply.read(MAX_REPLY)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if expired.is_set():
+                self._close()
+                raise RequestTimeout(f"no complete answer within the timeout ({timeout:g}s)") from exc
+            raise
+        finally:
+            timer.cancel()
+        if expired.is_set() or not reply.isclosed() or reply.will_close:
+            # shut down at the deadline just as the answer came; more than we read (not worth
+            # keeping the connection for); or the receiver closes it
             self._close()
-        elif reply.will_close:
-            self._close()
-        return reply.status, text.decode("utf-8", "replace").strip()[:REPLY_SHOWN]
+        return (reply.status, logs.remote_text(text.decode("utf-8", "replace").strip(), REPLY_SHOWN),
+                retry_after(reply.getheader("Retry-After")))
 
     def _send_one(self, timeout: float) -> bool:
         """Send the oldest queued request. True: done with it (accepted or refused for good)."""
@@ -619,10 +692,14 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             return True
         body, nsamples = item
         try:
-            status, text = self._post(body, timeout)
+            status, text, wait = self._post(body, timeout)
+        except RequestTimeout as exc:
+            self._close()
+            self._failed(f"timeout: {exc}", state="down")  # reached or not, it is not answering
+            return False
         except (OSError, http.client.HTTPException, ValueError, tls.TlsError) as exc:  # ValueError: a secret file
             self._close()
-            self._failed(f"{type(exc).__name__}: {exc}")
+            self._failed(logs.remote_text(f"{type(exc).__name__}: {exc}"))
             return False
         if 200 <= status < 300:
             self._queue.discard(item)
@@ -636,6 +713,9 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             return True
         error = f"HTTP {status}" + (f": {text}" if text else "")
         if status == 429 or status >= 500:  # overloaded or failing: the same request again later
+            if wait is not None:  # the receiver says when: honoured (bounded), not the backoff
+                self.retry_after_s = wait
+                error += f" (Retry-After {wait:g}s)"
             self._failed(error)
             return False
         # refused (4xx and anything else): the same request would be refused again
@@ -648,8 +728,8 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
                              destination=self.name, url=self.shown_url, samples=nsamples, error=error)
         return True
 
-    def _failed(self, error: str) -> None:
-        self._down(error, "down" if self.state != "connecting" else "connecting")
+    def _failed(self, error: str, state: str | None = None) -> None:
+        self._down(error, state or ("down" if self.state != "connecting" else "connecting"))
         self._log_outage("warning", "down", "remote write failed; retrying", destination=self.name,
                          url=self.shown_url, error=error)
 

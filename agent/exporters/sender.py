@@ -224,6 +224,10 @@ class PeriodicSender(ReconnectingSender):
     _wake: threading.Event
     _flush_deadline: float
     retries: int
+    #: set by :meth:`_send_one` when the receiver said when to retry (HTTP Retry-After): the
+    #: next retry waits that long instead of the backoff's delay, once
+    retry_after_s: float | None = None
+    last_retry_after_s: float | None = None  # the last one honoured, for status
 
     def _export(self) -> None:
         """Build this interval's request(s) and queue them."""
@@ -278,7 +282,10 @@ class PeriodicSender(ReconnectingSender):
                     retry_at = 0.0
                 else:
                     self.retries += 1
-                    retry_at = time.monotonic() + self.backoff.next()
+                    delay = self.backoff.next()
+                    if self.retry_after_s is not None:
+                        delay, self.last_retry_after_s, self.retry_after_s = self.retry_after_s, self.retry_after_s, None
+                    retry_at = time.monotonic() + delay
                 continue
             wait = next_export - now
             if self._queue:
@@ -364,10 +371,11 @@ class BoundedQueue(Generic[T]):
 
 def rpc_error(exc: Exception) -> str:
     """A gRPC error as ``last_error`` shows it: ``UNAVAILABLE: details`` (``ERROR: ...``
-    when it carries no status code)."""
+    when it carries no status code), at most :data:`logs.REMOTE_TEXT_MAX` characters."""
     code = exc.code() if hasattr(exc, "code") else None
     details = exc.details() if hasattr(exc, "details") else exc
-    return f"{code.name if code is not None else 'ERROR'}: {details}"
+    # the peer's details cut, the code kept in front (a log's kind and the health read it)
+    return logs.remote_text(f"{code.name if code is not None else 'ERROR'}: {details}")
 
 
 def grpc_channel(address: str, insecure: bool, tls_cfg: ClientTls,
@@ -377,5 +385,7 @@ def grpc_channel(address: str, insecure: bool, tls_cfg: ClientTls,
 
     if insecure:
         return grpc.insecure_channel(address, options=options)
+    if tls_cfg.crl:  # gRPC's channels take no CRL: checked by a handshake of our own first
+        tls.check_server_crl(address, tls_cfg.ca, tls_cfg.crl, tls_cfg.server_name)
     creds = tls.channel_credentials(tls_cfg.ca, tls_cfg.cert, tls_cfg.key)
     return grpc.secure_channel(address, creds, options=options + tls.channel_options(tls_cfg.server_name))

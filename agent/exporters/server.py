@@ -540,7 +540,9 @@ class GnmiServer(Exporter):
         if not section.insecure:
             if not (section.tls.cert and section.tls.key):
                 problems.append(f"{where}.tls: cert and key are required unless insecure: true")
-            check_files(problems, f"{where}.tls", section.tls.ca, section.tls.cert, section.tls.key)
+            check_files(problems, f"{where}.tls", section.tls.ca, section.tls.cert, section.tls.key, section.tls.crl)
+            if section.tls.crl and not section.tls.ca:
+                problems.append(f"{where}.tls.crl: needs tls.ca (the CA whose CRL it is)")
         check_auth(problems, where, section.username, section.password_file)
         if section.username and not section.password_file:
             problems.append(f"{where}.username: needs password_file (or use users_file); "
@@ -614,6 +616,7 @@ class GnmiServer(Exporter):
         # never calls start: whoever the tunnel server lets in)
         self._auth = Authenticator(None, mtls=False)
         self._auth_failures = 0
+        self._tls: tls.ServerMaterial | None = None
         self._state = "stopped"
         self._last_error: str | None = None
         self._sent_closed = 0
@@ -660,7 +663,9 @@ class GnmiServer(Exporter):
             log.warning("gNMI server is plaintext (insecure: true)", listen=str(cfg.listen))
         else:
             try:
-                creds = tls.server_credentials(cfg.tls.cert, cfg.tls.key, cfg.tls.ca)
+                # read again on SIGHUP when changed (reload_tls): new connections get the new files
+                self._tls = tls.ServerMaterial(cfg.tls.cert or "", cfg.tls.key or "", cfg.tls.ca, cfg.tls.crl)
+                creds = self._tls.credentials()
             except tls.TlsError as exc:
                 self._state, self._last_error = "failed", str(exc)
                 raise RuntimeError(f"gNMI server: {exc}") from None
@@ -780,10 +785,19 @@ class GnmiServer(Exporter):
                     raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
             yield req
 
+    def reload_tls(self) -> bool:
+        """SIGHUP: take the TLS files again if they changed (the next connection uses them);
+        True if they did. TlsError when the new ones cannot serve: the running ones stay."""
+        return self._tls.reload() if self._tls is not None else False
+
     def admit(self, context: grpc.ServicerContext) -> Principal:
         """Name the caller of an RPC or refuse it (UNAUTHENTICATED), before any of its work."""
         peer = context.peer()
         try:
+            # a certificate the CRL revokes: refused right after the handshake, at its first RPC
+            revoked = self._tls.revoked(context.auth_context()) if self._tls is not None else None
+            if revoked:
+                raise AuthFailure(revoked, login=False)
             return self._auth.authenticate(peer, context.invocation_metadata(), context.auth_context())
         except AuthFailure as exc:
             with self._lock:

@@ -32,7 +32,6 @@ The exchange follows the Go reference implementation (tunnel/tunnel.go):
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import socket
 import tempfile
@@ -47,7 +46,7 @@ from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
 from agent.exporters.base import Exporter, check_plaintext, check_tls, register
-from agent.exporters.sender import ReconnectingSender, grpc_channel, rpc_error
+from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
     from agent.counters import Batch, Container, StateUpdate
@@ -69,6 +68,7 @@ def _load() -> None:
 BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads
 MAX_SESSIONS = 32  # concurrent tunnel sessions per server (each is one gNMI client connection)
+MAX_OUTBOX = 100_000
 REGISTER_TIMEOUT_S = 15.0  # a server that neither accepts nor refuses the target by then is dropped
 
 
@@ -130,6 +130,9 @@ class LocalGnmi:
             self._grpc = None
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_END = object()  # the Register stream's outbox: the connection is over
 
 
 class _Refused(Exception):
@@ -210,6 +213,10 @@ class TunnelConfig:
         "ca": {"doc": "CA that signed the tunnel server's certificate (NVUE `ca-certificate`)"},
         "server_name": {"shown": "`null` (the address)",
                         "doc": "name to verify in the tunnel server's certificate"}})
+    outbox: int = setting(1000, type=f"integer, 1–{MAX_OUTBOX}", doc=(
+        "messages (session refusals) waiting to go to the tunnel server on the Register stream; a "
+        "server that stops reading while it asks for sessions finds the oldest dropped and counted "
+        "(`outbox_dropped` in status), the agent's memory bounded (each message at most ~0.5 KB)"))
     notifications: str = setting(
         "per-tick", type="`per-tick` \\| `per-container`", choices=("per-container", "per-tick"), doc=(
             "STREAM subscriptions through the tunnel, as `exporters.server.notifications`: each tick's "
@@ -258,6 +265,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
             if key in seen:
                 problems.append(f"{item}: registers the same target with {host}:{t.port} twice")
             seen.add(key)
+            if not 1 <= t.outbox <= MAX_OUTBOX:
+                problems.append(f"{item}.outbox: must be at least 1 and at most {MAX_OUTBOX}, got {t.outbox}")
             check_tls(problems, item, t.insecure, t.tls)
             check_plaintext(problems, f"{item}.address", what="tunnel (insecure: true), which carries the gNMI service,",
                             host=host, plaintext=t.insecure, opt_in=t.insecure_remote)
@@ -298,6 +307,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
         self.sessions_total = 0
         self.sessions_refused = 0
         self.registered_since_ns: int | None = None
+        self._outbox: BoundedQueue[Any] | None = None  # the current connection's
+        self.outbox_dropped = 0  # of every connection
 
     # ------------------------------------------------------------ Listener
     def start(self, store: Any) -> None:
@@ -358,6 +369,9 @@ class TunnelExporter(ReconnectingSender, Exporter):
             "sessions": active,
             "sessions_total": self.sessions_total,
             "sessions_refused": self.sessions_refused,
+            "outbox": len(outbox) if (outbox := self._outbox) is not None else 0,
+            "outbox_max": self.cfg.outbox,
+            "outbox_dropped": self.outbox_dropped,
             "subscribers": gnmi["subscribers"],
             "sent": gnmi["sent"],
             "dropped": gnmi["dropped"],
@@ -425,16 +439,20 @@ class TunnelExporter(ReconnectingSender, Exporter):
     def _connection(self) -> None:
         """Connect, register, serve sessions until the Register stream ends."""
         channel = self._channel_for()
-        outbox: queue.Queue[Any] = queue.Queue()
+        # Bounded: gRPC takes the next message only once the last is sent, so a server that
+        # stops reading (flow control) while it asks for sessions would grow this for ever.
+        outbox: BoundedQueue[Any] = BoundedQueue(self.cfg.outbox)
+        self._outbox = outbox
 
         def requests() -> Iterator[Any]:
             yield pb.RegisterOp(target=pb.Target(op=pb.TARGET_ADD, target=self.target_name,
                                                  target_type=pb.GNMI_GNOI))
             while True:
-                item = outbox.get()
-                if item is None:
+                item = outbox.take(60.0)
+                if item is _END:
                     return
-                yield item
+                if item is not None:
+                    yield item
 
         call = channel.stream_stream(pb.REGISTER, request_serializer=pb.serialize,
                                      response_deserializer=pb.parse_register)(requests())
@@ -456,7 +474,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
                     if t.target != self.target_name or t.op != pb.TARGET_UNKNOWN:
                         continue  # an announcement about another target (we subscribe to none)
                     if t.error:
-                        raise _Refused(f"tunnel server refused target {self.target_name!r}: {t.error}")
+                        raise _Refused(logs.remote_text(f"tunnel server refused target {self.target_name!r}: {t.error}"))
                     if t.accept and not registered:
                         registered = True
                         unanswered.cancel()
@@ -470,7 +488,12 @@ class TunnelExporter(ReconnectingSender, Exporter):
             raise
         finally:
             unanswered.cancel()
-            outbox.put(None)
+            outbox.put([_END])  # past the limit too: the oldest message goes, the end never
+
+    def _outbox_drop(self, _item: Any) -> None:
+        self.outbox_dropped += 1
+        self.log_limiter.log(log, "warning", "outbox-full", "tunnel server not reading; oldest message dropped",
+                             tunnel=self.name, outbox_max=self.cfg.outbox, dropped=self.outbox_dropped)
 
     def _unanswered(self, call: Any) -> None:
         call.cancel()
@@ -483,16 +506,17 @@ class TunnelExporter(ReconnectingSender, Exporter):
                  reconnects=self.reconnects, down_for_s=round(down_for, 3))
 
     # ------------------------------------------------------------ sessions
-    def _session_request(self, s: Any, channel: grpc.Channel, outbox: queue.Queue) -> None:
+    def _session_request(self, s: Any, channel: grpc.Channel, outbox: BoundedQueue[Any]) -> None:
         if s.error:  # the server gave up on a session: its Tunnel stream ends by itself
             self.log_limiter.log(log, "info", "session-error", "tunnel session error from server",
-                                 tunnel=self.name, tag=s.tag, error=s.error)
+                                 tunnel=self.name, tag=s.tag, error=logs.remote_text(s.error))
             return
         if not s.accept or s.tag <= 0:
             return  # we never ask for sessions, so nothing else is meant for us
         reason = None
         if s.target != self.target_name or s.target_type != pb.GNMI_GNOI:
-            reason = f"no target {s.target!r} of type {s.target_type!r} here"
+            # the server's own names, cut: this goes back to it and into a log line
+            reason = logs.remote_text(f"no target {s.target!r} of type {s.target_type!r} here")
         else:
             with self._lock:
                 if len(self._pipes) >= MAX_SESSIONS:
@@ -505,8 +529,10 @@ class TunnelExporter(ReconnectingSender, Exporter):
                 reason = f"gNMI service unavailable: {exc.strerror or exc}"
         if sock is None:
             self.sessions_refused += 1
-            outbox.put(pb.RegisterOp(session=pb.Session(tag=s.tag, target=s.target,
-                                                         target_type=s.target_type, error=reason)))
+            # the server's target name echoed cut: each queued message stays small
+            outbox.put([pb.RegisterOp(session=pb.Session(tag=s.tag, target=logs.remote_text(s.target, 256),
+                                                          target_type=s.target_type, error=reason))],
+                       self._outbox_drop)
             # keyed by kind, never by tag or the server's target name: a server asking for
             # hundreds of sessions gets one warning per period, with the count suppressed
             kind = "unknown-target" if reason.startswith("no target") else logs.kind(reason)
@@ -536,7 +562,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
             call.cancel()
         except grpc.RpcError as exc:
             if not self._stopping.is_set() and exc.code() != grpc.StatusCode.CANCELLED:
-                error = f"{exc.code().name}: {exc.details()}"
+                error = rpc_error(exc)
         except (OSError, ValueError) as exc:  # the gNMI service closed the connection
             error = str(exc)
         finally:

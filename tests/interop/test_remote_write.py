@@ -745,3 +745,95 @@ def test_engine_down_30s_then_back_loses_no_count(tmp_path, engines, kind):
     assert values == sorted(values) and values[-1] == final
     during = {v for t, v in samples if down_at < t < up_at}
     assert {base + 300, base + 600} <= during, (down_at, up_at, samples)
+
+
+class DripReceiver:
+    """A loopback HTTP endpoint that reads each request, then answers one byte every ``every``
+    seconds, for ever: each read the exporter makes succeeds well within its socket timeout."""
+
+    def __init__(self, every: float = 0.3) -> None:
+        import socket
+
+        self.every = every
+        self.connections = 0
+        self._stop = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn) -> None:
+        with conn:
+            try:
+                conn.recv(1 << 20)  # the request (headers and a small body)
+                for byte in b"HTTP/1.1 204 No Content\r\n" * 1000:
+                    if self._stop.wait(self.every):  # the drip's pace, not a synchronisation
+                        return
+                    conn.sendall(bytes((byte,)))
+            except OSError:  # the exporter gave up on the request: what this test wants
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+def test_a_receiver_dripping_its_answer_is_cut_off_at_the_timeout_and_polling_goes_on():
+    """``timeout`` bounds the whole request: a receiver that sends one byte every 0.3 s (each
+    read inside the socket timeout) is cut off at the request's deadline, reported ``down``
+    with a timeout error, and the exporter keeps trying (new connections, retries)."""
+    rx = DripReceiver(every=0.3)
+    exp = _exporter(f"http://127.0.0.1:{rx.port}/api/v1/write", timeout=Duration(1.0))
+    try:
+        _running(exp)
+        status = _wait(lambda: (st := exp.status())["state"] == "down" and st, 60, "the state down")
+        assert status["last_error"] == "timeout: no complete answer within the timeout (1s)", status
+        assert status["down_since_ns"] and status["sent"] == 0
+        # polling never stops: the request is tried again, on new connections
+        _wait(lambda: rx.connections >= 3 and exp.status()["retries"] >= 2, 60, "two more attempts")
+        assert exp.status()["state"] == "down" and exp.status()["queue"] >= 1
+    finally:
+        exp.stop(0.2)
+        rx.stop()
+
+
+def test_retry_after_is_honoured_and_bounded():
+    """A 429 with Retry-After: the request waits that long (not the backoff's 0.5 s); a long
+    one is cut to 5 minutes; a date is read too."""
+    assert rw.retry_after("7") == 7.0 and rw.retry_after("100000") == rw.MAX_RETRY_AFTER_S == 300.0
+    assert rw.retry_after("9" * 5000) == 300.0 and rw.retry_after("soon") is None and rw.retry_after(None) is None
+    assert rw.retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past: at once
+    assert rw.retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == 30.0
+
+    answers = [(429, "slow down")]
+    rx = Receiver(lambda: answers.pop(0) if answers else (204, ""))
+    rx_headers = {"Retry-After": "100000"}
+    orig = rx.server.RequestHandlerClass.end_headers
+
+    def end_headers(handler) -> None:
+        if rx.requests and len(rx.requests) == 1:
+            for k, v in rx_headers.items():
+                handler.send_header(k, v)
+        orig(handler)
+
+    rx.server.RequestHandlerClass.end_headers = end_headers
+    exp = _exporter(f"http://127.0.0.1:{rx.port}/api/v1/write", queue=100)
+    try:
+        _running(exp)
+        _wait(lambda: exp.status()["retries"] >= 1, 60, "the 429")
+        _exported(exp, 10)  # ten exports (1 s at 100 ms): the backoff alone would have retried
+        status = exp.status()
+    finally:
+        exp.stop(0.2)
+        rx.stop()
+    assert len(rx.requests) == 1 and status["sent"] == 0 and status["retries"] == 1, status
+    assert status["retry_after_s"] == 300.0 and status["queue"] >= 1
+    assert status["last_error"] == "HTTP 429: slow down (Retry-After 300s)"

@@ -379,6 +379,96 @@ def test_partial_success_is_counted():
     assert exp.status()["rejected_points"] >= 2 and "two too many" in exp.status()["last_error"]
 
 
+def test_tls_files_changed_then_reload_makes_a_new_channel_that_reads_them(tmp_path):
+    """SIGHUP (reload_tls) with the client certificate renewed in place: the next request goes
+    on a new channel built from the new files; unchanged files keep the running channel."""
+    import shutil
+
+    from agent import tls
+    from tests.gnmi_helpers import CA
+
+    pki = make_pki(tmp_path / "pki")
+    rx = Receiver("127.0.0.1:0", credentials=tls.server_credentials(pki.server_cert, pki.server_key, pki.ca)).start()
+    store = Store()
+    store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    shutil.copyfile(pki.client_cert, cert)
+    shutil.copyfile(pki.client_key, key)
+    key.chmod(0o600)
+    cfg = OtlpConfig(endpoint=config.HostPort(rx.address), insecure=False, interval=config.Duration(0.1),
+                     tls=config.ClientTls(ca=str(pki.ca), cert=str(cert), key=str(key), server_name="collector.test"))
+    exp = OtlpExporter(cfg, "leaf01")
+    try:
+        exp.start(store)
+        assert rx.wait_for(lambda r: r.requests >= 1, 10), exp.status()
+        first = exp._channel
+        assert exp.reload_tls() is False and exp._channel is first
+        # renewed: another certificate of an unrelated CA, which the receiver refuses (mTLS)
+        other = CA.create(tmp_path, "other-ca").issue(tmp_path, "renewed", client=True)
+        shutil.copyfile(other[1], key)
+        shutil.copyfile(other[0], cert)
+        assert exp.reload_tls() is True
+        wait_until(lambda: exp._channel is not first and exp.status()["state"] != "connected", 30,
+                   "a new channel with the new (refused) certificate")
+    finally:
+        exp.stop(0.5)
+        rx.stop()
+
+
+def test_a_3mb_partial_success_message_is_cut_in_the_log_and_status():
+    """A receiver's 3 MB error_message reaches neither a log line nor status whole: the one
+    cutter (logs.remote_text) keeps its head and tail, a few hundred characters in all."""
+    import structlog
+
+    from agent.logs import REMOTE_TEXT_MAX
+
+    message = "head of the message " + "x" * 3_000_000 + " tail of the message"
+
+    def partial(request):
+        reply = metrics_service_pb2.ExportMetricsServiceResponse()
+        reply.partial_success.rejected_data_points = 1_000_000  # every point: logged as rejecting
+        reply.partial_success.error_message = message
+        return reply
+
+    rx = Receiver(reply=partial).start()
+    store = Store()
+    store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
+    exp = _exporter(rx)
+    with structlog.testing.capture_logs() as captured:
+        try:
+            exp.start(store)
+            wait_until(lambda: exp.status()["state"] == "rejecting", 30, "the rejection")
+        finally:
+            exp.stop(0.5)
+            rx.stop()
+    error = exp.status()["last_error"]
+    assert len(error) <= REMOTE_TEXT_MAX and error.startswith("receiver rejected 1000000 of ")
+    assert "head of the message" in error and error.endswith("tail of the message") and "chars, cut]" in error
+    lines = [e for e in captured if e["event"] == "OTLP receiver rejects every point"]
+    assert lines and all(len(e["error"]) <= REMOTE_TEXT_MAX for e in lines)
+    assert max(len(repr(e)) for e in captured) < 2000  # no line carries the message whole
+
+
+def test_remote_text_cuts_the_middle_and_keeps_the_code():
+    from agent.exporters.sender import rpc_error
+    from agent.logs import REMOTE_TEXT_MAX, remote_text
+
+    assert remote_text("short") == "short" and remote_text(42) == "42"
+    cut = remote_text("A" * 10 + "b" * 1000 + "Z" * 10)
+    assert len(cut) == REMOTE_TEXT_MAX and cut.startswith("A" * 10) and cut.endswith("Z" * 10)
+    assert "[1020 chars, cut]" in cut
+
+    class Err(grpc.RpcError):
+        def code(self):
+            return grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        def details(self):
+            return "y" * 100_000 + " end"
+
+    text = rpc_error(Err())
+    assert len(text) == REMOTE_TEXT_MAX and text.startswith("RESOURCE_EXHAUSTED: yyy") and text.endswith(" end")
+
+
 def test_tls_with_a_test_ca(tmp_path):
     from agent import tls
 

@@ -95,6 +95,7 @@ def test_config_defaults_and_nvue_keys():
     ("    - {address: a, port: 1, name: x}\n    - {address: b, port: 1, name: x}\n", "duplicate tunnel"),
     ("    - {address: a, port: 1}\n    - {address: a, port: 1}\n", "registers the same target"),
     ("    - {address: a, port: 1, protocol: nokia}\n", "exporters.tunnel[0].protocol: unknown key"),
+    ("    - {address: a, port: 1, outbox: 0}\n", "exporters.tunnel[0].outbox: must be at least 1 and at most 100000"),
 ])
 def test_config_errors_name_their_path(body, fragment):
     with pytest.raises(ConfigError) as info:
@@ -309,6 +310,46 @@ def test_a_server_that_never_answers_the_registration_is_dropped_and_retried(mon
         wait(lambda: len(calls) >= 2, what="a retry")
         assert calls[0].target.target == TARGET and calls[0].target.op == pb.TARGET_ADD
     finally:
+        exporter.stop(1.0)
+        server.stop(0)
+
+
+def test_a_server_that_never_reads_finds_the_outbox_bounded_and_drops_counted():
+    """A tunnel server that asks for sessions (for a target the agent does not have) and never
+    reads the Register stream: gRPC sends nothing more once flow control stops it, and the
+    refusals wait in the outbox, at most ``outbox`` of them; the oldest are dropped, counted
+    in status, and the agent stays registered."""
+    import threading
+    from concurrent import futures
+
+    done = threading.Event()
+
+    def greedy(requests, context):
+        next(requests)  # the target's registration: read, accepted, then nothing more is read
+        yield pb.RegisterOp(target=pb.Target(op=pb.TARGET_UNKNOWN, accept=True, target=TARGET,
+                                             target_type=pb.GNMI_GNOI))
+        tag = 0
+        while not done.is_set() and context.is_active():
+            tag += 1
+            yield pb.RegisterOp(session=pb.Session(tag=tag, accept=True, target="n" * 400 + str(tag),
+                                                   target_type=pb.GNMI_GNOI))
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[
+        grpc.method_handlers_generic_handler("grpctunnel.Tunnel", {
+            "Register": grpc.stream_stream_rpc_method_handler(greedy, pb.parse_register, pb.serialize)})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    exporter = TunnelExporter(TunnelConfig(name="t", address="127.0.0.1", port=port, insecure=True, outbox=50),
+                              TARGET)
+    exporter.start(Store())
+    try:
+        status = wait(lambda: (st := exporter.status())["outbox_dropped"] > 0 and st, 120, "the outbox to overflow")
+        done.set()
+        assert status["outbox"] <= status["outbox_max"] == 50, status
+        assert status["sessions_refused"] > 50 and status["state"] == "registered", status
+        assert len(exporter._outbox) <= 50
+    finally:
+        done.set()
         exporter.stop(1.0)
         server.stop(0)
 
