@@ -364,33 +364,48 @@ def jsonl_cost(repeat: int) -> list[tuple[str, float]]:
 
 
 def memory_inner(cfg: str, after_s: float, out: str) -> int:
-    """Run the agent in this process under tracemalloc; ``after_s`` in, write the breakdown by
-    module to ``out`` and stop (SIGTERM to itself, as systemd would)."""
+    """Run the agent in this process under tracemalloc; ``after_s`` after its control socket
+    appeared, take a snapshot, stop
+    the agent (SIGTERM to itself, as systemd would) and then write the breakdown by module to
+    ``out`` (grouped after the agent stopped: its threads no longer compete for the GIL)."""
     import tracemalloc
 
-    tracemalloc.start(12)
+    tracemalloc.start(8)
     sys.modules.setdefault("rich", None)  # type: ignore[arg-type] - as `swtel run` does
+    taken: list[Any] = []
 
     def snap() -> None:
+        sock = Path(cfg).parent / "swtel.sock"
+        while not sock.exists():  # started (its SIGTERM handler in place), then after_s in
+            time.sleep(0.1)
         time.sleep(after_s)
-        snapshot = tracemalloc.take_snapshot()
-        by: dict[str, list[int]] = {}
-        agent_dir = str(ROOT / "agent") + os.sep
-        for trace in snapshot.traces:
-            frames = trace.traceback
-            # the innermost frame in swtel's own code names the owner; else the allocating file
-            where = next((f.filename for f in frames if f.filename.startswith(agent_dir)), frames[0].filename)
-            acc = by.setdefault(_module_name(where), [0, 0])
-            acc[0] += trace.size
-            acc[1] += 1
-        total, _peak = tracemalloc.get_traced_memory()
-        Path(out).write_text(json.dumps({"total": total, "by": by}))
+        taken.append((tracemalloc.take_snapshot(), tracemalloc.get_traced_memory()[0]))
+        tracemalloc.stop()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=snap, daemon=True).start()
     from agent.cli import main
 
-    return main(["run", "-c", cfg])
+    rc = main(["run", "-c", cfg])
+    if not taken:
+        return rc or 1
+    snapshot, total = taken[0]
+    by: dict[str, list[int]] = {}
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    for stat in snapshot.statistics("traceback"):
+        frames = list(stat.traceback)  # oldest first: the allocation is the last
+        # the allocating file names the owner, unless it is a helper (the stdlib, a dataclass'
+        # generated __init__): then the nearest caller that is not
+        where = next((f for f in reversed(frames)
+                      if not (f.filename == "<string>" or (f.filename.startswith(stdlib)
+                                                          and "-packages" not in f.filename))),
+                     frames[-1])
+        acc = by.setdefault(_module_name(where.filename), [0, 0, {}])
+        acc[0] += stat.size
+        acc[1] += stat.count
+        acc[2][where.lineno] = acc[2].get(where.lineno, 0) + stat.size
+    Path(out).write_text(json.dumps({"total": total, "by": by}))
+    return rc
 
 
 def _module_name(filename: str) -> str:
@@ -417,17 +432,21 @@ def memory(seconds: float, g: GrpcSink, h: HttpSink) -> str:
     out = workdir / "mem.json"
     with open(workdir / "agent.log", "w") as log:
         subprocess.run([sys.executable, __file__, "--memory-inner", str(cfg), str(seconds), str(out)], cwd=ROOT,
-                       env=_agent_env(), stdout=log, stderr=subprocess.STDOUT, timeout=seconds + 60)
+                       env=_agent_env(), stdout=log, stderr=subprocess.STDOUT, timeout=seconds + 300)
     if not out.exists():
         return "tracemalloc: no figures (see the agent log)\n" + (workdir / "agent.log").read_text()[-2000:]
     doc = json.loads(out.read_text())
     shutil.rmtree(workdir, ignore_errors=True)
     top = sorted(doc["by"].items(), key=lambda kv: -kv[1][0])[:10]
     lines = [f"Python allocations of the agent ({row.label}, {seconds:.0f} s in, tracemalloc: "
-             f"{doc['total'] / 2**20:.1f} MiB traced; tracemalloc's own cost not included), by the module "
-             "of the innermost swtel frame that allocated, else the allocating file:", "",
-             "| module | MiB | blocks |", "|---|---:|---:|"]
-    lines += [f"| {name} | {size / 2**20:.2f} | {count:,} |" for name, (size, count) in top]
+             f"{doc['total'] / 2**20:.1f} MiB traced; tracemalloc's own cost not included), by the allocating "
+             "module (for the stdlib's helpers and generated code: their nearest caller outside them); "
+             "`<frozen importlib…>` is imported modules' code and data:", "",
+             "| module | MiB | blocks | its largest lines (line: MiB) |", "|---|---:|---:|---|"]
+    for name, (size, count, by_line) in top:
+        big = sorted(by_line.items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"| {name} | {size / 2**20:.2f} | {count:,} | "
+                     + ", ".join(f"{ln}: {b / 2**20:.2f}" for ln, b in big) + " |")
     return "\n".join(lines)
 
 
@@ -447,7 +466,7 @@ def main() -> int:
     if args.memory_inner:
         cfg, after, out = args.memory_inner
         return memory_inner(cfg, float(after), out)
-    from agent import _backend, asic
+    from agent import asic
 
     if asic.builtin_path("sim") is None:
         sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
@@ -464,10 +483,18 @@ def main() -> int:
                 row.result = run_row(row, args.seconds, args.warmup, g, h)
             except Exception as exc:  # noqa: BLE001 - one row's failure is shown, the others still run
                 row.result = {"error": repr(exc)}
-        mem = memory(20.0, g, h) if args.memory else ""
+        report(args, rows, load0)
+        if args.memory:
+            print("\n" + memory(20.0, g, h))
     finally:
         g.stop()
         h.stop()
+    return 0
+
+
+def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
+    from agent import _backend
+
     print(f"\nsimulated spine ({SIM}: 68 ports, every detector on unless said), the agent at 100 ms unless "
           f"said; {args.seconds:.0f} s windows after {args.warmup:.0f} s of warm-up; backend {_backend.NAME}; "
           f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
@@ -482,12 +509,10 @@ def main() -> int:
     cost = jsonl_cost(20)
     for label, us in cost:
         print(f"  {label:52} {us:7.3f} µs  ({us / cost[0][1]:5.1f}x)")
-    if mem:
-        print("\n" + mem)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost},
                                               indent=1))
-    return 0
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
