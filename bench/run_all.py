@@ -1,4 +1,5 @@
-"""The benchmark entry command: every figure of docs/PERFORMANCE.md, measured side by side
+"""The benchmark entry command for the veth tables of docs/PERFORMANCE.md (the simulated spine's table is
+bench/bench_spine.py's): every figure of them, measured side by side
 in one run and printed as one markdown table of medians and ratios, then the scaling table
 (64 to 1024 ports, veth and the simulated switch) with its least-squares slopes.
 

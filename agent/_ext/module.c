@@ -93,7 +93,8 @@ PyMODINIT_FUNC PyInit__swtel(void)
                              swtel_devlink_methods,
                              swtel_feeds_methods,
                              swtel_detect_methods,
-                             swtel_gather_methods};
+                             swtel_gather_methods,
+                             swtel_jsonl_methods};
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;

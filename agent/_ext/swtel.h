@@ -41,6 +41,7 @@ extern PyMethodDef swtel_devlink_methods[];
 extern PyMethodDef swtel_feeds_methods[];
 extern PyMethodDef swtel_detect_methods[];
 extern PyMethodDef swtel_gather_methods[];
+extern PyMethodDef swtel_jsonl_methods[];
 
 /* ethnl.c's commands (ETHTOOL_MSG_FEC_GET, ETHTOOL_MSG_STATS_GET: UAPI values), module constants. */
 #define SWTEL_ETHNL_FEC_GET 29

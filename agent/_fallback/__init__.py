@@ -1,6 +1,6 @@
 """The pure-Python fallback of the C extension (agent._swtel): the same functions,
 constants, signatures and results, one module per file of agent/_ext/ (netdev, ethtool,
-sysfs, change, encode, links, asic, ethnl, devlink, feeds, detect, gather).
+sysfs, change, encode, links, asic, ethnl, devlink, feeds, detect, gather, jsonl).
 
 Selected by agent._backend when ``SWTEL_PUREPYTHON=1`` is set or the extension is
 missing; the suite runs against both and the property tests hold them to each other,
@@ -64,6 +64,7 @@ from agent._fallback.ethtool import (
 )
 from agent._fallback.feeds import feed_add, feed_mark, flush_clear, flush_first
 from agent._fallback.gather import gather
+from agent._fallback.jsonl import jsonl_lines
 from agent._fallback.links import link_parse
 from agent._fallback.netdev import NETDEV_FIELDS, netdev_parse, netdev_read
 from agent._fallback.sysfs import sysfs_read
@@ -80,6 +81,6 @@ __all__ = [
     "DEVLINK_TRAP_GROUP_GET", "burst_run", "dip_run", "fec_changes", "fec_fits", "fec_lanes", "fec_run",
     "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
-    "ethtool_strings_parse", "feed_add", "feed_mark", "flush_clear", "flush_first", "gather", "link_parse",
+    "ethtool_strings_parse", "feed_add", "feed_mark", "flush_clear", "flush_first", "gather", "jsonl_lines", "link_parse",
     "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

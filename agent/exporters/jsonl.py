@@ -4,11 +4,13 @@
 Paths outside OpenConfig carry their origin (``swtel:/...``). A counter's first
 value (its baseline) has ``"delta": 0`` and ``"new": true``; a wrap or a reset
 adds ``"wrap": true`` or ``"reset": true``. Deletes are ``{"ts", "path", "delete": true}``.
-Lines are written on a thread of its own, straight to the file descriptor (no hidden
-buffer), at least every 200 ms and at stop.
+Lines are ASCII (json.dumps' escapes). The tick thread only collects what changed; a
+thread of its own formats each engine pass's lines at once (the counters' in C,
+agent/_ext/jsonl.c) and writes them with one write, straight to the file descriptor (no
+hidden buffer): once a pass, at least every 200 ms, and at stop.
 
 A line is counted as ``sent`` once the kernel took it, as ``dropped`` when the queue
-was full or the write failed (``/dev/full``, a full disk): the error is kept in
+was full (``max_queue`` lines waiting) or the write failed (``/dev/full``, a full disk): the error is kept in
 ``last_error``, logged at most once per rate-limit period, and ``down_since_ns`` says
 since when writes have been failing (health turns red after ``control.health_grace``).
 A closed reader (EPIPE, ``swtel run ... | head``) stops the output: logged once, every
@@ -28,13 +30,32 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from agent import logs
+from agent import _backend, logs
 from agent.config import setting
-from agent.counters import F_JUMP, F_NEW, F_RESET, F_WRAP, Batch, Container, StateUpdate
+from agent.counters import Batch, Container, CounterTable, StateUpdate
 from agent.exporters.base import Exporter, register
 
 log = logs.get("jsonl")
 _STOP = object()
+_swtel = _backend.encoder
+
+
+def _json(text: str) -> bytes:
+    """``text`` as a JSON string literal, as json.dumps writes it (ASCII: a name that is not
+    UTF-8 keeps its escaped surrogates, ``\\udcff``)."""
+    return json.dumps(text).encode("ascii")
+
+
+def json_paths(table: CounterTable) -> list[bytes]:
+    """Every counter's display path as a JSON string literal, built once per table."""
+    out = table.cache.get("jsonl")
+    if out is None:
+        out = table.cache["jsonl"] = [_json(s.container.full(s.leaf)) for s in table.specs]
+    return out
+
+
+def _state_line(u: StateUpdate) -> bytes:
+    return (json.dumps({"ts": u.ts_ns, "path": u.path, "value": u.value}) + "\n").encode("ascii")
 
 
 @dataclass
@@ -69,7 +90,14 @@ class JsonlExporter(Exporter):
 
     def __init__(self, path: str = "-", max_queue: int = 100_000, rate_limit_s: float = 10.0) -> None:
         self.path = path
-        self._queue: queue.Queue = queue.Queue(max_queue)
+        # Items: (data, lines), one per engine pass; bounded by lines (max_queue), not items.
+        self._queue: queue.Queue = queue.Queue()
+        self._max_lines = max_queue
+        self._queued_lines = 0
+        # This pass's batches, states and deletes, formatted by the writer when it takes them.
+        self._pass: list[Any] = []
+        self._pass_lines = 0
+        self._lock = threading.Lock()
         self._out: TextIO | None = None  # stdout without a file descriptor (tests capturing it)
         self._fd: int | None = None
         self._own_fd = False
@@ -104,68 +132,107 @@ class JsonlExporter(Exporter):
         self._thread = threading.Thread(target=self._write_loop, name="swtel-jsonl", daemon=True)
         self._thread.start()
 
-    def _put(self, item: Any) -> None:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
-            self.dropped += 1
+    # The tick thread only collects (no formatting, no write); the writer formats a whole
+    # pass at once (counters in C) and writes it with one write.
+    def _add(self, item: Any, lines: int) -> None:
+        with self._lock:
+            self._pass.append(item)
+            self._pass_lines += lines
 
     def on_batch(self, batch: Batch) -> None:
-        self._put(batch)
+        self._add(batch, len(batch.indices))
 
     def on_state(self, updates: list[StateUpdate]) -> None:
-        self._put(updates)
+        self._add(updates, len(updates))
 
     def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
-        self._put((ts_ns, containers))
+        self._add((ts_ns, containers), len(containers))
+
+    def end_pass(self, ts_ns: int) -> None:
+        """The engine's pass is over: hand its lines to the writer, one write."""
+        items, lines = self._take()
+        if not items:
+            return
+        with self._lock:
+            # a pass larger than the whole bound still goes when nothing waits
+            full = self._queued_lines and self._queued_lines + lines > self._max_lines
+            if not full:
+                self._queued_lines += lines
+        if full:
+            self.dropped += lines
+            return
+        self._queue.put((items, lines))
+
+    def _take(self) -> tuple[list[Any], int]:
+        with self._lock:
+            items, lines = self._pass, self._pass_lines
+            self._pass, self._pass_lines = [], 0
+        return items, lines
 
     @staticmethod
-    def lines(item: Any) -> list[str]:
-        if isinstance(item, Batch):
-            out = []
-            for _spec, path, value, delta, flags in item.items():
-                rec: dict[str, Any] = {"ts": item.ts_ns, "path": path, "value": value, "delta": delta}
-                if flags & F_NEW:
-                    rec["new"] = True
-                if flags & F_WRAP:
-                    rec["wrap"] = True
-                if flags & F_RESET:
-                    rec["reset"] = True
-                if flags & F_JUMP:
-                    rec["jump"] = True
-                out.append(json.dumps(rec))
-            return out
-        if isinstance(item, list):
-            return [json.dumps({"ts": u.ts_ns, "path": u.path, "value": u.value}) for u in item]
-        ts_ns, containers = item
-        return [json.dumps({"ts": ts_ns, "path": c.full(""), "delete": True}) for c in containers]
+    def format(items: list[Any]) -> bytes:
+        """The lines of ``items`` (batches, state lists, deletes), newline-terminated, ASCII."""
+        out = []
+        for item in items:
+            if isinstance(item, Batch):
+                out.append(_swtel.jsonl_lines(item.ts_ns, item.indices, item.values, item.deltas, item.flags,
+                                              json_paths(item.table)))
+            elif isinstance(item, list):
+                out.extend(_state_line(u) for u in item)
+            else:
+                ts_ns, containers = item
+                out.extend(b'{"ts": %d, "path": %s, "delete": true}\n' % (ts_ns, _json(c.full("")))
+                           for c in containers)
+        return b"".join(out)
 
     def _write_loop(self) -> None:
-        pending: list[str] = []
         while True:
             try:
                 item = self._queue.get(timeout=0.2)
             except queue.Empty:
-                self._emit(pending)
-                continue
-            if item is _STOP:
-                self._emit(pending)
+                item = None  # no pass for 200 ms (or no engine: tests): write what was collected
+            if item is _STOP:  # (what was handed over before it came first)
+                self._write_pass(*self._take())
                 return
-            try:
-                pending.extend(self.lines(item))
-            except Exception as exc:  # an unencodable value: count it, never stop writing
-                self.dropped += 1
-                self._failed(f"cannot encode a change: {exc}")
-            if len(pending) >= 1000 or self._queue.empty():
-                self._emit(pending)
+            if item is None:
+                self._write_pass(*self._take())
+            else:
+                self._write_pass(*item, queued=True)
 
-    def _emit(self, lines: list[str]) -> None:
-        """Write ``lines`` (and clear the list): sent when written, dropped when not."""
-        if not lines:
+    def _write_pass(self, items: list[Any], lines: int, queued: bool = False) -> None:
+        if queued:
+            with self._lock:
+                self._queued_lines -= lines
+        if not items:
             return
-        n = len(lines)
-        data = ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
-        lines.clear()
+        try:
+            data = self.format(items)
+        except Exception as exc:  # an unencodable value: count the pass, never stop writing
+            data = self._format_each(items, exc)
+            lines = data.count(b"\n")
+        self._emit(data, lines)
+
+    def _format_each(self, items: list[Any], exc: Exception) -> bytes:
+        """A pass with a line that cannot be encoded: every other line still goes out."""
+        out = []
+        bad = 0
+        for item in items:
+            parts = [[u] for u in item] if isinstance(item, list) else [item]
+            for part in parts:
+                try:
+                    out.append(self.format([part]))
+                except Exception as one:  # noqa: BLE001 - counted and logged below
+                    bad += len(part) if isinstance(part, list) else (len(part.indices) if isinstance(part, Batch)
+                                                                     else len(part[1]))
+                    exc = one
+        self.dropped += bad
+        self._failed(f"cannot encode a change: {exc}")
+        return b"".join(out)
+
+    def _emit(self, data: bytes, n: int) -> None:
+        """Write ``data`` (``n`` lines): sent when written, dropped when not."""
+        if not n:
+            return
         if self.closed:
             self.dropped += n
             return
@@ -175,7 +242,7 @@ class JsonlExporter(Exporter):
                 while view:
                     view = view[os.write(self._fd, view):]
             else:
-                self._out.write(data.decode("utf-8", "surrogateescape"))
+                self._out.write(data.decode("ascii"))
                 self._out.flush()
         except (OSError, ValueError) as exc:
             self.dropped += n
@@ -222,7 +289,7 @@ class JsonlExporter(Exporter):
             "kind": "jsonl",
             "state": state,
             "path": self.path,
-            "queue": self._queue.qsize(),
+            "queue": self._queued_lines + self._pass_lines,  # lines not yet written
             "sent": self.sent,
             "dropped": self.dropped,
             "last_error": self.last_error,

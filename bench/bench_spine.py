@@ -1,0 +1,519 @@
+"""What a switch costs: the built-in simulated spine (``sources.asic`` with plugin ``sim``,
+``role=spine``: 68 ports, ~16,800 values, every detector on) at 100 ms, with each exporter
+the agent ships, to receivers on loopback that count and discard what they get.
+
+Each row starts ``python -m agent run`` afresh, waits for its first ticks and a warm-up,
+then measures a steady-state window:
+
+* **CPU**: user + system time of the agent and its plugin helper process (psutil, the agent's
+  pid and its children) over the window, as % of one core;
+* **PSS** of each (psutil ``memory_full_info().pss``) at the window's end;
+* **messages a tick**: gRPC messages (dial-out; OTLP requests) counted at the receiver over
+  the window, divided by the window's ticks; jsonl: lines a tick (the exporter's ``sent``);
+* **overruns**: the tick loop's ``overruns`` in ``swtel status --json`` (control socket): in
+  the window, and since the start;
+* **bytes per value**: (agent + helper PSS) / the values the sources hold (their ``counters``).
+
+Also: the jsonl formatter's cost per line (C, its Python twin, and json.dumps of a dict as the
+exporter did before), and with ``--memory`` where the agent's Python memory goes
+(tracemalloc, top 10 modules). Figures only: nothing is asserted. The machine is shared:
+compare rows of one run as ratios, not with another run's.
+
+    python bench/bench_spine.py [--seconds 20] [--warmup 10] [--quick] [--memory] [--rows jsonl,...]
+                                [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SIM = "role=spine seed=1"
+NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
+OTLP_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+
+
+# ---------------------------------------------------------------- receivers: count, discard
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.messages += 1
+            self.bytes += n
+
+
+class GrpcSink:
+    """A gRPC server that counts dial-out messages (Nokia Publish: an empty reply to each, as
+    gnmic does) and OTLP Export requests (an empty reply), and decodes nothing."""
+
+    def __init__(self) -> None:
+        import grpc
+
+        self.dialout, self.otlp = Counter(), Counter()
+
+        def publish(requests, context):
+            for raw in requests:
+                self.dialout.add(len(raw))
+                yield b""
+
+        def export(raw, context):
+            self.otlp.add(len(raw))
+            return b""
+
+        handlers = {
+            "Nokia.SROS.DialoutTelemetry": {"Publish": grpc.stream_stream_rpc_method_handler(publish)},
+            "opentelemetry.proto.collector.metrics.v1.MetricsService": {
+                "Export": grpc.unary_unary_rpc_method_handler(export)},
+        }
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                                  options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        self.server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(svc, methods) for svc, methods in handlers.items()])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+
+class HttpSink:
+    """A remote-write receiver that reads each request and answers 204."""
+
+    def __init__(self) -> None:
+        self.requests = Counter()
+        counter = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                n = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(n)
+                counter.add(n)
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass
+class Row:
+    label: str
+    exporters: Callable[[GrpcSink, HttpSink], str]  # the exporters section's lines
+    interval: str = "100ms"
+    insights: bool = True
+    quick: bool = True  # run with --quick too
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def _dialout(g: GrpcSink, h: HttpSink) -> str:
+    return f"  dialout: [{{name: c, address: '127.0.0.1:{g.port}', insecure: true}}]\n"
+
+
+def _rw(g: GrpcSink, h: HttpSink) -> str:
+    return f"  remote_write: [{{name: rw, url: 'http://127.0.0.1:{h.port}/api/v1/write', interval: 1s}}]\n"
+
+
+ROWS = [
+    Row("no exporter, insights off", lambda g, h: "", insights=False, quick=False),
+    Row("no exporter", lambda g, h: ""),
+    Row("dial-out (nokia, per-tick, the default)", _dialout),
+    Row("dial-out + remote write at 1 s", lambda g, h: _dialout(g, h) + _rw(g, h), quick=False),
+    Row("OTLP at 1 s", lambda g, h: f"  otlp: {{endpoint: '127.0.0.1:{g.port}', insecure: true, interval: 1s}}\n"),
+    Row("jsonl to /dev/null", lambda g, h: "  jsonl: {path: /dev/null}\n"),
+    Row("dial-out per-tick at **10 ms**", _dialout, interval="10ms"),
+]
+
+
+def config_text(workdir: Path, row: Row, g: GrpcSink, h: HttpSink) -> str:
+    exporters = row.exporters(g, h)
+    return "".join([
+        f"interval: {row.interval}\n",
+        "sources:\n",
+        "  netdev: {enabled: false}\n",  # the host's own NICs are not the switch's ports
+        "  ethtool: {enabled: false}\n",
+        f"  asic: {{enabled: true, plugin: sim, config: '{SIM}'}}\n",
+        "exporters:\n" + exporters if exporters else "",
+        f"insights: {{enabled: {'true' if row.insights else 'false'}}}\n",
+        f"control: {{socket: {workdir / 'swtel.sock'}, group: null}}\n",
+    ])
+
+
+def status(workdir: Path) -> dict[str, Any]:
+    from agent.control import client
+
+    return client.request(str(workdir / "swtel.sock"), "status", timeout_s=5.0)
+
+
+def _cpu(procs: list) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except Exception:  # noqa: BLE001 - a helper that went away counts nothing more
+            pass
+    return total
+
+
+def _pss(p) -> int:
+    try:
+        return p.memory_full_info().pss
+    except Exception:  # noqa: BLE001 - gone: nothing to count
+        return 0
+
+
+def _agent_env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "GRPC_VERBOSITY": "NONE"}
+
+
+def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink) -> dict[str, Any]:
+    import psutil
+
+    workdir = Path(tempfile.mkdtemp(prefix="swtel-spine-"))
+    start = g.dialout.messages
+    cfg = workdir / "swtel.yaml"
+    cfg.write_text(config_text(workdir, row, g, h))
+    log = open(workdir / "agent.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT, env=_agent_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the first ticks: the control socket answers and the asic source has read
+            if proc.poll() is not None:
+                raise RuntimeError(f"agent exited: {(workdir / 'agent.log').read_text()[-2000:]}")
+            try:
+                st = status(workdir)
+                if st["sources"].get("asic", {}).get("reads", 0) > 0:
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("agent not up in 30 s")
+            time.sleep(0.2)
+        time.sleep(warmup)
+        agent = psutil.Process(proc.pid)
+        procs = [agent, *agent.children(recursive=True)]
+        s0, c0, t0 = status(workdir), _cpu(procs), time.monotonic()
+        d0, o0, r0 = g.dialout.messages, g.otlp.messages, h.requests.messages
+        time.sleep(seconds)
+        s1, c1, t1 = status(workdir), _cpu(procs), time.monotonic()
+        d1, o1, r1 = g.dialout.messages, g.otlp.messages, h.requests.messages
+        helpers = agent.children(recursive=True)
+        pss_agent, pss_helper = _pss(agent), sum(_pss(p) for p in helpers)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    wall = t1 - t0
+    interval = s1["sources"]["asic"]["interval_s"]
+    ticks = wall / interval
+    values = sum(src.get("counters", 0) for src in s1["sources"].values())
+
+    def sent(st: dict) -> int:
+        return sum(e.get("sent", 0) or 0 for e in st["exporters"].values())
+
+    out = {
+        "cpu_pct": (c1 - c0) / wall * 100,
+        "pss_agent": pss_agent, "pss_helper": pss_helper,
+        "values": values,
+        "bytes_per_value": (pss_agent + pss_helper) / values if values else None,
+        "overruns_window": s1["tick"]["overruns"] - s0["tick"]["overruns"],
+        "overruns_total": s1["tick"]["overruns"],
+        "asic_reads": s1["sources"]["asic"]["reads"] - s0["sources"]["asic"]["reads"],
+        "ticks": ticks,
+        "dialout_per_tick": (d1 - d0) / ticks,
+        "dialout_before_window": d0 - start,  # the snapshot on connecting, and the warm-up's ticks
+        "otlp_per_tick": (o1 - o0) / ticks,
+        "rw_requests": r1 - r0,
+        "exporter_sent_per_tick": (sent(s1) - sent(s0)) / ticks,
+        "exporters": {k: {"sent": v.get("sent"), "dropped": v.get("dropped"), "state": v.get("state")}
+                      for k, v in s1["exporters"].items()},
+        "window_s": wall,
+    }
+    shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f}"
+
+
+def messages_cell(row: Row, r: dict[str, Any]) -> str:
+    parts = []
+    if r["dialout_per_tick"]:
+        parts.append(f"{r['dialout_per_tick']:.1f}")
+    if r["otlp_per_tick"]:
+        parts.append(f"{r['otlp_per_tick']:.1f} (OTLP requests)")
+    if r["rw_requests"]:
+        parts.append(f"+ {r['rw_requests'] / r['window_s']:.1f} remote-write requests a second")
+    if "jsonl" in r["exporters"]:
+        parts.append(f"– ({r['exporter_sent_per_tick']:.0f} lines a tick, one write)")
+    return " ".join(parts) or "–"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| configuration | agent + helper CPU (% of a core) | PSS agent + helper (MiB) | bytes a value "
+             "| gRPC messages a tick | overruns (window / since start) |",
+             "|---|---:|---:|---:|---|---:|"]
+    for row in rows:
+        r = row.result
+        if "error" in r:
+            lines.append(f"| {row.label} | failed: {r['error'][:80]} | | | | |")
+            continue
+        lines.append(f"| {row.label} | {r['cpu_pct']:.1f} % | {_mib(r['pss_agent'])} + {_mib(r['pss_helper'])} "
+                     f"| {r['bytes_per_value']:,.0f} | {messages_cell(row, r)} "
+                     f"| {r['overruns_window']} / {r['overruns_total']} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- jsonl's formatter, per line
+
+
+def jsonl_cost(repeat: int) -> list[tuple[str, float]]:
+    """µs per line of one spine-sized batch: C, the Python twin, json.dumps of a dict (before)."""
+    from agent import _fallback
+    from agent.counters import F_NEW, OPENCONFIG, Batch, Container, CounterSpec, CounterTable
+    from agent.exporters import jsonl
+
+    leaves = ["in-pkts", "out-pkts", "in-octets", "out-octets", "in-errors", "in-discards"]
+    specs = [CounterSpec(Container(OPENCONFIG, f"/interfaces/interface[name=swp{p}s{s}]/state/counters"), leaf)
+             for p in range(64) for s in range(4) for leaf in leaves]
+    table_ = CounterTable("t", specs)
+    n = len(specs)
+    idx = array("I", range(0, n, 2))  # half the values changed, a tenth of them new
+    batch = Batch("t", time.time_ns(), table_, idx, array("Q", range(10**9, 10**9 + n)), array("q", [1234] * len(idx)),
+                  bytes(F_NEW if k % 10 == 0 else 0 for k in range(len(idx))))
+    paths = jsonl.json_paths(table_)
+    lines = len(batch.indices)
+
+    def before() -> None:
+        out = []
+        for _spec, path, value, delta, flags in batch.items():
+            rec: dict[str, Any] = {"ts": batch.ts_ns, "path": path, "value": value, "delta": delta}
+            if flags & F_NEW:
+                rec["new"] = True
+            out.append(json.dumps(rec))
+        ("\n".join(out) + "\n").encode()
+
+    out = []
+    fns: list[tuple[str, Callable[[], Any]]] = []
+    try:
+        from agent import _swtel
+
+        fns.append(("C (agent/_ext/jsonl.c)", lambda: _swtel.jsonl_lines(
+            batch.ts_ns, batch.indices, batch.values, batch.deltas, batch.flags, paths)))
+    except ImportError:
+        pass
+    fns.append(("Python twin (agent/_fallback/jsonl.py)", lambda: _fallback.jsonl_lines(
+        batch.ts_ns, batch.indices, batch.values, batch.deltas, batch.flags, paths)))
+    fns.append(("json.dumps of a dict a line (the exporter before)", before))
+    for label, fn in fns:
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        out.append((label, best / lines * 1e6))
+    return out
+
+
+# ---------------------------------------------------------------- --memory: tracemalloc in the agent
+
+
+def memory_inner(cfg: str, after_s: float, out: str) -> int:
+    """Run the agent in this process under tracemalloc; ``after_s`` after its control socket
+    appeared, take a snapshot, stop
+    the agent (SIGTERM to itself, as systemd would) and then write the breakdown by module to
+    ``out`` (grouped after the agent stopped: its threads no longer compete for the GIL)."""
+    import tracemalloc
+
+    tracemalloc.start(8)
+    sys.modules.setdefault("rich", None)  # type: ignore[arg-type] - as `swtel run` does
+    taken: list[Any] = []
+
+    def snap() -> None:
+        sock = Path(cfg).parent / "swtel.sock"
+        while not sock.exists():  # started (its SIGTERM handler in place), then after_s in
+            time.sleep(0.1)
+        time.sleep(after_s)
+        taken.append((tracemalloc.take_snapshot(), tracemalloc.get_traced_memory()[0]))
+        tracemalloc.stop()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=snap, daemon=True).start()
+    from agent.cli import main
+
+    rc = main(["run", "-c", cfg])
+    if not taken:
+        return rc or 1
+    snapshot, total = taken[0]
+    by: dict[str, list[int]] = {}
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    for stat in snapshot.statistics("traceback"):
+        frames = list(stat.traceback)  # oldest first: the allocation is the last
+        # the allocating file names the owner, unless it is a helper (the stdlib, a dataclass'
+        # generated __init__): then the nearest caller that is not
+        where = next((f for f in reversed(frames)
+                      if not (f.filename == "<string>" or (f.filename.startswith(stdlib)
+                                                          and "-packages" not in f.filename))),
+                     frames[-1])
+        acc = by.setdefault(_module_name(where.filename), [0, 0, {}])
+        acc[0] += stat.size
+        acc[1] += stat.count
+        acc[2][where.lineno] = acc[2].get(where.lineno, 0) + stat.size
+    Path(out).write_text(json.dumps({"total": total, "by": by}))
+    return rc
+
+
+def _module_name(filename: str) -> str:
+    p = Path(filename)
+    try:
+        return ".".join(p.relative_to(ROOT).with_suffix("").parts)
+    except ValueError:
+        pass
+    parts = p.parts
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            rest = parts[parts.index(anchor) + 1:]
+            return ".".join(Path(*rest).with_suffix("").parts[:2])
+    if "lib" in parts and len(parts) > parts.index("lib") + 2:
+        return "stdlib " + Path(parts[-1]).stem
+    return filename
+
+
+def memory(seconds: float, g: GrpcSink, h: HttpSink) -> str:
+    workdir = Path(tempfile.mkdtemp(prefix="swtel-spine-mem-"))
+    row = ROWS[2]  # dial-out per tick: the default install
+    cfg = workdir / "swtel.yaml"
+    cfg.write_text(config_text(workdir, row, g, h))
+    out = workdir / "mem.json"
+    with open(workdir / "agent.log", "w") as log:
+        subprocess.run([sys.executable, __file__, "--memory-inner", str(cfg), str(seconds), str(out)], cwd=ROOT,
+                       env=_agent_env(), stdout=log, stderr=subprocess.STDOUT, timeout=seconds + 300)
+    if not out.exists():
+        return "tracemalloc: no figures (see the agent log)\n" + (workdir / "agent.log").read_text()[-2000:]
+    doc = json.loads(out.read_text())
+    shutil.rmtree(workdir, ignore_errors=True)
+    top = sorted(doc["by"].items(), key=lambda kv: -kv[1][0])[:10]
+    lines = [f"Python allocations of the agent ({row.label}, {seconds:.0f} s in, tracemalloc: "
+             f"{doc['total'] / 2**20:.1f} MiB traced; tracemalloc's own cost not included), by the allocating "
+             "module (for the stdlib's helpers and generated code: their nearest caller outside them); "
+             "`<frozen importlib…>` is imported modules' code and data:", "",
+             "| module | MiB | blocks | its largest lines (line: MiB) |", "|---|---:|---:|---|"]
+    for name, (size, count, by_line) in top:
+        big = sorted(by_line.items(), key=lambda kv: -kv[1])[:3]
+        lines.append(f"| {name} | {size / 2**20:.2f} | {count:,} | "
+                     + ", ".join(f"{ln}: {b / 2**20:.2f}" for ln, b in big) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="steady-state window of each row")
+    ap.add_argument("--warmup", type=float, default=10.0, help="after the first read, before the window")
+    ap.add_argument("--quick", action="store_true", help="CI: 4 s windows, 3 s warm-up, 5 of the 7 rows (~90 s)")
+    ap.add_argument("--memory", action="store_true", help="also tracemalloc's breakdown by module (slow)")
+    ap.add_argument("--rows", help="only the rows whose label contains one of these (comma-separated)")
+    ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument("--memory-inner", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_inner:
+        cfg, after, out = args.memory_inner
+        return memory_inner(cfg, float(after), out)
+    from agent import asic
+
+    if asic.builtin_path("sim") is None:
+        sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
+    if args.quick:
+        args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 3.0)
+    rows = [r for r in ROWS if r.quick or not args.quick]
+    if args.rows:
+        rows = [r for r in rows if any(w.strip() in r.label for w in args.rows.split(","))]
+    g, h = GrpcSink(), HttpSink()
+    load0 = os.getloadavg()[0]
+    try:
+        for row in rows:
+            try:
+                row.result = run_row(row, args.seconds, args.warmup, g, h)
+            except Exception as exc:  # noqa: BLE001 - one row's failure is shown, the others still run
+                row.result = {"error": repr(exc)}
+        report(args, rows, load0)
+        if args.memory:
+            print("\n" + memory(20.0, g, h))
+    finally:
+        g.stop()
+        h.stop()
+    return 0
+
+
+def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
+    from agent import _backend
+
+    print(f"\nsimulated spine ({SIM}: 68 ports, every detector on unless said), the agent at 100 ms unless "
+          f"said; {args.seconds:.0f} s windows after {args.warmup:.0f} s of warm-up; backend {_backend.NAME}; "
+          f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+          f"({os.cpu_count()} CPUs)\n")
+    print(table(rows))
+    before = [(row.label, row.result["dialout_before_window"]) for row in rows
+              if row.result.get("dialout_before_window")]
+    if before:
+        print("\ndial-out messages from connecting to the window's start (the snapshot, then the warm-up's "
+              "ticks): " + "; ".join(f"{label}: {n:,}" for label, n in before))
+    print("\njsonl's formatting, one batch of a spine's size, best of 20, µs a line:\n")
+    cost = jsonl_cost(20)
+    for label, us in cost:
+        print(f"  {label:52} {us:7.3f} µs  ({us / cost[0][1]:5.1f}x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost},
+                                              indent=1))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
