@@ -123,6 +123,7 @@ def test_validate_on_the_patch_file_checks_what_it_writes(tmp_path):
     assert all("no such file '/etc/swtel/" in p for p in problems), problems
     fixed = tmp_path / "patch.yaml"
     fixed.write_text(SNIPPET.read_text().replace("                    tls:\n", "                    insecure: true\n"
+                                                 "                    insecure_remote: true\n"
                                                  "                    tls:\n"))
     r = subprocess.run([sys.executable, "-m", "agent", "validate", str(fixed)], cwd=REPO,
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
