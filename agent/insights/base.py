@@ -266,6 +266,11 @@ class Detector:
     def forget(self, port: str) -> None:
         """The port is gone."""
 
+    def retire(self, ts: int) -> list[Any]:
+        """Disabled by a reload: the states that take back what it published (deletes of its
+        gauges). Default: it published none."""
+        return []
+
     def status(self) -> dict[str, Any] | None:
         """What status should say of it beyond its events (None: nothing)."""
         return None

@@ -163,6 +163,10 @@ class Source:
         """From another thread, when the agent stops: a ``setup`` or ``read`` blocked in
         outside code (an ASIC plugin's helper) returns at once. Default: nothing to cut short."""
 
+    def bind_insights(self, insights: Callable[[], Any]) -> None:
+        """The engine hands every source ``insights``, which returns its current insights
+        runner (None: insights off; a reload may swap it). Default: not read."""
+
     def info(self) -> dict[str, Any]:
         """Extra per-source fields for ``swtel status``."""
         return {}
