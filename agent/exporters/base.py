@@ -15,6 +15,8 @@ from agent.config import ClientTls, check_files
 from agent.credentials import SecretError, read_secret, secret_problem
 from agent.listener import Listener  # noqa: F401 - re-exported: the contract exporters implement
 
+MACHINERY = True  # the exporters' base class, not a plugin (agent/registry.py load_plugins)
+
 REGISTRY: dict[str, type[Exporter]] = {}
 
 

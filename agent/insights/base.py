@@ -18,6 +18,8 @@ from agent import registry
 from agent.config import Duration, _finite
 from agent.insights import classify
 
+MACHINERY = True  # the detectors' base class, not a plugin (agent/registry.py load_plugins)
+
 MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
 MAX_WINDOWS = 1000  # consecutive windows (pfc_storm, imbalance)
 

@@ -25,6 +25,8 @@ from agent.pathgrammar import (
     unescape_key,
 )
 
+MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+
 # Semantics (the ``sem`` part).
 RX_OCTETS = "rx-octets"
 TX_OCTETS = "tx-octets"

@@ -29,6 +29,8 @@ from agent.listener import Listener
 if TYPE_CHECKING:
     from agent.config import Insights
 
+MACHINERY = True  # runs the detectors, not a plugin (agent/registry.py load_plugins)
+
 
 class InsightsRunner(Listener):
     """Runs the enabled detectors of ``cfg`` (agent.config.Insights) over counter batches."""

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from agent.config import Config
     from agent.links import Link
 
+MACHINERY = True  # the sources' base class, not a plugin (agent/registry.py load_plugins)
+
 REGISTRY: dict[str, type[Source]] = {}
 
 #: what ``Source.read`` returns when it produced no data this time (the engine must not diff
