@@ -53,8 +53,20 @@ class Exporter(Listener):
     @classmethod
     def listeners_for(cls, section: Any, cfg: Any) -> dict[str, Listener]:
         """The listeners the section asks for (none when it is off), keyed by a name stable
-        across reloads: ``<config_name>`` or, for a list, ``<config_name>:<item name>``."""
-        raise NotImplementedError
+        across reloads: ``<config_name>`` or, for a list, ``<config_name>:<item name>``.
+        Default for ``many``: one per destination, built by :meth:`for_destination`; a single
+        exporter (``many`` False) overrides this."""
+        if not cls.many:
+            raise NotImplementedError(f"{cls.__name__}.listeners_for")
+        return {f"{cls.config_name}:{dest.name}": cls.for_destination(dest, cfg) for dest in section}
+
+    @classmethod
+    def for_destination(cls, dest: Any, cfg: Any) -> Listener:
+        """(``many``) One destination's listener: ``cls(dest, cfg.target)``, logging at the
+        config's rate limit (a ReconnectingSender's ``log_limiter``)."""
+        listener = cls(dest, cfg.target)  # type: ignore[call-arg]
+        listener.log_limiter.period_s = float(cfg.log.rate_limit)  # type: ignore[attr-defined]
+        return listener
 
     @classmethod
     def built_from(cls, key: str, cfg: Any) -> Any:
