@@ -1,6 +1,6 @@
 """Tick engine: polls each source at its own interval, diffs in the change kernel,
 and hands what changed to the listeners (the exporters and the insights runner, through
-one contract: agent/exporters/base.py's Listener).
+one contract: agent/listener.py).
 
 Scheduling uses the monotonic clock; a tick that overruns is counted and the
 missed ticks are skipped, never queued, so the agent never bursts to catch up.
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from agent.config import Config
-    from agent.exporters.base import Listener
+    from agent.listener import Listener
 
 log = logs.get("engine")
 
@@ -231,10 +231,13 @@ class Engine:
         self.cfg = cfg
         #: the schedule's clock (monotonic seconds): a test drives the schedule with its own
         self.clock = clock
-        #: everything that takes the engine's output, through one contract (agent/exporters/
-        #: base.py Listener): the exporters, and the insights runner, whose end_pass returns
+        #: everything that takes the engine's output, through one contract (agent/
+        #: listener.py): the exporters, and the insights runner, whose end_pass returns
         #: the events it raised or cleared (states, handed on like any other)
         self.listeners: list[Listener] = list(listeners or [])
+        #: the insights runner (also among the listeners), or None: handed to the sources that
+        #: read it (Source.bind_insights; the events source counts its open events)
+        self.insights: Any = None
         self._speeds: dict[str, dict[str, int]] = {}  # source -> port -> link speed (bits/s)
         self.store = store or Store()
         self.store.primed.clear()  # until every source has tried its first read
@@ -319,8 +322,7 @@ class Engine:
                 where = _where(exc)
                 log.error("source failed to start", source=name, error=repr(exc), where=where)
                 source = _Failed(cfg, name, f"start: {exc!r} at {where}")
-            if hasattr(source, "bind_listeners"):  # reads the listeners' state (sources/events.py)
-                source.bind_listeners(lambda: self.listeners)
+            source.bind_insights(lambda: self.insights)  # a no-op but for a source that reads it
             fresh = SourceRunner(source, cfg.interval_of(name))
             if runner is not None:
                 try:
@@ -426,8 +428,7 @@ class Engine:
         if gone:
             self._drops.append(("", ts_ns, gone, set()))
         for listener in self.listeners:  # on the tick thread, between two passes
-            if hasattr(listener, "on_config"):
-                self._call(listener, "on_config", cfg)
+            self._call(listener, "on_config", cfg)
         self.cfg = cfg
         self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
 
@@ -724,8 +725,7 @@ class Engine:
         self._speeds[source.name] = speeds
         merged = self.port_speeds()
         for listener in self.listeners:
-            if hasattr(listener, "on_port_speeds"):
-                self._call(listener, "on_port_speeds", merged)
+            self._call(listener, "on_port_speeds", merged)
 
     def source_names(self) -> list[str]:
         """The sources polled (a copy: safe from any thread)."""
@@ -742,17 +742,15 @@ class Engine:
         """The pass is over: a listener that derives state from it (the detectors) returns
         its updates, which go to the store and every listener like any other state."""
         for listener in self.listeners:
-            if hasattr(listener, "end_pass"):
-                updates = self._call(listener, "end_pass", time.time_ns())
-                if updates:
-                    self.store.set_states(updates)
-                    self._tell("on_state", updates)
+            updates = self._call(listener, "end_pass", time.time_ns())
+            if updates:
+                self.store.set_states(updates)
+                self._tell("on_state", updates)
 
     def _hook(self, method: str) -> None:
-        """An optional per-pass hook (``open_pass``, ``close_pass``) of the listeners that have it."""
+        """A per-pass hook (``open_pass``, ``close_pass``: no-ops but where a listener takes them)."""
         for listener in self.listeners:
-            if hasattr(listener, method):
-                self._call(listener, method)
+            self._call(listener, method)
 
     def _tell(self, method: str, *args: Any) -> None:
         """Hand data to every listener; one listener's bug must not stop polling or the others."""

@@ -13,7 +13,9 @@ entry point that reads a config imports it first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,3 +90,18 @@ EXPORTERS = Registry("exporters", ("jsonl", "dialout", "server", "tunnel", "otlp
 DETECTORS = Registry("insights", ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
                                   "throughput_dip", "roce_retrans"))
 ALL = (SOURCES, EXPORTERS, DETECTORS)
+
+
+def load_plugins(package: str, path: Any, registered: Callable[[], Iterable[type]],
+                 order: tuple[str, ...] = ()) -> None:
+    """Import every module of ``package`` (``order`` first, then by name): each plugin module
+    registers itself. A helper module says so in itself (``MACHINERY = True``, module level);
+    any other module that registered no class of ``registered()`` is an error, so a plugin
+    whose ``@register`` was forgotten fails at import, not silently."""
+    found = {m.name for m in pkgutil.iter_modules(path)}
+    names = [n for n in order if n in found] + sorted(found - set(order))
+    modules = [importlib.import_module(f"{package}.{name}") for name in names]
+    homes = {cls.__module__ for cls in registered()}
+    idle = [m.__name__ for m in modules if not getattr(m, "MACHINERY", False) and m.__name__ not in homes]
+    if idle:
+        raise ImportError(f"{', '.join(idle)}: registers no plugin (a helper module says MACHINERY = True)")

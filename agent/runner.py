@@ -74,6 +74,7 @@ class Agent:
         self.exporters = build_exporters(cfg)
         self.insights = _insights(cfg)  # a listener like the exporters (None: insights off)
         self.engine = Engine(cfg, self._listeners())
+        self.engine.insights = self.insights  # for the sources that read it (sources/events.py)
         self.engine.tick_hooks.append(self.notifier.tick)
         self.control: ControlServer | None = None
         if cfg.control.enabled:
@@ -191,7 +192,7 @@ class Agent:
                 if fresh is not None:
                     fresh.set_port_speeds(self.engine.port_speeds())
                 self.insights = fresh
-                self.engine.listeners = self._listeners()
+                self._feed_engine()
             self.engine.reload(new)
             self.cfg = new
             self.last_reload = {"ok": True, "ts_ns": time.time_ns(), "error": None}
@@ -258,6 +259,11 @@ class Agent:
                 _guarded(key, old.stop, 1.0)
         merged.update(fresh)
         self.exporters = merged
+        self._feed_engine()
+
+    def _feed_engine(self) -> None:
+        """The engine's listeners and insights runner, after either changed."""
+        self.engine.insights = self.insights
         self.engine.listeners = self._listeners()
 
     def _listeners(self) -> list[Any]:
@@ -274,7 +280,7 @@ class Agent:
             log.error("exporter failed to restart after a rejected reload", exporter=key, error=str(exc))
             return
         self.exporters[key] = again
-        self.engine.listeners = self._listeners()
+        self._feed_engine()
 
     def _reload_cmd(self, _req: dict) -> dict[str, Any]:
         ok = self.reload()

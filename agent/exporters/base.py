@@ -1,5 +1,5 @@
-"""What the engine calls on every exporter (and on the insights runner), and the registry
-exporters add themselves to.
+"""The exporters' base class, the registry they add themselves to, and the rules they share.
+The contract the engine feeds them by (and the insights runner) is agent/listener.py.
 
 All ``on_*`` methods run on the engine's tick thread: they must not block
 (enqueue and return). ``start``/``stop``/``status`` run on the main thread.
@@ -8,15 +8,14 @@ All ``on_*`` methods run on the engine's tick thread: they must not block
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from agent import registry
 from agent.config import ClientTls, check_files
 from agent.credentials import SecretError, read_secret, secret_problem
+from agent.listener import Listener  # noqa: F401 - re-exported: the contract exporters implement
 
-if TYPE_CHECKING:
-    from agent.counters import Batch, Container, StateUpdate
-    from agent.store import Store
+MACHINERY = True  # the exporters' base class, not a plugin (agent/registry.py load_plugins)
 
 REGISTRY: dict[str, type[Exporter]] = {}
 
@@ -31,9 +30,10 @@ def register(cls: type[Exporter]) -> type[Exporter]:
     return cls
 
 
-class Exporter:
-    """What an exporter class carries besides being a :class:`Listener`: its config section
-    and how the runner builds it from that section."""
+class Exporter(Listener):
+    """What an exporter class carries besides being a :class:`Listener` (agent/listener.py,
+    whose hooks it inherits with their no-op defaults): its config section and how the runner
+    builds it from that section."""
 
     config_name: ClassVar[str]  # its section: exporters.<config_name>
     config_class: ClassVar[type]  # the dataclass of the section's keys
@@ -53,8 +53,20 @@ class Exporter:
     @classmethod
     def listeners_for(cls, section: Any, cfg: Any) -> dict[str, Listener]:
         """The listeners the section asks for (none when it is off), keyed by a name stable
-        across reloads: ``<config_name>`` or, for a list, ``<config_name>:<item name>``."""
-        raise NotImplementedError
+        across reloads: ``<config_name>`` or, for a list, ``<config_name>:<item name>``.
+        Default for ``many``: one per destination, built by :meth:`for_destination`; a single
+        exporter (``many`` False) overrides this."""
+        if not cls.many:
+            raise NotImplementedError(f"{cls.__name__}.listeners_for")
+        return {f"{cls.config_name}:{dest.name}": cls.for_destination(dest, cfg) for dest in section}
+
+    @classmethod
+    def for_destination(cls, dest: Any, cfg: Any) -> Listener:
+        """(``many``) One destination's listener: ``cls(dest, cfg.target)``, logging at the
+        config's rate limit (a ReconnectingSender's ``log_limiter``)."""
+        listener = cls(dest, cfg.target)  # type: ignore[call-arg]
+        listener.log_limiter.period_s = float(cfg.log.rate_limit)  # type: ignore[attr-defined]
+        return listener
 
     @classmethod
     def built_from(cls, key: str, cfg: Any) -> Any:
@@ -71,37 +83,6 @@ class Exporter:
         """Whether the new listener under ``key`` needs what the running one holds (a port, a
         session), so that the running one must stop first."""
         return False
-
-
-class Listener(Protocol):
-    """What the engine feeds: every exporter, and the insights runner. Five hooks are
-    optional (the engine calls them where they exist): ``end_pass(ts_ns)`` once per pass,
-    returning state updates derived from it (the detectors' events), which go to the store
-    and every listener; ``on_port_speeds(speeds)`` when a source's port speeds change (port
-    -> bits/s); ``on_config(cfg)`` with a reloaded config, on the tick thread; ``open_pass()``
-    and ``close_pass()`` around each pass (every ``on_*`` of a pass comes between them), so a
-    listener may send a pass's output together (dial-out per tick: one Notification per origin).
-    A call outside them (a test, a tool) is sent on its own."""
-
-    name: str
-
-    def start(self, store: Store) -> None:
-        """Begin work; ``store`` gives the latest value of every path (for snapshots and Get)."""
-
-    def on_batch(self, batch: Batch) -> None:
-        """Counters of one source changed (or, with ``batch.snapshot``, all of them)."""
-
-    def on_state(self, updates: list[StateUpdate]) -> None:
-        """Non-counter values changed (oper-status, events, health)."""
-
-    def on_delete(self, ts_ns: int, containers: list[Container]) -> None:
-        """These containers are gone (a port was removed): send gNMI deletes."""
-
-    def stop(self, timeout: float) -> None:
-        """Flush what is queued within ``timeout`` seconds, then stop."""
-
-    def status(self) -> dict[str, Any]:
-        """State for ``swtel status``: state, queue depth, sent, dropped, reconnects, last error."""
 
 
 # ---------------------------------------------------------------- rules the exporters share

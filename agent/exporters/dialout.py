@@ -208,15 +208,6 @@ class DialoutExporter(ReconnectingSender, Exporter):
                             host=d.address.host, plaintext=d.insecure, opt_in=d.insecure_remote,
                             credentials=("username", "password_file") if d.username or d.password_file else ())
 
-    @classmethod
-    def listeners_for(cls, section: list[DialoutConfig], cfg) -> dict:
-        out = {}
-        for dest in section:
-            exporter = cls(dest, cfg.target)
-            exporter.log_limiter.period_s = float(cfg.log.rate_limit)
-            out[f"dialout:{dest.name}"] = exporter
-        return out
-
     def __init__(self, cfg: DialoutConfig, target: str) -> None:
         _load()
         super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S)

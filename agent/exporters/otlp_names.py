@@ -30,6 +30,8 @@ from agent.pathgrammar import (
     unescape_key,
 )
 
+MACHINERY = True  # shared by OTLP and remote write, not a plugin (agent/registry.py load_plugins)
+
 PREFIX = "nvswitch_interface_"
 _KEY = f"({KEY_VALUE_RE})"  # a key value as it stands in a path string (escaped)
 

@@ -407,15 +407,6 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
                 if not value:
                     problems.append(f"{item}.labels.{key}: must not be empty (an empty label is no label)")
 
-    @classmethod
-    def listeners_for(cls, section: list[RemoteWriteConfig], cfg) -> dict:
-        out = {}
-        for dest in section:
-            exporter = cls(dest, cfg.target)
-            exporter.log_limiter.period_s = float(cfg.log.rate_limit)
-            out[f"remote_write:{dest.name}"] = exporter
-        return out
-
     def __init__(self, cfg: RemoteWriteConfig, target: str) -> None:
         _load()
         super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S, state="connecting")

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
     from agent.config import ClientTls
 
+MACHINERY = True  # shared by the exporters, not a plugin (agent/registry.py load_plugins)
+
 #: every delay is multiplied by a random factor in this range, so that agents that lost the
 #: same collector do not all retry in step
 JITTER = (0.8, 1.2)

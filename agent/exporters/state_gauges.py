@@ -18,6 +18,8 @@ from agent.exporters import otlp_names
 if TYPE_CHECKING:
     from agent.store import Store
 
+MACHINERY = True  # shared by the metric exporters, not a plugin (agent/registry.py load_plugins)
+
 #: (metric name, attributes, value, ts_ns)
 Gauge = tuple[str, tuple[tuple[str, str], ...], float, int]
 

@@ -7,17 +7,10 @@ Importing this package imports every module of it (a new detector is one new fil
 then the runner, which finds them all in ``REGISTRY``.
 """
 
-import importlib
-import pkgutil
-
 from agent.insights.base import REGISTRY, Detector, Event, register
+from agent.registry import load_plugins
 
-#: the modules of this package that are not detectors
-_MACHINERY = frozenset({"base", "classify", "election", "events", "feeds", "paths", "runner"})
-
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _module not in _MACHINERY:
-        importlib.import_module(f"{__name__}.{_module}")
+load_plugins(__name__, __path__, REGISTRY.values)  # helpers say MACHINERY = True in themselves
 
 from agent.insights.runner import InsightsRunner  # noqa: E402  (after the detectors registered)
 

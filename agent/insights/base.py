@@ -18,6 +18,8 @@ from agent import registry
 from agent.config import Duration, _finite
 from agent.insights import classify
 
+MACHINERY = True  # the detectors' base class, not a plugin (agent/registry.py load_plugins)
+
 MAX_COUNT = 1_000_000_000  # thresholds (events within a window)
 MAX_WINDOWS = 1000  # consecutive windows (pfc_storm, imbalance)
 
@@ -265,6 +267,11 @@ class Detector:
 
     def forget(self, port: str) -> None:
         """The port is gone."""
+
+    def retire(self, ts: int) -> list[Any]:
+        """Disabled by a reload: the states that take back what it published (deletes of its
+        gauges). Default: it published none."""
+        return []
 
     def status(self) -> dict[str, Any] | None:
         """What status should say of it beyond its events (None: nothing)."""

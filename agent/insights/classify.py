@@ -6,12 +6,19 @@ of one port that share a semantic (the PFC priority, the drop counter's leaf, th
 counter's name). The table is matched by the shape of the container path below the
 port (origin-agnostic), so the netdev, ethtool, asic and rdma sources all feed the
 same detectors. Unknown counters map to None and cost one list lookup per change.
+
+The tables are built from declarations: :func:`declare` (a semantic), :func:`declare_leaves`
+(rows below a port) and :func:`declare_prefix` (other trees). The OpenConfig vocabulary that
+several sources share is declared here; a source declares its own on its class
+(``Source.semantics``, ``levels``, ``classifiers``, agent/sources/base.py), so a new source and
+the detector that reads it are one file each.
 """
 
 from __future__ import annotations
 
 import re
 from array import array
+from collections.abc import Callable, Mapping
 
 from agent.counters import COUNTER, GAUGE, CounterSpec, CounterTable
 from agent.pathgrammar import (
@@ -25,50 +32,85 @@ from agent.pathgrammar import (
     unescape_key,
 )
 
-# Semantics (the ``sem`` part).
-RX_OCTETS = "rx-octets"
-TX_OCTETS = "tx-octets"
-RX_BITS = "rx-bits"  # PHY received bits (line rate x time: idles count too)
-SYMBOL = "symbol-errors"  # post-FEC symbol errors
-UNCORRECTABLE = "uncorrectable"  # FEC uncorrectable blocks / effective errors
-CORRECTED = "corrected-bits"  # FEC corrected bits (pre-FEC errors)
-ERRORS = "errors"  # FCS/CRC and in-errors; sub = leaf
-PAUSE = "pause-frames"  # link-level (global) pause frames received
-PFC_FRAMES = "pfc-frames"  # PFC frames received; sub = priority
-PFC_DURATION = "pfc-duration"  # time paused by the peer, microseconds; sub = priority
-DROP_IN = "drops-in"  # ingress drops; sub = leaf
-DROP_OUT = "drops-out"  # egress drops; sub = leaf (per-queue leaves summed over queues)
-CARRIER = "carrier"  # carrier transitions
-ROCE = "roce"  # RDMA retransmission-related counters; sub = counter name (hyphenated)
-ECN = "ecn-marks"  # packets ECN-marked on egress; sub = queue
-DROP_REASON = "drop-reason"  # packets dropped for one reason; sub = "group/reason"
-FEC_BIN = "fec-bin"  # RS-FEC codewords by corrected symbols (histogram bin); sub = the bin's index,
-# ``lane/index`` for a lane's bin
-# Levels (gauges): a feed carries a level's latest value, not a delta.
-QUEUE_PEAK = "queue-peak"  # highest occupancy since the previous read, bytes; sub = queue
-QUEUE_LEVEL = "queue-level"  # occupancy at the read, bytes; sub = queue
-QUEUE_LIMIT = "queue-limit"  # the most the queue may hold, bytes; sub = queue
+MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
 
-#: Every semantic.
-ALL = (RX_OCTETS, TX_OCTETS, RX_BITS, SYMBOL, UNCORRECTABLE, CORRECTED, ERRORS, PAUSE,
-       PFC_FRAMES, PFC_DURATION, DROP_IN, DROP_OUT, CARRIER, ROCE, ECN, DROP_REASON, FEC_BIN,
-       QUEUE_PEAK, QUEUE_LEVEL, QUEUE_LIMIT)
-#: the semantics that are levels (read from gauges)
-LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL, QUEUE_LIMIT})
-#: one bit per semantic (a set of semantics as an int: the feeds' per-change loop ORs them)
-BITS = {sem: 1 << k for k, sem in enumerate(ALL)}
+#: a set of semantics is an int, one bit per semantic: the feeds' per-change loop ORs a counter's
+#: bit into its port's mask in a u32 (feed_add: agent/_ext/feeds.c and its fallback), so the
+#: mask is MASK_WIDTH bits wide; its top bit is SPILL, never a semantic's. Semantics beyond the
+#: first MASK_WIDTH - 1 share the last semantic bit (see :func:`declare`). Widening (when the
+#: semantics a detector reads outgrow 31): feed_add's ``bits`` and ``mask`` to uint64_t and
+#: PyLong_FromUnsignedLongLong, ``Layout.bits`` to array "Q", then MASK_WIDTH = 64 here.
+MASK_WIDTH = 32
 #: a sample's bit (not a semantic's) when a FEC bin's delta went into its feed's dict instead of
 #: its row (a value past int64): readers of the row then take the two together (Layout.vcols)
-SPILL = 1 << 31
+SPILL = 1 << (MASK_WIDTH - 1)
+_SHARED = MASK_WIDTH - 2  # the last semantic bit: the 31st semantic and every later one share it
+
+#: every semantic, in the order declared (its bit is its index's, up to _SHARED)
+ALL: list[str] = []
+#: the semantics that are levels (read from gauges)
+LEVELS: set[str] = set()
+#: one bit per semantic (a set of semantics as an int: the feeds' per-change loop ORs them). A bit
+#: is a hint, a superset: a lazy detector is called when one of its bits moved, so one whose
+#: semantic shares the last bit may see a sample where only another of those moved (none of its
+#: keys in the accumulation: as if nothing of its changed). SPILL is never a semantic's bit.
+BITS: dict[str, int] = {}
+
+
+def declare(sem: str, *, level: bool | None = None) -> str:
+    """Make ``sem`` a semantic (idempotent) and return it: a source declares what it reads
+    (Source.semantics), a detector what it reads (``sems``: :func:`mask` declares them), in
+    whichever order they are imported. ``level``: read from gauges (True), counters (False),
+    or None (not said here: a source says it)."""
+    if sem not in BITS:
+        BITS[sem] = 1 << min(len(ALL), _SHARED)
+        ALL.append(sem)
+    if level is not None:
+        if _KIND.setdefault(sem, level) != level:
+            raise ValueError(f"semantic {sem!r} declared both as a level and as a counter")
+        if level:
+            LEVELS.add(sem)
+    return sem
+
+
+_KIND: dict[str, bool] = {}  # a semantic's declared kind (True: a level), once said
+
+
+# Semantics (the ``sem`` part), in the order of their bits: the semantics every source below
+# shares (the OpenConfig vocabulary); a new source declares its own (Source.semantics).
+RX_OCTETS = declare("rx-octets", level=False)
+TX_OCTETS = declare("tx-octets", level=False)
+RX_BITS = declare("rx-bits", level=False)  # PHY received bits (line rate x time: idles count too)
+SYMBOL = declare("symbol-errors", level=False)  # post-FEC symbol errors
+UNCORRECTABLE = declare("uncorrectable", level=False)  # FEC uncorrectable blocks / effective errors
+CORRECTED = declare("corrected-bits", level=False)  # FEC corrected bits (pre-FEC errors)
+ERRORS = declare("errors", level=False)  # FCS/CRC and in-errors; sub = leaf
+PAUSE = declare("pause-frames", level=False)  # link-level (global) pause frames received
+PFC_FRAMES = declare("pfc-frames", level=False)  # PFC frames received; sub = priority
+PFC_DURATION = declare("pfc-duration", level=False)  # time paused by the peer, microseconds; sub = priority
+DROP_IN = declare("drops-in", level=False)  # ingress drops; sub = leaf
+DROP_OUT = declare("drops-out", level=False)  # egress drops; sub = leaf (per-queue leaves summed over queues)
+CARRIER = declare("carrier", level=False)  # carrier transitions
+ROCE = declare("roce", level=False)  # RDMA retransmission-related counters; sub = counter name (hyphenated)
+ECN = declare("ecn-marks", level=False)  # packets ECN-marked on egress; sub = queue
+DROP_REASON = declare("drop-reason", level=False)  # packets dropped for one reason; sub = "group/reason"
+# RS-FEC codewords by corrected symbols (histogram bin); sub = the bin's index, ``lane/index`` for a lane's bin
+FEC_BIN = declare("fec-bin", level=False)
+# Levels (gauges): a feed carries a level's latest value, not a delta.
+QUEUE_PEAK = declare("queue-peak", level=True)  # highest occupancy since the previous read, bytes; sub = queue
+QUEUE_LEVEL = declare("queue-level", level=True)  # occupancy at the read, bytes; sub = queue
+QUEUE_LIMIT = declare("queue-limit", level=True)  # the most the queue may hold, bytes; sub = queue
+
 #: the bins of a FEC histogram (port or lane) kept in a feed's row: RS(544,514)'s 0..15
 ROW_BINS = 16
 
 
 def mask(sems: frozenset[str] | set[str]) -> int:
-    """The bits of ``sems`` (unknown semantics: none)."""
+    """The bits of ``sems`` (a semantic not declared yet is declared: a detector may be imported
+    before the source that produces what it reads)."""
     out = 0
     for sem in sems:
-        out |= BITS.get(sem, 0)
+        out |= BITS[declare(sem)]
     return out
 
 
@@ -77,8 +119,30 @@ QUEUE_LEVELS = frozenset({QUEUE_PEAK, QUEUE_LEVEL})
 _BY_QUEUE = "*"  # a _LEAVES sub meaning "the queue's name"
 
 # (tail of the container path below the port, leaf) -> (sem, sub). A tail of
-# "pfc" stands for pfc/priority[id=N]/state, "queue" for a qos output queue.
-_LEAVES: dict[tuple[str, str], tuple[str, str]] = {
+# "pfc" stands for pfc/priority[id=N]/state, "queue" for a qos output queue. Built from the
+# declarations (:func:`declare_leaves`): these, shared by several sources, and each source's own.
+_LEAVES: dict[tuple[str, str], tuple[str, str]] = {}
+#: (container path prefix, matcher(spec, port) -> (port, sem, sub) or None): what a source
+#: declares for paths outside the interface and qos trees (Source.classifiers)
+_PREFIXES: list[tuple[str, Callable[[CounterSpec, str], tuple[str, str, str] | None]]] = []
+
+
+def declare_leaves(leaves: Mapping[tuple[str, str], tuple[str, str]]) -> None:
+    """Add ``(tail below the port, leaf) -> (sem, sub)`` rows (Source.semantics): every semantic
+    named is declared; a row already declared must say the same."""
+    for key, (sem, sub) in leaves.items():
+        if _LEAVES.setdefault(key, (declare(sem), sub)) != (sem, sub):
+            raise ValueError(f"classify: {key} declared as {_LEAVES[key]} and as {(sem, sub)}")
+
+
+def declare_prefix(prefix: str, matcher: Callable[[CounterSpec, str], tuple[str, str, str] | None]) -> None:
+    """Classify counters whose container path starts with ``prefix`` (outside the interface and
+    qos trees) with ``matcher(spec, port)`` (Source.classifiers)."""
+    if (prefix, matcher) not in _PREFIXES:
+        _PREFIXES.append((prefix, matcher))
+
+
+declare_leaves({
     ("state/counters", "in-octets"): (RX_OCTETS, ""),
     ("state/counters", "out-octets"): (TX_OCTETS, ""),
     ("state/counters", "in-errors"): (ERRORS, "in-errors"),
@@ -110,7 +174,7 @@ _LEAVES: dict[tuple[str, str], tuple[str, str]] = {
     ("queue", "peak-occupancy"): (QUEUE_PEAK, _BY_QUEUE),
     ("queue", "current-occupancy"): (QUEUE_LEVEL, _BY_QUEUE),
     ("queue", "limit"): (QUEUE_LIMIT, _BY_QUEUE),
-}
+})
 
 #: RDMA hw_counters read as RoCE retransmission evidence (hyphenated leaf names).
 ROCE_LEAVES = frozenset({
@@ -188,6 +252,9 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
     if path.startswith(RDMA_DEVICE_PREFIX) and _RDMA.match(path):
         name = leaf.replace("_", "-")
         return (port, ROCE, name) if name in ROCE_LEAVES else None
+    for prefix, matcher in _PREFIXES:
+        if path.startswith(prefix):
+            return matcher(spec, port)
     return None
 
 

@@ -23,6 +23,8 @@ from agent.counters import Batch, CounterTable
 from agent.insights import classify
 from agent.insights.base import Detector
 
+MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+
 
 class Feed:
     """What one source saw of one port since its previous sample."""

@@ -24,12 +24,15 @@ from agent.insights.election import Election
 from agent.insights.events import EventBook
 from agent.insights.feeds import FeedBook, Port
 from agent.insights.paths import deleted_ports
+from agent.listener import Listener
 
 if TYPE_CHECKING:
     from agent.config import Insights
 
+MACHINERY = True  # runs the detectors, not a plugin (agent/registry.py load_plugins)
 
-class InsightsRunner:
+
+class InsightsRunner(Listener):
     """Runs the enabled detectors of ``cfg`` (agent.config.Insights) over counter batches."""
 
     name = "insights"
@@ -57,8 +60,8 @@ class InsightsRunner:
             if not on:
                 if cur is not None:
                     del self._detectors[name]
-                    if hasattr(cur, "retire"):  # derived gauges leave the store, not stay at their last value
-                        self._retired += cur.retire(self._last_ts)
+                    # derived gauges leave the store, not stay at their last value
+                    self._retired += cur.retire(self._last_ts)
                     for ev in [e for e in self._events.open.values() if e.detector == name]:
                         self._events.clear(ev, self._last_ts, "detector disabled")
                 continue

@@ -8,17 +8,11 @@ their sections listed) in ``ORDER`` first, then any other in name order.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from agent.registry import load_plugins
 from agent.sources.base import REGISTRY, Source, register
 
 #: the first sources, in this order (the kernel before the drivers, the ASIC last)
 ORDER = ("netdev", "ethtool", "rdma", "system", "asic")
-_MACHINERY = frozenset({"base", "drivers"})  # shared by the sources, not sources
-
-_found = {m.name for m in pkgutil.iter_modules(__path__)} - _MACHINERY
-for _name in [n for n in ORDER if n in _found] + sorted(_found - set(ORDER)):
-    importlib.import_module(f"agent.sources.{_name}")
+load_plugins(__name__, __path__, REGISTRY.values, ORDER)  # helpers say MACHINERY = True in themselves
 
 __all__ = ["REGISTRY", "Source", "register"]

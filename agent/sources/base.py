@@ -7,18 +7,21 @@ import re
 import socket
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent import caps, registry
 from agent.config import Duration, setting
 from agent.counters import Container, CounterTable, StateUpdate
+from agent.insights import classify
 from agent.pathgrammar import interface_path
 
 if TYPE_CHECKING:
     from agent.config import Config
     from agent.links import Link
+
+MACHINERY = True  # the sources' base class, not a plugin (agent/registry.py load_plugins)
 
 REGISTRY: dict[str, type[Source]] = {}
 
@@ -52,6 +55,12 @@ def register(cls: type[Source]) -> type[Source]:
     """Class decorator: make a source available under ``cls.name``, and its config section
     (``sources.<name>``: ``cls.config_class``, ``cls.check``, ``cls.doc``) to the config."""
     REGISTRY[cls.name] = cls
+    # what it reads that the detectors use: classify's tables are built from these
+    classify.declare_leaves(cls.semantics)
+    for sem, level in cls.levels.items():
+        classify.declare(sem, level=level)
+    for prefix, matcher in cls.classifiers.items():
+        classify.declare_prefix(prefix, matcher)
     registry.SOURCES.add(registry.Section(cls.name, cls.config_class, check=cls.check,
                                           validate_check=cls.validate_check, doc=cls.doc, plugin=cls))
     return cls
@@ -84,6 +93,17 @@ class Source:
     capabilities: ClassVar[tuple[int, ...]] = ()
     #: ``swtel validate`` only: ``validate_check(section, where, problems, cfg)``, see ``check``
     validate_check: ClassVar[Any] = None
+    # What it reads that the detectors use (agent/insights/classify.py builds its tables from
+    # these at @register; a detector names the semantics in its ``sems``):
+    #: ``(tail of the container path below the port, leaf) -> (semantic, sub)``, e.g.
+    #: ``("state/counters", "in-widgets"): ("widgets", "")``; the OpenConfig rows several sources
+    #: share are classify's own
+    semantics: ClassVar[Mapping[tuple[str, str], tuple[str, str]]] = {}
+    #: semantic -> True for a level (read from a gauge), False for a counter
+    levels: ClassVar[Mapping[str, bool]] = {}
+    #: container path prefix (outside the interface and qos trees) -> ``matcher(spec, port)``,
+    #: which returns ``(port, semantic, sub)`` or None
+    classifiers: ClassVar[Mapping[str, Callable[[Any, str], tuple[str, str, str] | None]]] = {}
 
     @classmethod
     def check(cls, section: Any, where: str, problems: list[str], cfg: Config) -> None:
@@ -162,6 +182,10 @@ class Source:
     def interrupt(self) -> None:
         """From another thread, when the agent stops: a ``setup`` or ``read`` blocked in
         outside code (an ASIC plugin's helper) returns at once. Default: nothing to cut short."""
+
+    def bind_insights(self, insights: Callable[[], Any]) -> None:
+        """The engine hands every source ``insights``, which returns its current insights
+        runner (None: insights off; a reload may swap it). Default: not read."""
 
     def info(self) -> dict[str, Any]:
         """Extra per-source fields for ``swtel status``."""

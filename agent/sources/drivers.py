@@ -13,6 +13,8 @@ from agent.counters import COUNTER, GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container
 from agent.pathgrammar import escape_key, interface_path, qos_interface_path
 from agent.sources.base import leaf_name
 
+MACHINERY = True  # shared by the sources, not a plugin (agent/registry.py load_plugins)
+
 # Containers, by short name; {port} (filled escaped) and {n} are filled per counter.
 _IF = interface_path("{port}")
 _QUEUES = qos_interface_path("{port}") + "/output/queues/queue[name={n}]/state"

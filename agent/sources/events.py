@@ -6,8 +6,8 @@ gauges. This count is a gauge like the agent's own RSS (sources/system.py), so a
 dashboard can show open events by device over every exporter alike
 (``swtel_insights_open_events{severity=...}``, agent/exporters/otlp_names.py).
 
-The engine binds the source to its listeners (``bind_listeners``); the insights runner is the
-one that answers ``open_event_counts``. Without one (``insights.enabled: false``) nothing is
+The engine hands the source its insights runner (``bind_insights``), which answers
+``open_event_counts``. Without one (``insights.enabled: false``) nothing is
 read: no count is not a count of 0.
 """
 
@@ -62,11 +62,11 @@ class EventsSource(Source):
 
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
-        self._listeners: Callable[[], list[Any]] = list
+        self._insights: Callable[[], Any] = lambda: None
 
-    def bind_listeners(self, listeners: Callable[[], list[Any]]) -> None:
-        """The engine's current listeners (a reload may swap the insights runner)."""
-        self._listeners = listeners
+    def bind_insights(self, insights: Callable[[], Any]) -> None:
+        """The engine's current insights runner (a reload may swap it), asked at each read."""
+        self._insights = insights
 
     def setup(self, links: Any) -> None:
         self.table = CounterTable(self.name, [CounterSpec(severity_container(s), OPEN_EVENTS, 64, GAUGE)
@@ -74,7 +74,7 @@ class EventsSource(Source):
         self.values = array("Q", bytes(8 * len(SEVERITIES)))
 
     def read(self) -> int:
-        runner = next((lst for lst in self._listeners() if hasattr(lst, "open_event_counts")), None)
+        runner = self._insights()
         if runner is None:
             return NO_DATA
         counts = runner.open_event_counts()

@@ -149,8 +149,9 @@ def test_a_failing_exporter_does_not_stop_polling(tmp_path):
 
     from agent import config
     from agent.engine import Engine
+    from agent.listener import Listener
 
-    class Broken:
+    class Broken(Listener):
         name = "broken"
 
         def start(self, store): ...

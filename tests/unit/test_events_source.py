@@ -22,16 +22,16 @@ class _Detector:
     per_port = True
 
 
-def _source(listeners: list) -> EventsSource:
+def _source(runner: InsightsRunner | None) -> EventsSource:
     src = EventsSource(config.parse("{}"))
-    src.bind_listeners(lambda: listeners)
+    src.bind_insights(lambda: runner)
     src.setup({})
     return src
 
 
 def test_counts_by_severity_follow_the_event_book():
     runner = InsightsRunner(Insights(), log=Log())
-    src = _source([object(), runner])  # the runner is found among the listeners
+    src = _source(runner)  # handed the runner, as the engine does
     assert SEVERITIES == ["warning", "critical"]
     assert src.read() == 1 and list(src.values) == [0, 0]  # every severity, 0 included
     det = _Detector()
@@ -48,17 +48,16 @@ def test_counts_by_severity_follow_the_event_book():
 
 def test_no_runner_no_count():
     """insights off: nothing read (no count is not a count of 0)."""
-    assert _source([object()]).read() == NO_DATA
+    assert _source(None).read() == NO_DATA
 
 
-def test_the_engine_binds_its_current_listeners():
-    """A reload may swap the insights runner: the source asks the engine for its listeners
-    at each read."""
+def test_the_engine_binds_its_current_insights_runner():
+    """A reload may swap the insights runner: the source asks the engine for it at each read."""
     engine = Engine(config.parse("{}"), [])
     runner = next(r for r in engine._make_runners(engine.cfg) if r.source.name == "events")
     runner.source.setup({})
     assert runner.source.read() == NO_DATA
-    engine.listeners = [InsightsRunner(Insights(), log=Log())]
+    engine.insights = InsightsRunner(Insights(), log=Log())
     assert runner.source.read() == 1
 
 

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "agent"
 #: floors, lowest first: a module matches the longest prefix listed
 FLOORS: list[tuple[str, ...]] = [
     # 0 ground: the data model, the path grammar, logging, the hot path and its fallback, TLS files
-    ("agent", "agent.counters", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
+    ("agent", "agent.counters", "agent.listener", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
      "agent.tls", "agent.sdnotify", "agent.yamlsafe", "agent.handoff",
      "agent.caps", "agent.credentials"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary

@@ -1,6 +1,6 @@
 """The engine's one contract with what it feeds (agent/exporters/base.py Listener): the
-exporters and the insights runner are called the same way; optional hooks are called where
-they exist; one listener's failure is counted and never stops the others."""
+exporters and the insights runner are called the same way; the hooks a listener does not
+take are the base class's no-ops; one listener's failure is counted and never stops the others."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from agent import config
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.engine import Engine
 from agent.insights import InsightsRunner
+from agent.listener import Listener
 
 
-class Recorder:
+class Recorder(Listener):
     name = "recorder"
 
     def __init__(self) -> None:

@@ -31,6 +31,7 @@ from agent.engine import Engine
 from agent.exporters.dialout import DialoutConfig, DialoutExporter
 from agent.gnmi import encode, paths
 from agent.insights import InsightsRunner
+from agent.listener import Listener
 from agent.store import Store
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port, make_batch
@@ -110,7 +111,7 @@ def _new(calls: list[tuple]) -> list[list[bytes]]:
 # ---------------------------------------------------------------- a recorded spine run
 
 
-class _Recorder:
+class _Recorder(Listener):
     """Every listener call of the engine, in order (the batches' value arrays are the
     listeners' own copies: safe to keep)."""
 

@@ -9,6 +9,7 @@ import pytest
 from agent import config
 from agent.counters import F_NEW, F_WRAP
 from agent.engine import Engine
+from agent.listener import Listener
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not
 DEV = "class/infiniband/mlx5_0/ports/1"
 
 
-class Collect:
+class Collect(Listener):
     name = "collect"
 
     def __init__(self):

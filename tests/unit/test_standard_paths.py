@@ -26,6 +26,7 @@ from agent.counters import (
 )
 from agent.engine import Engine, SourceRunner
 from agent.exporters import otlp_names
+from agent.listener import Listener
 from agent.ports import elect, key_path, relabel, standard_key, yielded
 from agent.sources import drivers
 from agent.sources.asic import map_name as asic_name
@@ -174,7 +175,7 @@ class _Made(Source):
         return len(self._shape)
 
 
-class _Recorder:
+class _Recorder(Listener):
     name = "recorder"
 
     def __init__(self) -> None:
