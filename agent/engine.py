@@ -808,11 +808,10 @@ class Engine:
                     self._health_sent[(c, leaf)] = value
                     updates.append(StateUpdate(ts_ns, c, leaf, value, "agent"))
         for listener in self.listeners:  # a listener's own health (the gNMI server's RPC counts)
-            if hasattr(listener, "health_values"):
-                for c, leaf, value in self._call(listener, "health_values") or ():
-                    if self._health_sent.get((c, leaf)) != value:
-                        self._health_sent[(c, leaf)] = value
-                        updates.append(StateUpdate(ts_ns, c, leaf, value, "agent"))
+            for c, leaf, value in self._call(listener, "health_values") or ():
+                if self._health_sent.get((c, leaf)) != value:
+                    self._health_sent[(c, leaf)] = value
+                    updates.append(StateUpdate(ts_ns, c, leaf, value, "agent"))
         if updates:
             self.store.set_states(updates)
             self._tell("on_state", updates)

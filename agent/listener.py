@@ -63,3 +63,13 @@ class Listener:
 
     def close_pass(self) -> None:
         """A pass ended: send what it gathered."""
+
+    def health_values(self) -> list[tuple[Any, str, Any]]:
+        """The listener's own health as (container, leaf, value), published on change with the
+        engine's health pass (the gNMI server's RPC counts); none by default."""
+        return []
+
+    def reload_tls(self) -> bool:
+        """On a reload: re-read TLS files that changed; True when new ones are in use. Raise
+        when new files cannot serve (the running ones are kept). Default: nothing to re-read."""
+        return False

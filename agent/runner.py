@@ -206,11 +206,8 @@ class Agent:
         changed: its next connection uses them. New files that cannot serve (a key that is not
         the certificate's) are logged and the running ones kept: the config reload stands."""
         for key, exporter in self.exporters.items():
-            reload_tls = getattr(exporter, "reload_tls", None)
-            if reload_tls is None:
-                continue
             try:
-                if reload_tls():
+                if exporter.reload_tls():
                     log.info("TLS files reloaded; new connections use them", exporter=key)
             except Exception as exc:  # noqa: BLE001 - TlsError, OSError: never fatal
                 log.error("TLS files not reloaded; keeping the running ones", exporter=key,
