@@ -129,9 +129,13 @@ class Batch:
             yield specs[i], paths[i], values[i], self.deltas[n], self.flags[n]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, ~5x the
+# cost of a plain one, and the FEC kernel calls it for every gauge that changes (~1,100 a tick at
+# 1,024 ports, docs/PERFORMANCE.md). Nothing writes a StateUpdate once made; it stays hashable.
+@dataclass(slots=True, unsafe_hash=True)
 class StateUpdate:
-    """A non-counter value that is sent on change: oper-status, insight events, agent health."""
+    """A non-counter value that is sent on change: oper-status, insight events, agent health.
+    Treated as immutable (shared by the store and every listener): never assign to one."""
 
     ts_ns: int
     container: Container

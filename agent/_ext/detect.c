@@ -457,7 +457,7 @@ PyDoc_STRVAR(fec_run_doc,
 "One engine pass of link_degrading (agent/insights/link_degrading.py) over entries, its samples\n"
 "(port, ts, dt, acc, owned, changed[, place, row]) in feed order; conf is (bucket, fec_sem,\n"
 "unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves,\n"
-"update, source, fields, spill). A sample's row, where given, is (rows, at, row_keys): its bins'\n"
+"update, source, spill). A sample's row, where given, is (rows, at, row_keys): its bins'\n"
 "deltas are rows[at + column] (i64), not in acc, unless changed has the bit spill (Python's then).\n"
 "A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase, row_keys, cols) (w:\n"
 "its words, i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64;\n"
@@ -470,8 +470,7 @@ PyDoc_STRVAR(fec_run_doc,
 "window is judged as _judge does: the fits (fec_fits), the events, and the gauges (once per\n"
 "publishing slot of per_slot buckets), each leaf that changed (rounded as fec_changes does)\n"
 "written into sent[unit] (unit: the lane, None: the port) and made update(ts, boxes[unit],\n"
-"leaf, value, source) (fields: None, or the names of its five fields when update is a frozen\n"
-"dataclass whose __init__ only sets them: set as it sets them, without the call). Every other\n"
+"leaf, value, source) (update called: a class, StateUpdate). Every other\n"
 "sample of such a port (its alarm set, a count not an int, a sum leaving int64 or, where a fit\n"
 "needs it, doubles' exact ints, an earlier bucket, a lane that came), and every later one of a\n"
 "port left to Python in the pass, is left untouched.\n"
@@ -715,27 +714,14 @@ typedef struct {
     long long bucket, unc_bit, max_bin_count, per_slot;
     int max_bin;
     double flr, min_r2, scale;
-    PyObject *fec_sem, *unc_sem, *unc_keys, *leaves, *update, *source, *fields;
+    PyObject *fec_sem, *unc_sem, *unc_keys, *leaves, *update, *source;
     long long spill; /* a sample's bit: a bin's delta went to acc, not to its row */
 } fec_conf;
 
-/* update(ts, box, leaf, value, source): with fields (the names of a frozen dataclass's five
- * fields, whose __init__ only sets them and whose __new__ is object's), as that __init__ does
- * it, without running it: object.__new__(update), then object.__setattr__ of each field in
- * order. A new reference. */
+/* update(ts, box, leaf, value, source), called as Python calls it: a new reference. */
 static PyObject *fec_update(const fec_conf *cf, PyObject *const *args)
 {
-    if (cf->fields == Py_None)
-        return PyObject_Vectorcall(cf->update, args, 5, NULL);
-    PyObject *empty = PyTuple_New(0);
-    if (empty == NULL)
-        return NULL;
-    PyObject *up = PyBaseObject_Type.tp_new((PyTypeObject *)cf->update, empty, NULL);
-    Py_DECREF(empty);
-    for (int i = 0; up != NULL && i < 5; i++)
-        if (PyObject_GenericSetAttr(up, PyTuple_GET_ITEM(cf->fields, i), args[i]) < 0)
-            Py_CLEAR(up);
-    return up;
+    return PyObject_Vectorcall(cf->update, args, 5, NULL);
 }
 
 /* A unit's gauges (unit None: the port's) as _publish publishes them: sent[unit] (made when
@@ -1113,23 +1099,15 @@ static PyObject *fec_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyList_Type, &entries, &PyDict_Type, &fast, &PyTuple_Type, &conf,
                           &PyList_Type, &pending))
         return NULL;
-    if (!PyArg_ParseTuple(conf, "LOOO!LiLdddLO!OOOL;conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, "
-                          "max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, fields, "
-                          "spill)",
+    if (!PyArg_ParseTuple(conf, "LOOO!LiLdddLO!OOL;conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, "
+                          "max_bin, max_bin_count, flr, min_r2, scale, per_slot, leaves, update, source, spill)",
                           &cf.bucket, &cf.fec_sem, &cf.unc_sem, &PyTuple_Type, &cf.unc_keys, &cf.unc_bit,
                           &cf.max_bin, &cf.max_bin_count, &cf.flr, &cf.min_r2, &cf.scale, &cf.per_slot,
-                          &PyTuple_Type, &cf.leaves, &cf.update, &cf.source, &cf.fields, &cf.spill))
+                          &PyTuple_Type, &cf.leaves, &cf.update, &cf.source, &cf.spill))
         return NULL;
-    if (cf.fields != Py_None) { /* (the caller vouches for update's __init__; the shape is checked here) */
-        int ok = PyType_Check(cf.update) && PyTuple_Check(cf.fields) && PyTuple_GET_SIZE(cf.fields) == 5 &&
-                 ((PyTypeObject *)cf.update)->tp_new == PyBaseObject_Type.tp_new;
-        for (int i = 0; ok && i < 5; i++)
-            ok = PyUnicode_Check(PyTuple_GET_ITEM(cf.fields, i));
-        if (!ok) {
-            PyErr_SetString(PyExc_ValueError, "fields must be None or five names of update, a type whose "
-                            "__new__ is object's");
-            return NULL;
-        }
+    if (!PyCallable_Check(cf.update)) {
+        PyErr_SetString(PyExc_TypeError, "update must be callable");
+        return NULL;
     }
     if (cf.bucket <= 0 || cf.per_slot <= 0) {
         PyErr_SetString(PyExc_ValueError, "bucket and per_slot must be positive");

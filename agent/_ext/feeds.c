@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "structmember.h" /* PyMemberDef: a Feed's slots (flush_first) */
+#include "structmember.h" /* PyMemberDef: the Feed type's fields */
 
 PyDoc_STRVAR(feed_add_doc,
 "feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None,\n"
@@ -276,85 +276,160 @@ out:
     return result;
 }
 
-/* ------------------------------------------------------------------ the flush's first loop */
+/* ------------------------------------------------------------------ the Feed type */
 
-/* A Feed's slots (agent/insights/feeds.py: a class with __slots__), read and written where
- * the slots' member descriptors say they are, as Python's own attribute access does (the
- * descriptors are looked up once per class, and must be object slots). */
-enum {
-    F_PENDING, F_TOP, F_CHANGED, F_TS, F_PREV_TS, F_DEAD, F_DISCARD, F_ACC, F_INTERVAL, F_PORT, F_SPLIT_OF,
-    F_DISPATCH, F_LAZY_OF, F_LAZY, F_KERNELS, F_LAZY_KERNELS, F_OWNED, F_ROW, F_ALWAYS, F_LAZY_PLAIN_BITS,
-    F_GATED, F_NFIELDS
-};
-static const char *const feed_fields[F_NFIELDS] = {
-    "pending", "top", "changed", "ts", "prev_ts", "dead", "discard", "acc", "interval", "port", "split_of",
-    "dispatch", "lazy_of", "lazy", "kernels", "lazy_kernels", "owned", "row", "always", "lazy_plain_bits",
-    "gated",
-};
+/* What one source saw of one port since its previous sample (agent/insights/feeds.py): a type
+ * of this module, so the loops below read and write its fields as a C struct; Python reads them
+ * as attributes (the members below). Every field is an object, as the pure-Python twin's
+ * (agent/_fallback/feeds.py Feed) are: a field deleted from Python reads as AttributeError. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *source, *port, *sems, *ts, *prev_ts, *acc, *discard, *pending, *interval, *owned, *dispatch, *lazy,
+        *dead, *top, *changed, *kernels, *plain, *split_of, *lazy_bits, *lazy_of, *lazy_kernels, *row, *always,
+        *gated, *lazy_plain_bits;
+} feed_obj;
 
-#ifndef Py_T_OBJECT_EX /* (structmember.h's names before 3.12) */
+/* The fields in declaration order (members, traverse and clear walk them alike). */
+#define FEED_FIELDS(X)                                                                                        \
+    X(source) X(port) X(sems) X(ts) X(prev_ts) X(acc) X(discard) X(pending) X(interval) X(owned) X(dispatch)  \
+    X(lazy) X(dead) X(top) X(changed) X(kernels) X(plain) X(split_of) X(lazy_bits) X(lazy_of) X(lazy_kernels) \
+    X(row) X(always) X(gated) X(lazy_plain_bits)
+
+#ifndef Py_T_OBJECT_EX /* (structmember.h's name before 3.12) */
 #define Py_T_OBJECT_EX T_OBJECT_EX
-#define Py_READONLY READONLY
 #endif
 
-typedef struct {
-    PyTypeObject *type; /* (a borrowed identity: the class is checked again through its version tag) */
-    unsigned int tag;
-    Py_ssize_t off[F_NFIELDS];
-} feed_layout;
+#define FEED_MEMBER(f) {#f, Py_T_OBJECT_EX, offsetof(feed_obj, f), 0, NULL},
+static PyMemberDef feed_members[] = {FEED_FIELDS(FEED_MEMBER){NULL, 0, 0, 0, NULL}};
 
-static feed_layout feed_layout_cache; /* the last class seen (one Feed class in practice) */
+static PyTypeObject feed_type;
 
-/* The offsets of a feed's slots in its class: 0, or -1 with an exception set. */
-static int feed_offsets(PyTypeObject *type, const feed_layout **out)
+static int feed_traverse(PyObject *self, visitproc visit, void *arg)
 {
-    feed_layout *lay = &feed_layout_cache;
-    if (lay->type == type && lay->tag == type->tp_version_tag && type->tp_version_tag != 0) {
-        *out = lay;
-        return 0;
-    }
-    feed_layout fresh = {type, 0, {0}};
-    for (int f = 0; f < F_NFIELDS; f++) {
-        PyObject *d = PyObject_GetAttrString((PyObject *)type, feed_fields[f]);
-        if (d == NULL)
-            return -1;
-        int ok = Py_TYPE(d) == &PyMemberDescr_Type &&
-                 ((PyMemberDescrObject *)d)->d_member->type == Py_T_OBJECT_EX &&
-                 !(((PyMemberDescrObject *)d)->d_member->flags & Py_READONLY) &&
-                 PyType_IsSubtype(type, PyDescr_TYPE(d));
-        if (ok)
-            fresh.off[f] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!ok) {
-            PyErr_Format(PyExc_TypeError, "flush_first: %s.%s must be a slot", type->tp_name, feed_fields[f]);
-            return -1;
-        }
-    }
-    /* the version tag changes when the class's attributes do (it is 0 when the class has none
-     * assigned: then the offsets are looked up again each call) */
-    fresh.tag = PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
-    *lay = fresh;
-    *out = lay;
+    feed_obj *f = (feed_obj *)self;
+#define FEED_VISIT(x) Py_VISIT(f->x);
+    FEED_FIELDS(FEED_VISIT)
+#undef FEED_VISIT
     return 0;
 }
 
-#define SLOT(feed, lay, f) (*(PyObject **)((char *)(feed) + (lay)->off[f]))
-
-/* A slot's value (borrowed), or NULL with AttributeError when it was never set. */
-static PyObject *feed_get(PyObject *feed, const feed_layout *lay, int f)
+static int feed_clear(PyObject *self)
 {
-    PyObject *v = SLOT(feed, lay, f);
-    if (v == NULL)
-        PyErr_Format(PyExc_AttributeError, "'%s' object has no attribute '%s'", Py_TYPE(feed)->tp_name,
-                     feed_fields[f]);
-    return v;
+    feed_obj *f = (feed_obj *)self;
+#define FEED_CLEAR(x) Py_CLEAR(f->x);
+    FEED_FIELDS(FEED_CLEAR)
+#undef FEED_CLEAR
+    return 0;
 }
 
-/* slot = v (a new reference taken: steals v). */
-static void feed_put(PyObject *feed, const feed_layout *lay, int f, PyObject *v)
+static void feed_dealloc(PyObject *self)
 {
-    Py_XSETREF(SLOT(feed, lay, f), v);
+    PyObject_GC_UnTrack(self);
+    feed_clear(self);
+    Py_TYPE(self)->tp_free(self);
 }
+
+/* Feed(source, port, sems): the fields as the twin's __init__ sets them. */
+static PyObject *feed_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"source", "port", "sems", NULL};
+    PyObject *source, *port, *sems;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:Feed", kwlist, &source, &port, &sems))
+        return NULL;
+    feed_obj *f = (feed_obj *)type->tp_alloc(type, 0);
+    if (f == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    f->source = Py_NewRef(source);
+    f->port = Py_NewRef(port);
+    f->sems = Py_NewRef(sems);
+    f->ts = Py_NewRef(zero);
+    f->prev_ts = Py_NewRef(zero);
+    f->acc = PyDict_New();
+    f->discard = Py_NewRef(Py_False);
+    f->pending = Py_NewRef(Py_False);
+    f->interval = Py_NewRef(Py_None); /* EWMA of the sample interval, ns */
+    f->owned = PyFrozenSet_New(NULL);
+    f->dispatch = PyList_New(0);
+    f->lazy = PyList_New(0);
+    f->dead = Py_NewRef(Py_False);
+    f->top = Py_NewRef(zero);
+    f->changed = Py_NewRef(zero);
+    f->kernels = PyTuple_New(0);
+    f->plain = PyTuple_New(0);
+    f->split_of = Py_NewRef(Py_None);
+    f->lazy_bits = Py_NewRef(zero);
+    f->lazy_of = Py_NewRef(Py_None);
+    f->lazy_kernels = PyTuple_New(0);
+    f->row = Py_NewRef(Py_None);
+    f->always = Py_NewRef(Py_False);
+    f->gated = PyTuple_New(0);
+    f->lazy_plain_bits = zero; /* (the last reference: taken) */
+    if (!f->acc || !f->owned || !f->dispatch || !f->lazy || !f->kernels || !f->plain || !f->lazy_kernels ||
+        !f->gated) {
+        Py_DECREF(f);
+        return NULL;
+    }
+    return (PyObject *)f;
+}
+
+PyDoc_STRVAR(feed_type_doc,
+"Feed(source, port, sems)\n\n"
+"What one source saw of one port since its previous sample (agent/insights/feeds.py says what\n"
+"each field holds; the pure-Python twin is agent/_fallback/feeds.py Feed).");
+
+static PyTypeObject feed_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "agent._swtel.Feed",
+    .tp_basicsize = sizeof(feed_obj),
+    .tp_dealloc = feed_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = feed_type_doc,
+    .tp_traverse = feed_traverse,
+    .tp_clear = feed_clear,
+    .tp_members = feed_members,
+    .tp_new = feed_new,
+};
+
+int swtel_feeds_add_types(PyObject *m)
+{
+    if (PyType_Ready(&feed_type) < 0)
+        return -1;
+    Py_INCREF(&feed_type);
+    if (PyModule_AddObject(m, "Feed", (PyObject *)&feed_type) < 0) {
+        Py_DECREF(&feed_type);
+        return -1;
+    }
+    return 0;
+}
+
+/* A feed's field (borrowed), or NULL with AttributeError when Python deleted it. */
+#define FGET(f, x) ((f)->x != NULL ? (f)->x : feed_missing(#x))
+
+static PyObject *feed_missing(const char *name)
+{
+    PyErr_Format(PyExc_AttributeError, "'Feed' object has no attribute '%s'", name);
+    return NULL;
+}
+
+/* field = v (a new reference taken: steals v). */
+#define FPUT(f, x, v) Py_XSETREF((f)->x, (v))
+
+/* obj as a Feed of this module: the object, or NULL with TypeError. */
+static feed_obj *as_feed(PyObject *obj, const char *who)
+{
+    if (!Py_IS_TYPE(obj, &feed_type)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an agent._swtel.Feed, got %.100s", who, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return (feed_obj *)obj;
+}
+
+/* ------------------------------------------------------------------ the flush's first loop */
 
 /* obj.name(arg) for a list's append, a set's add, a dict's clear: the exact types in C. */
 static int call_append(PyObject *list, PyObject *item)
@@ -422,7 +497,7 @@ static int and_true(PyObject *x, PyObject *y)
 PyDoc_STRVAR(flush_first_doc,
 "flush_first(dirty, live, kernels, visit, called, elect, split, shared) -> None\n\n"
 "The insights flush's first loop (agent/insights/feeds.py FeedBook.flush): each feed of\n"
-"dirty (Feed objects, whose slots are read and written) ends its pass. A live one is\n"
+"dirty (Feed objects of this module, whose fields are read and written) ends its pass. A live one is\n"
 "appended to live as (feed, dt, top, changed) and its sample, (port, ts, dt, acc, owned,\n"
 "changed, place, row), to the batch of each of its kernel detectors (each detector whose\n"
 "batch was empty appended to kernels); visit gets the places with a Python detector to call,\n"
@@ -450,41 +525,39 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
     Py_ssize_t nlive = PyObject_Length(live);
     if (nlive < 0)
         return NULL;
-    const feed_layout *lay = NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(dirty); k++) {
         PyObject *feed = PyList_GET_ITEM(dirty, k);
-        if (lay == NULL || Py_TYPE(feed) != lay->type) {
-            if (feed_offsets(Py_TYPE(feed), &lay) < 0)
-                return NULL;
-        }
-        Py_INCREF(feed); /* (held while its slots change under it) */
+        feed_obj *f = as_feed(feed, "flush_first");
+        if (f == NULL)
+            return NULL;
+        Py_INCREF(feed); /* (held while its fields change under it) */
         PyObject *top = NULL, *changed = NULL, *ts = NULL, *dt = NULL, *sample = NULL, *place = NULL;
-        feed_put(feed, lay, F_PENDING, Py_NewRef(Py_False));
-        PyObject *t0 = feed_get(feed, lay, F_TOP), *c0 = t0 ? feed_get(feed, lay, F_CHANGED) : NULL;
-        PyObject *s0 = c0 ? feed_get(feed, lay, F_TS) : NULL, *prev = s0 ? feed_get(feed, lay, F_PREV_TS) : NULL;
+        FPUT(f, pending, Py_NewRef(Py_False));
+        PyObject *t0 = FGET(f, top), *c0 = t0 ? FGET(f, changed) : NULL;
+        PyObject *s0 = c0 ? FGET(f, ts) : NULL, *prev = s0 ? FGET(f, prev_ts) : NULL;
         if (prev == NULL)
             goto next;
         top = Py_NewRef(t0);
         changed = Py_NewRef(c0);
         ts = Py_NewRef(s0);
         Py_INCREF(prev);
-        feed_put(feed, lay, F_TOP, Py_NewRef(zero));
-        feed_put(feed, lay, F_CHANGED, Py_NewRef(zero));
-        feed_put(feed, lay, F_PREV_TS, Py_NewRef(ts));
-        PyObject *dead = feed_get(feed, lay, F_DEAD);
+        FPUT(f, top, Py_NewRef(zero));
+        FPUT(f, changed, Py_NewRef(zero));
+        FPUT(f, prev_ts, Py_NewRef(ts));
+        PyObject *dead = FGET(f, dead);
         int gone = dead == NULL ? -1 : PyObject_IsTrue(dead);
         if (gone == 0) {
             int had = PyObject_IsTrue(prev);
             gone = had < 0 ? -1 : !had;
         }
         if (gone == 0) {
-            PyObject *discard = feed_get(feed, lay, F_DISCARD);
+            PyObject *discard = FGET(f, discard);
             gone = discard == NULL ? -1 : PyObject_IsTrue(discard);
         }
         if (gone != 0) {
             if (gone > 0) {
-                feed_put(feed, lay, F_DISCARD, Py_NewRef(Py_False));
-                PyObject *acc = feed_get(feed, lay, F_ACC);
+                FPUT(f, discard, Py_NewRef(Py_False));
+                PyObject *acc = FGET(f, acc);
                 if (acc != NULL)
                     call_clear(acc); /* (an error stays set: seen below) */
             }
@@ -498,20 +571,20 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         int ahead = PyObject_RichCompareBool(dt, zero, Py_GT);
         if (ahead <= 0) {
             if (ahead == 0) {
-                PyObject *acc = feed_get(feed, lay, F_ACC);
+                PyObject *acc = FGET(f, acc);
                 if (acc != NULL)
                     call_clear(acc);
             }
             goto next;
         }
-        PyObject *interval = feed_get(feed, lay, F_INTERVAL);
+        PyObject *interval = FGET(f, interval);
         if (interval == NULL)
             goto next;
         if (interval == Py_None) {
-            PyObject *first = PyNumber_Float(dt), *port = feed_get(feed, lay, F_PORT);
+            PyObject *first = PyNumber_Float(dt), *port = FGET(f, port);
             if (first == NULL)
                 goto next;
-            feed_put(feed, lay, F_INTERVAL, first);
+            FPUT(f, interval, first);
             if (port == NULL || call_add(elect, port) < 0)
                 goto next;
         } else if (PyFloat_CheckExact(interval) && PyLong_CheckExact(dt)) {
@@ -522,7 +595,7 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
             PyObject *moved = PyFloat_FromDouble(iv + 0.2 * (d - iv));
             if (moved == NULL)
                 goto next;
-            feed_put(feed, lay, F_INTERVAL, moved);
+            FPUT(f, interval, moved);
         } else {
             PyObject *diff = PyNumber_Subtract(dt, interval), *step = NULL, *moved = NULL;
             if (diff != NULL)
@@ -533,7 +606,7 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
             Py_XDECREF(step);
             if (moved == NULL)
                 goto next;
-            feed_put(feed, lay, F_INTERVAL, moved);
+            FPUT(f, interval, moved);
         }
         PyObject *entry = PyTuple_Pack(4, feed, dt, top, changed);
         if (entry == NULL || call_append(live, entry) < 0) {
@@ -544,8 +617,8 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         place = PyLong_FromSsize_t(nlive++);
         if (place == NULL)
             goto next;
-        PyObject *split_of = feed_get(feed, lay, F_SPLIT_OF), *dispatch = feed_get(feed, lay, F_DISPATCH);
-        PyObject *lazy_of = feed_get(feed, lay, F_LAZY_OF), *lazy = feed_get(feed, lay, F_LAZY);
+        PyObject *split_of = FGET(f, split_of), *dispatch = FGET(f, dispatch);
+        PyObject *lazy_of = FGET(f, lazy_of), *lazy = FGET(f, lazy);
         if (split_of == NULL || dispatch == NULL || lazy_of == NULL || lazy == NULL)
             goto next;
         if (split_of != dispatch || lazy_of != lazy) {
@@ -554,7 +627,7 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
                 goto next;
             Py_DECREF(r);
         }
-        PyObject *kern = feed_get(feed, lay, F_KERNELS), *lazy_kern = feed_get(feed, lay, F_LAZY_KERNELS);
+        PyObject *kern = FGET(f, kernels), *lazy_kern = FGET(f, lazy_kernels);
         if (kern == NULL || lazy_kern == NULL)
             goto next;
         Py_INCREF(kern);
@@ -564,8 +637,8 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
             any = PyObject_IsTrue(lazy_kern);
         int bad = any < 0;
         if (any > 0) {
-            PyObject *port = feed_get(feed, lay, F_PORT), *acc = feed_get(feed, lay, F_ACC);
-            PyObject *owned = feed_get(feed, lay, F_OWNED), *row = feed_get(feed, lay, F_ROW);
+            PyObject *port = FGET(f, port), *acc = FGET(f, acc);
+            PyObject *owned = FGET(f, owned), *row = FGET(f, row);
             sample = port && acc && owned && row ? PyTuple_Pack(8, port, ts, dt, acc, owned, changed, place, row)
                                                  : NULL;
             PyObject *dets = sample == NULL ? NULL : PySequence_Fast(kern, "kernels must be a sequence");
@@ -588,8 +661,8 @@ static PyObject *flush_first(PyObject *self, PyObject *args)
         if (bad)
             goto next;
         /* the places visited after the kernels: as the twin's loop says why */
-        PyObject *always = feed_get(feed, lay, F_ALWAYS), *lazy_plain = feed_get(feed, lay, F_LAZY_PLAIN_BITS);
-        PyObject *gated = feed_get(feed, lay, F_GATED), *port = feed_get(feed, lay, F_PORT);
+        PyObject *always = FGET(f, always), *lazy_plain = FGET(f, lazy_plain_bits);
+        PyObject *gated = FGET(f, gated), *port = FGET(f, port);
         if (always == NULL || lazy_plain == NULL || gated == NULL || port == NULL)
             goto next;
         int every = PyObject_IsTrue(always);
@@ -664,7 +737,6 @@ static PyObject *feed_mark(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "touched, tops and masks must be as long");
         return NULL;
     }
-    const feed_layout *lay = NULL;
     for (int pass = 0; pass < 2; pass++) {
         PyObject *slots = pass == 0 ? touched : discarded;
         for (Py_ssize_t k = 0; k < PyList_GET_SIZE(slots); k++) {
@@ -676,40 +748,41 @@ static PyObject *feed_mark(PyObject *self, PyObject *args)
                 return NULL;
             }
             PyObject *feed = PyList_GET_ITEM(feeds, slot);
-            if ((lay == NULL || Py_TYPE(feed) != lay->type) && feed_offsets(Py_TYPE(feed), &lay) < 0)
+            feed_obj *f = as_feed(feed, "feed_mark");
+            if (f == NULL)
                 return NULL;
             if (pass == 1) {
-                feed_put(feed, lay, F_DISCARD, Py_NewRef(Py_True));
+                FPUT(f, discard, Py_NewRef(Py_True));
                 continue;
             }
-            PyObject *top = PyList_GET_ITEM(tops, k), *was = feed_get(feed, lay, F_TOP);
+            PyObject *top = PyList_GET_ITEM(tops, k), *was = FGET(f, top);
             int higher = was == NULL ? -1 : PyObject_RichCompareBool(top, was, Py_GT);
             if (higher < 0)
                 return NULL;
             if (higher)
-                feed_put(feed, lay, F_TOP, Py_NewRef(top));
-            PyObject *changed = feed_get(feed, lay, F_CHANGED);
+                FPUT(f, top, Py_NewRef(top));
+            PyObject *changed = FGET(f, changed);
             PyObject *both = changed == NULL ? NULL : PyNumber_Or(changed, PyList_GET_ITEM(masks, k));
             if (both == NULL)
                 return NULL;
-            feed_put(feed, lay, F_CHANGED, both);
-            PyObject *pending = feed_get(feed, lay, F_PENDING);
+            FPUT(f, changed, both);
+            PyObject *pending = FGET(f, pending);
             int is = pending == NULL ? -1 : PyObject_IsTrue(pending);
             if (is < 0)
                 return NULL;
             if (!is) {
-                feed_put(feed, lay, F_PENDING, Py_NewRef(Py_True));
-                feed_put(feed, lay, F_TS, Py_NewRef(ts));
+                FPUT(f, pending, Py_NewRef(Py_True));
+                FPUT(f, ts, Py_NewRef(ts));
                 if (PyList_Append(dirty, feed) < 0)
                     return NULL;
                 continue;
             }
-            PyObject *at = feed_get(feed, lay, F_TS);
+            PyObject *at = FGET(f, ts);
             int later = at == NULL ? -1 : PyObject_RichCompareBool(ts, at, Py_GT);
             if (later < 0)
                 return NULL;
             if (later) /* two reads before a pass: one sample covering both */
-                feed_put(feed, lay, F_TS, Py_NewRef(ts));
+                FPUT(f, ts, Py_NewRef(ts));
         }
     }
     Py_RETURN_NONE;
@@ -725,17 +798,16 @@ static PyObject *flush_clear(PyObject *self, PyObject *args)
     PyObject *live;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &live))
         return NULL;
-    const feed_layout *lay = NULL;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(live); k++) {
         PyObject *entry = PyList_GET_ITEM(live, k);
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1) {
             PyErr_Format(PyExc_TypeError, "live[%zd] must be a (feed, ...) tuple", k);
             return NULL;
         }
-        PyObject *feed = PyTuple_GET_ITEM(entry, 0);
-        if ((lay == NULL || Py_TYPE(feed) != lay->type) && feed_offsets(Py_TYPE(feed), &lay) < 0)
+        feed_obj *f = as_feed(PyTuple_GET_ITEM(entry, 0), "flush_clear");
+        if (f == NULL)
             return NULL;
-        PyObject *acc = feed_get(feed, lay, F_ACC);
+        PyObject *acc = FGET(f, acc);
         if (acc == NULL || call_clear(acc) < 0)
             return NULL;
     }

@@ -99,6 +99,8 @@ PyMODINIT_FUNC PyInit__swtel(void)
         if (PyModule_AddFunctions(m, tables[i]) < 0)
             goto fail;
     }
+    if (swtel_feeds_add_types(m) < 0)
+        goto fail;
     if (PyModule_AddStringConstant(m, "version", SWTEL_EXT_VERSION) < 0 ||
         PyModule_AddIntConstant(m, "NETDEV_FIELDS", SWTEL_NETDEV_FIELDS) < 0 ||
         PyModule_AddIntConstant(m, "F_CHANGED", SWTEL_F_CHANGED) < 0 ||

@@ -39,6 +39,7 @@ extern PyMethodDef swtel_links_methods[];
 extern PyMethodDef swtel_ethnl_methods[];
 extern PyMethodDef swtel_devlink_methods[];
 extern PyMethodDef swtel_feeds_methods[];
+int swtel_feeds_add_types(PyObject *m); /* feeds.c: the Feed type */
 extern PyMethodDef swtel_detect_methods[];
 extern PyMethodDef swtel_gather_methods[];
 extern PyMethodDef swtel_jsonl_methods[];

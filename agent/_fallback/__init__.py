@@ -62,7 +62,7 @@ from agent._fallback.ethtool import (
     ethtool_strings,
     ethtool_strings_parse,
 )
-from agent._fallback.feeds import feed_add, feed_mark, flush_clear, flush_first
+from agent._fallback.feeds import Feed, feed_add, feed_mark, flush_clear, flush_first
 from agent._fallback.gather import gather
 from agent._fallback.jsonl import jsonl_lines
 from agent._fallback.links import link_parse
@@ -81,6 +81,7 @@ __all__ = [
     "DEVLINK_TRAP_GROUP_GET", "burst_run", "dip_run", "fec_changes", "fec_fits", "fec_lanes", "fec_run",
     "ethnl_family_parse", "ethnl_fec_parse", "ethnl_query",
     "ethnl_request", "ethnl_stats_parse", "ethtool_drvinfo", "ethtool_parse", "ethtool_read", "ethtool_strings",
-    "ethtool_strings_parse", "feed_add", "feed_mark", "flush_clear", "flush_first", "gather", "jsonl_lines", "link_parse",
+    "ethtool_strings_parse", "Feed", "feed_add", "feed_mark", "flush_clear", "flush_first", "gather",
+    "jsonl_lines", "link_parse",
     "netdev_parse", "netdev_read", "sysfs_read", "version",
 ]

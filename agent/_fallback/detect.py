@@ -241,7 +241,7 @@ def fec_moved(was, v, i: int) -> bool:
 
 def _fec_gauges(conf: tuple, sent: dict, unit, box, ts, vals: tuple, max_t: int, updates: list) -> None:
     """A unit's gauges as _publish publishes them (C: fec_gauges)."""
-    leaves, update, source = conf[11], conf[12], conf[13]  # (fields: update's __init__ does the same)
+    leaves, update, source = conf[11], conf[12], conf[13]
     mine = sent.get(unit, _ABSENT)
     if mine is _ABSENT:
         mine = sent[unit] = {}
@@ -271,7 +271,7 @@ def _fec_one(entry: tuple, state, conf: tuple, updates: list) -> tuple[bool, lis
     """One sample of a port in fast (see fec_run): (True, events or None) when done (w
     updated), (False, None) when Python's (nothing written)."""
     (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr_min, min_r2, scale, per_slot,
-     _leaves, _update, _source, _fields, spill) = conf
+     _leaves, _update, _source, spill) = conf
     no = (False, None)
     if not isinstance(state, tuple) or len(state) != 9:
         return no
@@ -457,13 +457,11 @@ def fec_run(entries: list, fast: dict, conf: tuple, pending: list) -> dict:
     if not (isinstance(entries, list) and isinstance(fast, dict) and isinstance(conf, tuple)
             and isinstance(pending, list)):
         raise TypeError("entries must be a list, fast a dict, conf a tuple, pending a list")
-    if len(conf) != 16 or not isinstance(conf[3], tuple) or not isinstance(conf[11], tuple):
+    if len(conf) != 15 or not isinstance(conf[3], tuple) or not isinstance(conf[11], tuple):
         raise TypeError("conf must be (bucket, fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, "
-                        "min_r2, scale, per_slot, leaves, update, source, fields, spill)")
-    fields = conf[14]
-    if fields is not None and not (isinstance(conf[12], type) and isinstance(fields, tuple) and len(fields) == 5
-                                   and conf[12].__new__ is object.__new__ and all(isinstance(f, str) for f in fields)):
-        raise ValueError("fields must be None or five names of update, a type whose __new__ is object's")
+                        "min_r2, scale, per_slot, leaves, update, source, spill)")
+    if not callable(conf[12]):
+        raise TypeError("update must be callable")
     if conf[0] <= 0 or conf[10] <= 0:
         raise ValueError("bucket and per_slot must be positive")
     if len(conf[11]) != 4:

@@ -1,4 +1,5 @@
-"""Pure-Python twin of agent/_ext/feeds.c: the insights feeds' per-change loop."""
+"""Pure-Python twin of agent/_ext/feeds.c: the insights feeds' per-change loop and the Feed
+type it reads and writes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,42 @@ from agent.counters import F_NEW, F_RESET
 
 _SKIP = F_NEW | F_RESET  # a baseline or a counter reset: never traffic
 _I64 = 1 << 63
+
+
+class Feed:
+    """What one source saw of one port since its previous sample (C: agent/_ext/feeds.c's Feed
+    type, the same fields; agent/insights/feeds.py says what each holds)."""
+
+    __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending", "interval", "owned",
+                 "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits",
+                 "lazy_of", "lazy_kernels", "row", "always", "gated", "lazy_plain_bits")
+
+    def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
+        self.source = source
+        self.port = port
+        self.sems = sems
+        self.ts = 0
+        self.prev_ts = 0
+        self.acc: dict = {}
+        self.discard = False
+        self.pending = False
+        self.interval: float | None = None
+        self.owned: frozenset[str] = frozenset()
+        self.dispatch: list = []
+        self.lazy: list = []
+        self.dead = False
+        self.top = 0
+        self.changed = 0
+        self.kernels: tuple = ()
+        self.plain: tuple = ()
+        self.split_of: list | None = None
+        self.lazy_bits = 0
+        self.lazy_of: list | None = None
+        self.lazy_kernels: tuple = ()
+        self.row: tuple | None = None
+        self.always = False
+        self.gated: tuple = ()
+        self.lazy_plain_bits = 0
 
 
 def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: list, hashes=None,

@@ -25,46 +25,21 @@ from agent.insights.base import Detector
 
 MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
 
-
-class Feed:
-    """What one source saw of one port since its previous sample."""
-
-    __slots__ = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending",
-                 "interval", "owned", "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits",
-                 "lazy_of", "lazy_kernels", "row", "always", "gated", "lazy_plain_bits")
-
-    def __init__(self, source: str, port: str, sems: frozenset[str]) -> None:
-        self.source = source
-        self.port = port
-        self.sems = sems
-        self.ts = 0
-        self.prev_ts = 0
-        self.acc: dict[tuple[str, str], int] = {}
-        self.discard = False
-        self.pending = False
-        self.interval: float | None = None  # EWMA of the sample interval, ns
-        self.owned: frozenset[str] = frozenset()
-        self.dispatch: list[Detector] = []  # detectors called for every sample
-        self.lazy: list[Detector] = []  # ... only when one of their semantics changed
-        self.dead = False
-        self.top = 0  # the highest queue level since the previous pass (Detector.level_gate)
-        self.changed = 0  # the semantics in acc, as classify.BITS
-        # ``dispatch`` split (by _split, when split_of is not the current list): detectors
-        # with a kernel (Detector.batch) and the others
-        self.kernels: tuple[Detector, ...] = ()
-        self.plain: tuple[Detector, ...] = ()
-        self.split_of: list[Detector] | None = None
-        self.lazy_bits = 0  # the semantics of the lazy detectors (classify.BITS)
-        self.lazy_of: list[Detector] | None = None
-        self.lazy_kernels: tuple[Detector, ...] = ()  # the lazy detectors with a kernel
-        # which samples the flush visits after the kernels (_split): every one (a plain detector
-        # without a level gate), those past a gated one's gate, those moving a plain lazy one's
-        self.always = False
-        self.gated: tuple[Detector, ...] = ()
-        self.lazy_plain_bits = 0
-        #: where its FEC bins' deltas are (classify.Layout.vcols): (rows, its first word there, the
-        #: key per column), or None; a sample's 8th item (read through :func:`merged`)
-        self.row: tuple[array, int, tuple] | None = None
+#: What one source saw of one port since its previous sample: a type the backend defines (C:
+#: agent/_ext/feeds.c, whose loops read its fields as a struct; the twin: agent/_fallback/feeds.py),
+#: ``Feed(source, port, sems)``. Its fields: ``source``, ``port``, ``sems``; ``ts``, ``prev_ts``
+#: (ns), ``acc`` (the deltas and levels since the last sample, by (sem, sub) key), ``discard``,
+#: ``pending``, ``dead``; ``interval`` (EWMA of the sample interval, ns, None before the first);
+#: ``owned`` (the semantics read from this feed), ``dispatch`` (detectors called for every sample)
+#: and ``lazy`` (... only when one of their semantics changed: election.py fills them); ``top``
+#: (the highest queue level since the previous pass: Detector.level_gate), ``changed`` (the
+#: semantics in acc, as classify.BITS); ``dispatch`` split by :func:`_split` (when ``split_of``
+#: is not the current list) into ``kernels`` (Detector.batch) and ``plain``, ``lazy`` into
+#: ``lazy_kernels`` and ``lazy_bits`` (``lazy_of``); which samples the flush visits after the
+#: kernels: ``always`` (a plain detector without a level gate), ``gated``, ``lazy_plain_bits``;
+#: ``row``: where its FEC bins' deltas are (classify.Layout.vcols): (rows, its first word there,
+#: the key per column), or None, a sample's 8th item (read through :func:`merged`).
+Feed = _backend.reader.Feed
 
 
 class Port:
@@ -118,6 +93,7 @@ class FeedBook:
         agent._fallback (bench/bench_insights.py runs both side by side)."""
         self.feed_add, self.feed_mark = backend.feed_add, backend.feed_mark
         self.flush_first, self.flush_clear = backend.flush_first, backend.flush_clear
+        self.Feed = backend.Feed  # (C's loops read only C's Feed; the twin's read either)
 
     # ------------------------------------------------------------ input
     def add(self, batch: Batch) -> None:
@@ -152,7 +128,7 @@ class FeedBook:
             sems = frozenset(lay.sems[slot])
             feed = before.pop(port, None)
             if feed is None:
-                feed = Feed(source, port, sems)
+                feed = self.Feed(source, port, sems)
                 self.port(port).feeds.append(feed)
                 self.elect.add(port)
             elif feed.sems != sems:
@@ -195,7 +171,7 @@ class FeedBook:
         for src in self.sources.values():
             for i, feed in enumerate(src.feeds):
                 if feed.port == name:
-                    fresh = src.feeds[i] = Feed(feed.source, name, feed.sems)
+                    fresh = src.feeds[i] = self.Feed(feed.source, name, feed.sems)
                     self.port(name).feeds.append(fresh)
                     self.elect.add(name)
 

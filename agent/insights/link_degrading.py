@@ -51,7 +51,6 @@ i64), its fits the backend's ``fec_fits``, its gauges' rounding and comparison i
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -102,25 +101,6 @@ GAUGES = ("predicted-flr", "observed-cer", "fit-r2", "max-bin")
 _EMPTY = (0.0, 0.0, 0.0, 0)  # an empty window's gauges
 PUBLISH_NS = NS  # a port's gauges at most once a second
 DIGITS = 4  # significant digits of a published ratio: a fit's last digits are noise, not news
-
-
-def _plain_fields(cls: type) -> tuple[str, ...] | None:
-    """The names of the fields of ``cls`` when it is a frozen dataclass whose generated
-    ``__init__`` only sets them, in order, with ``object.__setattr__`` (no ``__post_init__``,
-    ``__new__`` object's, every field positional): the kernel then makes a StateUpdate as that
-    ``__init__`` would, without calling it (a Python call per gauge otherwise). None else."""
-    if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen or cls.__new__ is not object.__new__:
-        return None
-    if hasattr(cls, "__post_init__") or "__init__" not in cls.__dict__:
-        return None
-    fields = dataclasses.fields(cls)
-    if not all(f.init and not f.kw_only for f in fields) or len(fields) != 5:
-        return None
-    names = tuple(f.name for f in fields)
-    return names if cls.__init__.__code__.co_varnames[1:6] == names else None
-
-
-_UPDATE_FIELDS = _plain_fields(StateUpdate)
 
 
 def prediction_container(port: str, lane: int | None = None) -> Container:
@@ -365,7 +345,7 @@ class LinkDegrading(Detector):
         cfg = self.cfg
         conf = (self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, cfg.max_bin, cfg.max_bin_count, cfg.flr,
                 cfg.min_r2, (1 + cfg.interleave * MFC) / MFC, self.per_slot, GAUGES, StateUpdate, "insights",
-                _UPDATE_FIELDS, c.SPILL)
+                c.SPILL)
         self._todo = self.kernel(entries, self.fast, conf, self.pending) if entries else {}
         return list(self._todo)  # (ascending: the kernel takes the samples in order)
 

@@ -592,7 +592,7 @@ def test_bad_input_is_refused(name):
         pytest.skip("no C extension")
     run, fits, changes, lanes = KERNELS[name]
     conf = (10, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, 9, 3, 1e-9, 0.9, 1.125, 1, GAUGES, StateUpdate,
-            "insights", None, c.SPILL)
+            "insights", c.SPILL)
     with pytest.raises(TypeError):
         run([("swp1", 1, 1, {}, frozenset())], {}, conf, [])
     with pytest.raises(TypeError):
@@ -603,6 +603,8 @@ def test_bad_input_is_refused(name):
         run([], {}, (*conf[:10], 0, *conf[11:]), [])
     with pytest.raises(ValueError):
         run([], {}, (*conf[:11], GAUGES[:3], *conf[12:]), [])
+    with pytest.raises(TypeError):  # update: called for each gauge, so a callable
+        run([], {}, (*conf[:12], 5, *conf[13:]), [])
     # a port's state the kernel cannot read (short words, a list, odd units): Python's, untouched
     acc = {_PORT_KEYS[0]: 5}
     entry = ("swp1", 10**9, 10**8, acc, frozenset({c.FEC_BIN}), -1)

@@ -407,7 +407,7 @@ def test_flush_first_refuses_feeds_it_cannot_read(backend):
     with pytest.raises(AttributeError):
         b.flush_first([f], [], [], [], set(), set(), _split, {})
 
-    class Loose:  # no slots (C reads a Feed's slots where their descriptors say)
+    class Loose:  # not the extension's Feed type (C reads only its own struct)
         pass
 
     loose = Loose()
@@ -416,6 +416,38 @@ def test_flush_first_refuses_feeds_it_cannot_read(backend):
     if backend == "backend" and _backend.NAME == "C":
         with pytest.raises((TypeError, AttributeError)):
             b.flush_first([loose], [], [], [], set(), set(), _split, {})
+
+
+_FEED_FIELDS = ("source", "port", "sems", "ts", "prev_ts", "acc", "discard", "pending", "interval", "owned",
+                "dispatch", "lazy", "dead", "top", "changed", "kernels", "plain", "split_of", "lazy_bits", "lazy_of",
+                "lazy_kernels", "row", "always", "gated", "lazy_plain_bits")
+
+
+def test_the_feed_types_of_both_backends_hold_the_same_fields():
+    """The Feed the extension defines (a C struct) and the twin's class: the same fields, the
+    same values when made, each writable and deletable (then read as AttributeError), fresh
+    containers per feed, and nothing else settable (a typo is an error, not a new attribute)."""
+    from agent._fallback.feeds import Feed as Twin
+
+    kinds = [Twin] + ([_backend.reader.Feed] if _backend.NAME == "C" else [])
+    assert set(Twin.__slots__) == set(_FEED_FIELDS)
+    made = []
+    for kind in kinds:
+        a, b = kind("asic", "swp1", frozenset({"rx-octets"})), kind(source="s", port="p", sems=frozenset())
+        assert a.acc is not b.acc and a.dispatch is not b.dispatch and a.lazy is not b.lazy
+        made.append({name: getattr(a, name) for name in _FEED_FIELDS})
+        for name in _FEED_FIELDS:
+            setattr(b, name, 7)
+            assert getattr(b, name) == 7
+            delattr(b, name)
+            with pytest.raises(AttributeError):
+                getattr(b, name)
+        with pytest.raises(AttributeError):
+            a.not_a_field = 1
+        with pytest.raises(TypeError):
+            kind("asic", "swp1")
+    assert all(m == made[0] for m in made)
+    assert made[0]["sems"] == frozenset({"rx-octets"}) and made[0]["interval"] is None and made[0]["top"] == 0
 
 
 def test_the_random_passes_reach_every_outcome():

@@ -511,30 +511,43 @@ def test_a_port_whose_bins_stop_reads_an_empty_window_then_starts_afresh():
     assert {u.leaf for u in det.states()} == set(GAUGES)
 
 
-def test_the_kernel_makes_state_updates_without_calling_init():
-    """StateUpdate (a frozen dataclass with slots) qualifies for the kernel's way of making one
-    (object.__new__, then each field set as its __init__ would): one Python call less per gauge
-    at ~1,100 gauges a tick (1,024 sim ports). A class that would not be made right is refused."""
-    import dataclasses
-
+@pytest.mark.parametrize("backend", ["backend", "fallback"])
+def test_the_kernel_makes_state_updates_by_calling_the_class(backend, monkeypatch):
+    """Every gauge update the kernel publishes is made by calling the class it is given (C makes
+    no object without its constructor): a StateUpdate subclass that notes each __init__ sees every
+    update of a run whose samples the kernel took."""
+    from agent import _backend, _fallback
     from agent.counters import StateUpdate
-    from agent.insights.link_degrading import _UPDATE_FIELDS, _plain_fields
+    from agent.insights import link_degrading
+    from agent.insights.link_degrading import LinkDegrading
 
-    assert _UPDATE_FIELDS == tuple(f.name for f in dataclasses.fields(StateUpdate))
-    made = object.__new__(StateUpdate)
-    for name, value in zip(_UPDATE_FIELDS, (5, Container(OPENCONFIG, "/x"), "leaf", 1.5, "insights"), strict=True):
-        object.__setattr__(made, name, value)
-    assert made == StateUpdate(5, Container(OPENCONFIG, "/x"), "leaf", 1.5, "insights")
+    made: set[int] = set()
 
-    @dataclasses.dataclass(frozen=True, slots=True)
-    class Checked:
-        a: int
-        b: int
-        c: int
-        d: int
-        e: int
+    class Noted(StateUpdate):
+        __slots__ = ()
 
-        def __post_init__(self) -> None:  # work its __init__ does: the kernel must call it
-            raise ValueError
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            made.add(id(self))
 
-    assert _plain_fields(Checked) is None
+    monkeypatch.setattr(link_degrading, "StateUpdate", Noted)
+
+    class Ctx:
+        def hit(self, *a):
+            pass
+
+    det = LinkDegrading(Insights().link_degrading, Ctx())
+    det.kernel = (_backend.reader if backend == "backend" else _fallback).fec_run
+    owned = frozenset({classify.FEC_BIN, classify.UNCORRECTABLE})
+    t, ups, by_kernel = T0, [], []
+    for n in range(60):  # 6 s at 100 ms, the bins (below max_bin) moving
+        acc = {(classify.FEC_BIN, str(i)): 10 ** (9 - i) + n * n * (8 - i) for i in range(8)}
+        t += NS // 10
+        taken = "swp1" in det.fast  # (the kernel takes this sample)
+        det.sample("swp1", t, NS // 10, acc, owned)
+        det.end_pass(t)
+        new = det.states()
+        ups += new
+        by_kernel += new if taken else []
+    assert len(by_kernel) >= 8 and {u.leaf for u in by_kernel} >= {"predicted-flr", "fit-r2"}
+    assert all(type(u) is Noted and id(u) in made for u in ups)
