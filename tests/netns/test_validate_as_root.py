@@ -47,7 +47,9 @@ def test_a_key_only_root_can_read_is_named(open_dir):
     assert (f"warning: exporters.server.tls.key: user nobody (the service's) cannot read "
             f"{pki.server_key}: Permission denied") in r.stderr
     assert "tls.cert" not in r.stderr  # the readable one is not named
-    os.chmod(pki.server_key, 0o644)
+    # readable through the user's group (a key others can read is refused by the loader)
+    os.chown(pki.server_key, 0, user.pw_gid)
+    os.chmod(pki.server_key, 0o640)
     r = subprocess.run([sys.executable, "-m", "agent", "validate", "--user", user.pw_name, str(f)],
                        capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
     assert r.returncode == 0 and "cannot read" not in r.stderr, r.stderr

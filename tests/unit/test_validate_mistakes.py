@@ -66,6 +66,7 @@ def test_an_encrypted_key_is_named_not_prompted_for(tmp_path, pki):
     locked = tmp_path / "locked.key"
     locked.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                          serialization.BestAvailableEncryption(b"secret")))
+    locked.chmod(0o600)  # a key others can read is refused first (agent/credentials.py)
     f = server_yaml(tmp_path / "s.yaml", pki.server_cert, locked)
     r = run_validate(str(f))
     assert r.returncode == 1 and "key is encrypted" in r.stderr, r.stderr
