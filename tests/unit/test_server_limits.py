@@ -33,6 +33,7 @@ class Idle:
 
     def __init__(self, srv: GnmiServer, first: gnmi_pb2.SubscribeRequest | None = None):
         self.go = threading.Event()
+        self.closed = threading.Event()
         self.more: list[gnmi_pb2.SubscribeRequest] = []
         self.first = first
         self.channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")
@@ -44,6 +45,9 @@ class Idle:
         while not self.go.wait(30):
             pass
         yield from self.more
+        # then keep the stream open (no half-close) until close(): a client that has sent its
+        # requests is still subscribed, as a collector is
+        self.closed.wait(30)
 
     def outcome(self) -> tuple[grpc.StatusCode, str]:
         try:
@@ -56,6 +60,7 @@ class Idle:
     def close(self) -> None:
         self.call.cancel()
         self.go.set()
+        self.closed.set()
         self.channel.close()
 
 
