@@ -463,19 +463,6 @@ PyDoc_STRVAR(exec_doc,
 "each answered before the next is sent, the GIL released throughout: the raw answer of\n"
 "each (an ack; devlink_parse raises its error). OSError when the socket fails.");
 
-/* What genl_batch needs to build devlink_exec's requests. */
-typedef struct {
-    uint16_t family;
-    uint8_t cmd;
-    const handle *handles;
-} exec_batch;
-
-static size_t build_exec(char *req, uint32_t seq, Py_ssize_t i, const void *ctx)
-{
-    const exec_batch *b = ctx;
-    return build_request(req, b->family, b->cmd, seq, &b->handles[i]);
-}
-
 static PyObject *devlink_exec(PyObject *self, PyObject *args)
 {
     int fd, cmd;
@@ -488,20 +475,19 @@ static PyObject *devlink_exec(PyObject *self, PyObject *args)
     PyObject *fast = PySequence_Fast(seq_obj, "handles must be a sequence");
     if (fast == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    handle *handles = PyMem_Malloc(sizeof(handle) * (size_t)(n ? n : 1));
+    genl_requests reqs;
     PyObject *out = NULL;
-    if (handles == NULL) {
-        PyErr_NoMemory();
+    if (genl_requests_new(&reqs, PySequence_Fast_GET_SIZE(fast)) < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (take_handle(PySequence_Fast_GET_ITEM(fast, i), &handles[i]) < 0)
+    for (Py_ssize_t i = 0; i < reqs.n; i++) {
+        handle h;
+        if (take_handle(PySequence_Fast_GET_ITEM(fast, i), &h) < 0)
             goto done;
-    exec_batch batch = {(uint16_t)family, (uint8_t)cmd, handles};
-    out = genl_batch(fd, n, build_exec, &batch);
+        reqs.lens[i] = build_request(genl_request_at(&reqs, i), (uint16_t)family, (uint8_t)cmd, genl_next_seq(), &h);
+    }
+    out = genl_batch(fd, &reqs);
 done:
-    PyMem_Free(handles);
+    genl_requests_free(&reqs);
     Py_DECREF(fast);
     return out;
 }

@@ -201,20 +201,6 @@ PyDoc_STRVAR(query_doc,
 "reply is returned as it is: the parsers raise it). OSError when the socket fails\n"
 "(EAGAIN: its SO_RCVTIMEO passed).");
 
-/* What genl_batch needs to build ethnl_query's requests. */
-typedef struct {
-    uint16_t family;
-    uint8_t cmd;
-    uint32_t groups;
-    const uint32_t *ifindexes;
-} query_batch;
-
-static size_t build_query(char *req, uint32_t seq, Py_ssize_t i, const void *ctx)
-{
-    const query_batch *b = ctx;
-    return build_request(req, b->family, b->cmd, seq, b->ifindexes[i], b->groups);
-}
-
 static PyObject *ethnl_query(PyObject *self, PyObject *args)
 {
     int fd, cmd;
@@ -228,14 +214,11 @@ static PyObject *ethnl_query(PyObject *self, PyObject *args)
     PyObject *fast = PySequence_Fast(seq_obj, "ifindexes must be a sequence");
     if (fast == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    uint32_t *ifindexes = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n ? n : 1));
+    genl_requests reqs;
     PyObject *out = NULL;
-    if (ifindexes == NULL) {
-        PyErr_NoMemory();
+    if (genl_requests_new(&reqs, PySequence_Fast_GET_SIZE(fast)) < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < reqs.n; i++) {
         unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, i));
         if (PyErr_Occurred())
             goto done;
@@ -243,12 +226,12 @@ static PyObject *ethnl_query(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_ValueError, "bad ifindex %lu", v);
             goto done;
         }
-        ifindexes[i] = (uint32_t)v;
+        reqs.lens[i] = build_request(genl_request_at(&reqs, i), (uint16_t)family, (uint8_t)cmd, genl_next_seq(),
+                                     (uint32_t)v, (uint32_t)groups);
     }
-    query_batch batch = {(uint16_t)family, (uint8_t)cmd, (uint32_t)groups, ifindexes};
-    out = genl_batch(fd, n, build_query, &batch);
+    out = genl_batch(fd, &reqs);
 done:
-    PyMem_Free(ifindexes);
+    genl_requests_free(&reqs);
     Py_DECREF(fast);
     return out;
 }

@@ -239,17 +239,50 @@ static inline PyObject *genl_family(int fd, const char *name, size_t size)
     return result;
 }
 
-/* Build request i of a batch into req (GENL_REQUEST_MAX bytes) with sequence number seq;
- * its length. ctx is the caller's (plain C data: it runs without the GIL). */
-typedef size_t (*genl_build)(char *req, uint32_t seq, Py_ssize_t i, const void *ctx);
+/* The requests of a batch: n slots of GENL_REQUEST_MAX bytes, each built by the caller
+ * (its sequence number from genl_next_seq) with its length in lens. */
+typedef struct {
+    char *buf;
+    size_t *lens;
+    Py_ssize_t n;
+} genl_requests;
 
-/* n requests on fd, each answered before the next is sent, the GIL released throughout:
- * the raw answer datagram of each, in order, as a list of bytes (an error reply is
- * returned as it is: the parsers raise it). NULL with an exception set: OSError when the
- * socket fails (EAGAIN: its SO_RCVTIMEO passed), MemoryError. */
-static inline PyObject *genl_batch(int fd, Py_ssize_t n, genl_build build, const void *ctx)
+/* Room for n requests: 0, or -1 with MemoryError. genl_requests_free it either way. */
+static inline int genl_requests_new(genl_requests *r, Py_ssize_t n)
 {
-    size_t slots = (size_t)(n ? n : 1);
+    size_t slots = (size_t)(n > 0 ? n : 1);
+    r->n = n;
+    r->buf = PyMem_Malloc(slots * GENL_REQUEST_MAX);
+    r->lens = PyMem_Calloc(slots, sizeof(size_t));
+    if (r->buf == NULL || r->lens == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static inline char *genl_request_at(const genl_requests *r, Py_ssize_t i)
+{
+    return r->buf + (size_t)i * GENL_REQUEST_MAX;
+}
+
+static inline void genl_requests_free(genl_requests *r)
+{
+    PyMem_Free(r->buf);
+    PyMem_Free(r->lens);
+    r->buf = NULL;
+    r->lens = NULL;
+}
+
+/* The requests sent on fd, each answered before the next is sent, the GIL released
+ * throughout: the raw answer datagram of each (the one carrying its request's sequence
+ * number), in order, as a list of bytes (an error reply is returned as it is: the parsers
+ * raise it). NULL with an exception set: OSError when the socket fails (EAGAIN: its
+ * SO_RCVTIMEO passed), MemoryError. */
+static inline PyObject *genl_batch(int fd, const genl_requests *r)
+{
+    Py_ssize_t n = r->n;
+    size_t slots = (size_t)(n > 0 ? n : 1);
     char **replies = PyMem_Calloc(slots, sizeof(char *));
     size_t *lens = PyMem_Calloc(slots, sizeof(size_t));
     char *scratch = PyMem_Malloc(GENL_REPLY_MAX);
@@ -261,10 +294,10 @@ static inline PyObject *genl_batch(int fd, Py_ssize_t n, genl_build build, const
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        char req[GENL_REQUEST_MAX];
-        uint32_t seq = genl_next_seq();
-        size_t len = build(req, seq, i, ctx);
-        ssize_t got = genl_exchange(fd, req, len, seq, scratch);
+        const char *req = genl_request_at(r, i);
+        struct nlmsghdr nh;
+        memcpy(&nh, req, sizeof(nh));
+        ssize_t got = genl_exchange(fd, req, r->lens[i], nh.nlmsg_seq, scratch);
         if (got < 0) {
             err = (int)-got;
             break;

@@ -194,7 +194,7 @@ def devlink_exec(fd: int, family: int, cmd: int, handles: Sequence[Handle]) -> l
     """See agent/_ext/devlink.c: ``cmd`` on each shared buffer, the raw answer of each."""
     _check_request(family, cmd, False)
     wanted = [_handle(h) for h in handles]
-    return genl.batch(fd, [lambda seq, h=h: _request(family, cmd, seq, h) for h in wanted])
+    return genl.batch(fd, [_request(family, cmd, genl.next_seq(), h) for h in wanted])
 
 
 def devlink_family(fd: int) -> int:

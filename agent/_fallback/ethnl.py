@@ -115,7 +115,7 @@ def ethnl_query(fd: int, family: int, cmd: int, ifindexes: Sequence[int], groups
     for ifindex in wanted:
         if not 0 < ifindex <= 0xFFFFFFFF:
             raise ValueError(f"bad ifindex {ifindex}")
-    return genl.batch(fd, [lambda seq, i=i: _request(family, cmd, seq, i, groups) for i in wanted])
+    return genl.batch(fd, [_request(family, cmd, genl.next_seq(), i, groups) for i in wanted])
 
 
 # ---------------------------------------------------------------- FEC

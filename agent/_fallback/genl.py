@@ -10,7 +10,7 @@ import itertools
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 NLMSG_ERROR, NLMSG_DONE, NLMSG_MIN_TYPE = 2, 3, 0x10
 NLM_F_REQUEST = 1
@@ -131,16 +131,12 @@ def family(fd: int, name: bytes) -> int:
     return family_id(reply)
 
 
-def batch(fd: int, requests: Iterable[Callable[[int], bytes]]) -> list[bytes]:
-    """Each request (made from its sequence number) sent and answered before the next:
+def batch(fd: int, requests: Iterable[bytes]) -> list[bytes]:
+    """Each request (its sequence number from next_seq) sent and answered before the next:
     the raw answer of each, in order (genl.h genl_batch)."""
     sock = borrow(fd)
     try:
-        out = []
-        for build in requests:
-            seq = next_seq()
-            out.append(exchange(sock, build(seq), seq))
-        return out
+        return [exchange(sock, req, NLMSG.unpack_from(req)[3]) for req in requests]
     finally:
         sock.detach()
 
