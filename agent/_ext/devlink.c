@@ -291,10 +291,8 @@ static int is_dump(int cmd)
 
 static int check_request(long family, int cmd, int dump)
 {
-    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
-        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+    if (genl_check_family(family) < 0)
         return -1;
-    }
     if (dump ? !is_dump(cmd) : cmd != DEVLINK_CMD_SB_OCC_SNAPSHOT && cmd != DEVLINK_CMD_SB_OCC_MAX_CLEAR) {
         PyErr_Format(PyExc_ValueError, "devlink command %d is not a %s this module sends", cmd,
                      dump ? "dump" : "shared-buffer request");

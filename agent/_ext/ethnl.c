@@ -144,10 +144,8 @@ static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t se
 
 static int check_request(long family, int cmd, unsigned long groups)
 {
-    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
-        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+    if (genl_check_family(family) < 0)
         return -1;
-    }
     if (cmd != ETHTOOL_MSG_FEC_GET && cmd != ETHTOOL_MSG_STATS_GET) {
         PyErr_Format(PyExc_ValueError, "unknown ethtool command %d", cmd);
         return -1;

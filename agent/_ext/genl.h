@@ -86,6 +86,16 @@ static inline size_t genl_end(char *buf, size_t len, uint16_t type, uint16_t fla
     return len;
 }
 
+/* A family id a request may carry as its nlmsg_type: 0, or -1 with ValueError. */
+static inline int genl_check_family(long family)
+{
+    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+        return -1;
+    }
+    return 0;
+}
+
 /* One datagram answering seq into out (GENL_REPLY_MAX bytes): its length, or -errno.
  * Datagrams of older requests (ones that timed out) are skipped. No Python: call it with
  * the GIL released. */

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from agent._fallback import genl
 from agent._fallback.genl import NLMSG as _NLMSG
-from agent._fallback.genl import NLMSG_DONE, NLMSG_ERROR, NLMSG_MIN_TYPE
+from agent._fallback.genl import NLMSG_DONE, NLMSG_ERROR
 from agent._fallback.genl import align4 as _align4
 from agent._fallback.genl import attr as _attr
 from agent._fallback.genl import attrs as _attrs
@@ -112,8 +112,7 @@ def devlink_parse(buf) -> list[Message]:
 
 
 def _check_request(family: int, cmd: int, dump: bool) -> None:
-    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
-        raise ValueError(f"bad generic netlink family id {family}")
+    genl.check_family(family)
     if cmd not in (_DUMPS if dump else _SB_REQUESTS):
         kind = "dump" if dump else "shared-buffer request"
         raise ValueError(f"devlink command {cmd} is not a {kind} this module sends")

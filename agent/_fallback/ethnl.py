@@ -13,7 +13,7 @@ import struct
 from collections.abc import Sequence
 
 from agent._fallback import genl
-from agent._fallback.genl import NLA_F_NESTED, NLM_F_REQUEST, NLMSG_MIN_TYPE
+from agent._fallback.genl import NLA_F_NESTED, NLM_F_REQUEST
 from agent._fallback.genl import attr as _attr
 from agent._fallback.genl import attrs as _attrs
 from agent._fallback.genl import find_reply as _find_reply
@@ -75,8 +75,7 @@ def _message(family: int, seq: int, cmd: int, attrs: bytes) -> bytes:
 
 
 def _check_request(family: int, cmd: int, groups: int) -> None:
-    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
-        raise ValueError(f"bad generic netlink family id {family}")
+    genl.check_family(family)
     if cmd not in (ETHNL_FEC_GET, ETHNL_STATS_GET):
         raise ValueError(f"unknown ethtool command {cmd}")
     if cmd == ETHNL_STATS_GET and (groups == 0 or groups >> GROUPS_KNOWN):

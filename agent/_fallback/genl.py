@@ -75,6 +75,12 @@ def messages(data: bytes) -> Iterator[tuple[int, bytes]]:
         yield data[start + NLMSG.size], data[start + NLMSG.size + GENL.size : start + length]
 
 
+def check_family(family: int) -> None:
+    """A family id a request may carry as its nlmsg_type (genl.h genl_check_family)."""
+    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
+        raise ValueError(f"bad generic netlink family id {family}")
+
+
 def message(mtype: int, flags: int, seq: int, cmd: int, version: int, attributes: bytes) -> bytes:
     """One request: its nlmsghdr, genlmsghdr and attributes (genl.h genl_begin/genl_end)."""
     body = GENL.pack(cmd, version, 0) + attributes
