@@ -33,9 +33,7 @@ _Static_assert(SWTEL_DEVLINK_PORT_GET == DEVLINK_CMD_PORT_GET && SWTEL_DEVLINK_S
                    SWTEL_DEVLINK_TRAP_GROUP_GET == DEVLINK_CMD_TRAP_GROUP_GET,
                "swtel.h spells the UAPI command numbers");
 
-#define REPLY_MAX 65536        /* one datagram: the kernel's dump skbs stay below 32 KiB */
 #define DUMP_MAX (64u << 20)   /* a whole dump; a Spectrum-4's TC dump is ~1 MiB */
-#define STALE_MAX 64           /* datagrams of older requests skipped before giving up (EIO) */
 #define NAME_MAX_LEN 64        /* bus and device names in a request (the kernel's are shorter) */
 #define FIELDS 11              /* devlink_parse's tuple */
 #define TRAP_FIELDS 12         /* devlink_trap_parse's tuple */
@@ -156,11 +154,6 @@ static int parse_with(const char *buf, size_t size, PyObject *out, tuple_of make
     return rc;
 }
 
-static int parse_messages(const char *buf, size_t size, PyObject *out)
-{
-    return parse_with(buf, size, out, message_tuple);
-}
-
 /* ---------------------------------------------------------------- traps */
 
 static const field TRAP_FIELDS_OF[] = {
@@ -258,7 +251,7 @@ static PyObject *devlink_parse(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
     PyObject *out = PyList_New(0);
-    if (out != NULL && parse_messages(view.buf, (size_t)view.len, out) < 0)
+    if (out != NULL && parse_with(view.buf, (size_t)view.len, out, message_tuple) < 0)
         Py_CLEAR(out);
     PyBuffer_Release(&view);
     return out;
@@ -274,13 +267,12 @@ typedef struct {
 } handle;
 
 #define REQUEST_MAX (NLMSG_LENGTH(GENL_HDRLEN) + 2 * NLA_ALIGN(NLA_HDRLEN + NAME_MAX_LEN + 1) + 8)
+_Static_assert(REQUEST_MAX <= GENL_REQUEST_MAX, "a shared-buffer request fits genl_batch's buffer");
 
 /* A dump request (h NULL) or a doit on one shared buffer, with an ack; its length. */
 static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t seq, const handle *h)
 {
-    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
-    struct genlmsghdr gh = {.cmd = cmd, .version = DEVLINK_GENL_VERSION};
-    memcpy(buf + NLMSG_HDRLEN, &gh, sizeof(gh));
+    size_t off = genl_begin(buf, cmd, DEVLINK_GENL_VERSION);
     uint16_t flags = NLM_F_REQUEST | NLM_F_DUMP;
     if (h != NULL) {
         off = put_attr(buf, off, DEVLINK_ATTR_BUS_NAME, h->bus, strlen(h->bus) + 1);
@@ -288,10 +280,7 @@ static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t se
         off = put_attr(buf, off, DEVLINK_ATTR_SB_INDEX, &h->sb, 4);
         flags = NLM_F_REQUEST | NLM_F_ACK;
     }
-    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = family, .nlmsg_flags = flags,
-                          .nlmsg_seq = seq};
-    memcpy(buf, &nh, sizeof(nh));
-    return off;
+    return genl_end(buf, off, family, flags, seq);
 }
 
 static int is_dump(int cmd)
@@ -302,10 +291,8 @@ static int is_dump(int cmd)
 
 static int check_request(long family, int cmd, int dump)
 {
-    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
-        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+    if (genl_check_family(family) < 0)
         return -1;
-    }
     if (dump ? !is_dump(cmd) : cmd != DEVLINK_CMD_SB_OCC_SNAPSHOT && cmd != DEVLINK_CMD_SB_OCC_MAX_CLEAR) {
         PyErr_Format(PyExc_ValueError, "devlink command %d is not a %s this module sends", cmd,
                      dump ? "dump" : "shared-buffer request");
@@ -368,29 +355,6 @@ static PyObject *devlink_request(PyObject *self, PyObject *args)
 
 /* ---------------------------------------------------------------- I/O (GIL released) */
 
-/* One datagram answering seq into out (REPLY_MAX bytes): its length, or -errno. */
-static ssize_t receive(int fd, uint32_t seq, char *out)
-{
-    for (int stale = 0; stale < STALE_MAX; stale++) {
-        ssize_t got = recv(fd, out, REPLY_MAX, MSG_TRUNC);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (got > REPLY_MAX)
-            return -EMSGSIZE;
-        struct nlmsghdr nh;
-        if ((size_t)got >= sizeof(nh)) {
-            memcpy(&nh, out, sizeof(nh));
-            if (nh.nlmsg_seq != seq)
-                continue; /* an answer to a request that timed out earlier */
-        }
-        return got;
-    }
-    return -EIO;
-}
-
 /* Whether a datagram ends its request: it holds NLMSG_DONE or NLMSG_ERROR, or cannot be
  * walked (the parser then says what is wrong with it). */
 static int ends_reply(const char *buf, size_t size)
@@ -420,14 +384,14 @@ static ssize_t dump(int fd, uint16_t family, uint8_t cmd, char **out)
     *out = NULL;
     if (send(fd, req, len, 0) < 0)
         return -errno;
-    char *scratch = malloc(REPLY_MAX);
+    char *scratch = malloc(GENL_REPLY_MAX);
     if (scratch == NULL)
         return -ENOMEM;
     char *all = NULL;
     size_t used = 0, cap = 0;
     ssize_t rc = 0;
     for (;;) {
-        ssize_t got = receive(fd, seq, scratch);
+        ssize_t got = genl_receive(fd, seq, scratch);
         if (got < 0) {
             rc = got;
             break;
@@ -437,7 +401,7 @@ static ssize_t dump(int fd, uint16_t family, uint8_t cmd, char **out)
             break;
         }
         if (used + (size_t)got > cap) {
-            size_t ncap = cap ? cap : REPLY_MAX;
+            size_t ncap = cap ? cap : GENL_REPLY_MAX;
             while (ncap < used + (size_t)got)
                 ncap *= 2;
             char *grown = realloc(all, ncap);
@@ -463,12 +427,6 @@ static ssize_t dump(int fd, uint16_t family, uint8_t cmd, char **out)
     return rc;
 }
 
-static PyObject *oserror(int code)
-{
-    errno = code;
-    return PyErr_SetFromErrno(PyExc_OSError);
-}
-
 PyDoc_STRVAR(dump_doc,
 "devlink_dump(fd, family, cmd) -> bytes\n\n"
 "Dump cmd (DEVLINK_PORT_GET, _SB_GET, _SB_PORT_POOL_GET, _SB_TC_POOL_BIND_GET, _TRAP_GET,\n"
@@ -491,7 +449,7 @@ static PyObject *devlink_dump(PyObject *self, PyObject *args)
     got = dump(fd, (uint16_t)family, (uint8_t)cmd, &all);
     Py_END_ALLOW_THREADS
     if (got < 0)
-        return oserror((int)-got);
+        return genl_oserror((int)-got);
     PyObject *out = PyBytes_FromStringAndSize(all != NULL ? all : "", got);
     free(all);
     return out;
@@ -515,63 +473,19 @@ static PyObject *devlink_exec(PyObject *self, PyObject *args)
     PyObject *fast = PySequence_Fast(seq_obj, "handles must be a sequence");
     if (fast == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    size_t slots = (size_t)(n ? n : 1);
-    handle *handles = PyMem_Malloc(sizeof(handle) * slots);
-    char **replies = PyMem_Calloc(slots, sizeof(char *));
-    size_t *lens = PyMem_Calloc(slots, sizeof(size_t));
-    char *scratch = PyMem_Malloc(REPLY_MAX);
+    genl_requests reqs;
     PyObject *out = NULL;
-    if (handles == NULL || replies == NULL || lens == NULL || scratch == NULL) {
-        PyErr_NoMemory();
+    if (genl_requests_new(&reqs, PySequence_Fast_GET_SIZE(fast)) < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (take_handle(PySequence_Fast_GET_ITEM(fast, i), &handles[i]) < 0)
+    for (Py_ssize_t i = 0; i < reqs.n; i++) {
+        handle h;
+        if (take_handle(PySequence_Fast_GET_ITEM(fast, i), &h) < 0)
             goto done;
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        char req[REQUEST_MAX];
-        uint32_t seq = genl_next_seq();
-        size_t len = build_request(req, (uint16_t)family, (uint8_t)cmd, seq, &handles[i]);
-        if (send(fd, req, len, 0) < 0) {
-            err = errno;
-            break;
-        }
-        ssize_t got = receive(fd, seq, scratch);
-        if (got < 0) {
-            err = (int)-got;
-            break;
-        }
-        replies[i] = malloc((size_t)got ? (size_t)got : 1); /* no Python allocator without the GIL */
-        if (replies[i] == NULL) {
-            err = ENOMEM;
-            break;
-        }
-        memcpy(replies[i], scratch, (size_t)got);
-        lens[i] = (size_t)got;
+        reqs.lens[i] = build_request(genl_request_at(&reqs, i), (uint16_t)family, (uint8_t)cmd, genl_next_seq(), &h);
     }
-    Py_END_ALLOW_THREADS
-    if (err != 0) {
-        oserror(err);
-        goto done;
-    }
-    out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(replies[i], (Py_ssize_t)lens[i]);
-        if (b == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, b);
-    }
+    out = genl_batch(fd, &reqs);
 done:
-    for (Py_ssize_t i = 0; replies != NULL && i < n; i++)
-        free(replies[i]);
-    PyMem_Free(handles);
-    PyMem_Free(replies);
-    PyMem_Free(lens);
-    PyMem_Free(scratch);
+    genl_requests_free(&reqs);
     Py_DECREF(fast);
     return out;
 }
@@ -586,59 +500,7 @@ static PyObject *devlink_family(PyObject *self, PyObject *args)
     int fd;
     if (!PyArg_ParseTuple(args, "i", &fd))
         return NULL;
-    char req[64];
-    uint32_t seq = genl_next_seq();
-    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
-    struct genlmsghdr gh = {.cmd = CTRL_CMD_GETFAMILY, .version = 1};
-    memcpy(req + NLMSG_HDRLEN, &gh, sizeof(gh));
-    off = put_attr(req, off, CTRL_ATTR_FAMILY_NAME, DEVLINK_GENL_NAME, sizeof(DEVLINK_GENL_NAME));
-    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = GENL_ID_CTRL, .nlmsg_flags = NLM_F_REQUEST,
-                          .nlmsg_seq = seq};
-    memcpy(req, &nh, sizeof(nh));
-    char *reply = malloc(REPLY_MAX);
-    if (reply == NULL)
-        return PyErr_NoMemory();
-    ssize_t got;
-    Py_BEGIN_ALLOW_THREADS
-    got = send(fd, req, off, 0) < 0 ? -errno : receive(fd, seq, reply);
-    Py_END_ALLOW_THREADS
-    PyObject *result = NULL;
-    if (got < 0) {
-        oserror((int)-got);
-        goto done;
-    }
-    /* The family id: CTRL_ATTR_FAMILY_ID of the CTRL_CMD_NEWFAMILY answer. */
-    PyObject *msgs = PyList_New(0);
-    if (msgs == NULL || parse_messages(reply, (size_t)got, msgs) < 0) {
-        Py_XDECREF(msgs);
-        goto done;
-    }
-    Py_DECREF(msgs); /* no error in it: find the id below */
-    size_t pos = 0;
-    while (pos + NLMSG_HDRLEN <= (size_t)got) {
-        struct nlmsghdr m;
-        memcpy(&m, reply + pos, sizeof(m));
-        if (m.nlmsg_len < NLMSG_LENGTH(GENL_HDRLEN) || m.nlmsg_len > (size_t)got - pos)
-            break;
-        if (m.nlmsg_type == GENL_ID_CTRL) {
-            span attrs = {reply + pos + NLMSG_LENGTH(GENL_HDRLEN), m.nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN)};
-            size_t apos = 0;
-            uint16_t type;
-            span a;
-            while (next_attr(attrs, &apos, &type, &a))
-                if (type == CTRL_ATTR_FAMILY_ID && a.len >= 2) {
-                    uint16_t id;
-                    memcpy(&id, a.p, sizeof(id));
-                    result = PyLong_FromLong(id);
-                    goto done;
-                }
-        }
-        pos += NLMSG_ALIGN(m.nlmsg_len);
-    }
-    PyErr_SetString(PyExc_ValueError, "CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID");
-done:
-    free(reply);
-    return result;
+    return genl_family(fd, DEVLINK_GENL_NAME, sizeof(DEVLINK_GENL_NAME));
 }
 
 PyMethodDef swtel_devlink_methods[] = {

@@ -41,8 +41,8 @@ _Static_assert(SWTEL_ETHNL_FEC_GET == ETHTOOL_MSG_FEC_GET && SWTEL_ETHNL_STATS_G
 #define STATS_GROUPS_KNOWN 4 /* eth-phy, eth-mac, eth-ctrl, rmon: the request's bitset size */
 _Static_assert(ETHTOOL_STATS_RMON + 1 == STATS_GROUPS_KNOWN, "the four standard groups");
 
-#define REPLY_MAX 65536  /* one reply datagram; larger is EMSGSIZE (a FEC reply is ~2 KiB) */
-#define STALE_MAX 64     /* replies to older requests skipped before giving up (EIO) */
+#define REQUEST_MAX 128 /* one request (a FEC reply is ~2 KiB, far below GENL_REPLY_MAX) */
+_Static_assert(REQUEST_MAX <= GENL_REQUEST_MAX, "a request fits genl_batch's buffer");
 
 /* ---------------------------------------------------------------- attributes */
 
@@ -89,44 +89,7 @@ static uint32_t header_ifindex(span nest)
     return 0;
 }
 
-/* ---------------------------------------------------------------- messages */
-
-/* The attributes of the first generic netlink message with command cmd in buf.
- * 1: found; -1: an exception is set (a malformed header, an error reply, no such reply). */
-static int find_reply(const char *buf, size_t size, uint8_t cmd, const char *what, span *attrs)
-{
-    size_t off = 0;
-    uint8_t got;
-    int rc;
-    while ((rc = genl_next(buf, size, &off, &got, attrs)) == 1)
-        if (got == cmd)
-            return 1;
-    if (rc == 0)
-        PyErr_Format(PyExc_ValueError, "no %s reply in the buffer", what);
-    return -1;
-}
-
 /* ---------------------------------------------------------------- family */
-
-static int family_id(const char *buf, size_t size, long *id)
-{
-    span attrs;
-    if (find_reply(buf, size, CTRL_CMD_NEWFAMILY, "CTRL_CMD_NEWFAMILY", &attrs) < 0)
-        return -1;
-    size_t pos = 0;
-    uint16_t type;
-    span a;
-    while (next_attr(attrs, &pos, &type, &a)) {
-        if (type == CTRL_ATTR_FAMILY_ID && a.len >= 2) {
-            uint16_t v;
-            memcpy(&v, a.p, sizeof(v));
-            *id = v;
-            return 0;
-        }
-    }
-    PyErr_SetString(PyExc_ValueError, "CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID");
-    return -1;
-}
 
 PyDoc_STRVAR(family_parse_doc,
 "ethnl_family_parse(buf) -> int\n\n"
@@ -139,7 +102,7 @@ static PyObject *ethnl_family_parse(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*", &view))
         return NULL;
     long id = 0;
-    int rc = family_id(view.buf, (size_t)view.len, &id);
+    int rc = genl_family_id(view.buf, (size_t)view.len, &id);
     PyBuffer_Release(&view);
     return rc < 0 ? NULL : PyLong_FromLong(id);
 }
@@ -153,13 +116,11 @@ static void end_nest(char *buf, size_t start, size_t end, uint16_t type)
     memcpy(buf + start, &nla, sizeof(nla));
 }
 
-/* One request into buf (at least 128 bytes); its length. */
+/* One request into buf (REQUEST_MAX bytes); its length. */
 static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t seq, uint32_t ifindex,
                             uint32_t groups)
 {
-    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
-    struct genlmsghdr gh = {.cmd = cmd, .version = ETHTOOL_GENL_VERSION};
-    memcpy(buf + NLMSG_HDRLEN, &gh, sizeof(gh));
+    size_t off = genl_begin(buf, cmd, ETHTOOL_GENL_VERSION);
     uint16_t header = cmd == ETHTOOL_MSG_FEC_GET ? ETHTOOL_A_FEC_HEADER : ETHTOOL_A_STATS_HEADER;
     size_t nest = off;
     off += NLA_HDRLEN;
@@ -178,18 +139,13 @@ static size_t build_request(char *buf, uint16_t family, uint8_t cmd, uint32_t se
         off = put_attr(buf, off, ETHTOOL_A_BITSET_VALUE, &groups, 4);
         end_nest(buf, nest, off, ETHTOOL_A_STATS_GROUPS);
     }
-    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = family, .nlmsg_flags = NLM_F_REQUEST,
-                          .nlmsg_seq = seq};
-    memcpy(buf, &nh, sizeof(nh));
-    return off;
+    return genl_end(buf, off, family, NLM_F_REQUEST, seq);
 }
 
 static int check_request(long family, int cmd, unsigned long groups)
 {
-    if (family < NLMSG_MIN_TYPE || family > 0xFFFF) {
-        PyErr_Format(PyExc_ValueError, "bad generic netlink family id %ld", family);
+    if (genl_check_family(family) < 0)
         return -1;
-    }
     if (cmd != ETHTOOL_MSG_FEC_GET && cmd != ETHTOOL_MSG_STATS_GET) {
         PyErr_Format(PyExc_ValueError, "unknown ethtool command %d", cmd);
         return -1;
@@ -216,38 +172,12 @@ static PyObject *ethnl_request(PyObject *self, PyObject *args)
         return NULL;
     if (check_request(family, cmd, groups) < 0)
         return NULL;
-    char buf[128];
+    char buf[REQUEST_MAX];
     size_t len = build_request(buf, (uint16_t)family, (uint8_t)cmd, seq, ifindex, (uint32_t)groups);
     return PyBytes_FromStringAndSize(buf, (Py_ssize_t)len);
 }
 
 /* ---------------------------------------------------------------- I/O (GIL released) */
-
-/* Send req and receive the datagram answering it (its first message carries seq) into
- * out (REPLY_MAX bytes). Its length, or -errno. */
-static ssize_t exchange(int fd, const char *req, size_t len, uint32_t seq, char *out)
-{
-    if (send(fd, req, len, 0) < 0)
-        return -errno;
-    for (int stale = 0; stale < STALE_MAX; stale++) {
-        ssize_t got = recv(fd, out, REPLY_MAX, MSG_TRUNC);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (got > REPLY_MAX)
-            return -EMSGSIZE;
-        struct nlmsghdr nh;
-        if ((size_t)got >= sizeof(nh)) {
-            memcpy(&nh, out, sizeof(nh));
-            if (nh.nlmsg_seq != seq)
-                continue; /* an answer to a request that timed out earlier */
-        }
-        return got;
-    }
-    return -EIO;
-}
 
 PyDoc_STRVAR(family_doc,
 "ethnl_family(fd) -> int\n\n"
@@ -259,32 +189,7 @@ static PyObject *ethnl_family(PyObject *self, PyObject *args)
     int fd;
     if (!PyArg_ParseTuple(args, "i", &fd))
         return NULL;
-    char *reply = malloc(REPLY_MAX);
-    if (reply == NULL)
-        return PyErr_NoMemory();
-    char req[64];
-    uint32_t seq = genl_next_seq();
-    size_t off = NLMSG_LENGTH(GENL_HDRLEN);
-    struct genlmsghdr gh = {.cmd = CTRL_CMD_GETFAMILY, .version = 1};
-    memcpy(req + NLMSG_HDRLEN, &gh, sizeof(gh));
-    off = put_attr(req, off, CTRL_ATTR_FAMILY_NAME, ETHTOOL_GENL_NAME, sizeof(ETHTOOL_GENL_NAME));
-    struct nlmsghdr nh = {.nlmsg_len = (uint32_t)off, .nlmsg_type = GENL_ID_CTRL, .nlmsg_flags = NLM_F_REQUEST,
-                          .nlmsg_seq = seq};
-    memcpy(req, &nh, sizeof(nh));
-    ssize_t got;
-    Py_BEGIN_ALLOW_THREADS
-    got = exchange(fd, req, off, seq, reply);
-    Py_END_ALLOW_THREADS
-    PyObject *result = NULL;
-    long id = 0;
-    if (got < 0) {
-        errno = (int)-got;
-        PyErr_SetFromErrno(PyExc_OSError);
-    } else if (family_id(reply, (size_t)got, &id) == 0) {
-        result = PyLong_FromLong(id);
-    }
-    free(reply);
-    return result;
+    return genl_family(fd, ETHTOOL_GENL_NAME, sizeof(ETHTOOL_GENL_NAME));
 }
 
 PyDoc_STRVAR(query_doc,
@@ -307,17 +212,11 @@ static PyObject *ethnl_query(PyObject *self, PyObject *args)
     PyObject *fast = PySequence_Fast(seq_obj, "ifindexes must be a sequence");
     if (fast == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    uint32_t *ifindexes = PyMem_Malloc(sizeof(uint32_t) * (size_t)(n ? n : 1));
-    char **replies = PyMem_Calloc((size_t)(n ? n : 1), sizeof(char *));
-    size_t *lens = PyMem_Calloc((size_t)(n ? n : 1), sizeof(size_t));
-    char *scratch = PyMem_Malloc(REPLY_MAX);
+    genl_requests reqs;
     PyObject *out = NULL;
-    if (ifindexes == NULL || replies == NULL || lens == NULL || scratch == NULL) {
-        PyErr_NoMemory();
+    if (genl_requests_new(&reqs, PySequence_Fast_GET_SIZE(fast)) < 0)
         goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < reqs.n; i++) {
         unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(fast, i));
         if (PyErr_Occurred())
             goto done;
@@ -325,48 +224,12 @@ static PyObject *ethnl_query(PyObject *self, PyObject *args)
             PyErr_Format(PyExc_ValueError, "bad ifindex %lu", v);
             goto done;
         }
-        ifindexes[i] = (uint32_t)v;
+        reqs.lens[i] = build_request(genl_request_at(&reqs, i), (uint16_t)family, (uint8_t)cmd, genl_next_seq(),
+                                     (uint32_t)v, (uint32_t)groups);
     }
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && err == 0; i++) {
-        char req[128];
-        uint32_t seq = genl_next_seq();
-        size_t len = build_request(req, (uint16_t)family, (uint8_t)cmd, seq, ifindexes[i], (uint32_t)groups);
-        ssize_t got = exchange(fd, req, len, seq, scratch);
-        if (got < 0) {
-            err = (int)-got;
-            break;
-        }
-        replies[i] = malloc((size_t)got ? (size_t)got : 1); /* no Python allocator without the GIL */
-        if (replies[i] == NULL) {
-            err = ENOMEM;
-            break;
-        }
-        memcpy(replies[i], scratch, (size_t)got);
-        lens[i] = (size_t)got;
-    }
-    Py_END_ALLOW_THREADS
-    if (err != 0) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(replies[i], (Py_ssize_t)lens[i]);
-        if (b == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, i, b);
-    }
+    out = genl_batch(fd, &reqs);
 done:
-    for (Py_ssize_t i = 0; replies != NULL && i < n; i++)
-        free(replies[i]);
-    PyMem_Free(ifindexes);
-    PyMem_Free(replies);
-    PyMem_Free(lens);
-    PyMem_Free(scratch);
+    genl_requests_free(&reqs);
     Py_DECREF(fast);
     return out;
 }
@@ -451,7 +314,7 @@ static PyObject *ethnl_fec_parse(PyObject *self, PyObject *args)
         return NULL;
     span attrs;
     PyObject *arrays[3] = {NULL, NULL, NULL}, *hist = NULL, *result = NULL;
-    if (find_reply(view.buf, (size_t)view.len, ETHTOOL_MSG_FEC_GET_REPLY, "ETHTOOL_MSG_FEC_GET_REPLY", &attrs) < 0)
+    if (genl_find_reply(view.buf, (size_t)view.len, ETHTOOL_MSG_FEC_GET_REPLY, "ETHTOOL_MSG_FEC_GET_REPLY", &attrs) < 0)
         goto done;
     if ((hist = PyList_New(0)) == NULL)
         goto done;
@@ -581,7 +444,7 @@ static PyObject *ethnl_stats_parse(PyObject *self, PyObject *args)
         return NULL;
     span attrs;
     PyObject *groups = NULL, *result = NULL;
-    if (find_reply(view.buf, (size_t)view.len, ETHTOOL_MSG_STATS_GET_REPLY, "ETHTOOL_MSG_STATS_GET_REPLY",
+    if (genl_find_reply(view.buf, (size_t)view.len, ETHTOOL_MSG_STATS_GET_REPLY, "ETHTOOL_MSG_STATS_GET_REPLY",
                    &attrs) < 0)
         goto done;
     if ((groups = PyList_New(0)) == NULL)

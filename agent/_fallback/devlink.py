@@ -11,29 +11,16 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 import struct
 from collections.abc import Sequence
 
-from agent._fallback.genl import (
-    CTRL_ATTR_FAMILY_ID,
-    CTRL_ATTR_FAMILY_NAME,
-    CTRL_CMD_GETFAMILY,
-    GENL_ID_CTRL,
-    NLMSG_DONE,
-    NLMSG_ERROR,
-    NLMSG_MIN_TYPE,
-    REPLY_MAX,
-    STALE_MAX,
-)
-from agent._fallback.genl import GENL as _GENL
+from agent._fallback import genl
 from agent._fallback.genl import NLMSG as _NLMSG
+from agent._fallback.genl import NLMSG_DONE, NLMSG_ERROR
 from agent._fallback.genl import align4 as _align4
 from agent._fallback.genl import attr as _attr
 from agent._fallback.genl import attrs as _attrs
-from agent._fallback.genl import borrow as _borrow
 from agent._fallback.genl import messages as _messages
-from agent._fallback.genl import next_seq as _next_seq
 
 # DEVLINK_CMD_* (UAPI linux/devlink.h)
 DEVLINK_PORT_GET = 5
@@ -125,8 +112,7 @@ def devlink_parse(buf) -> list[Message]:
 
 
 def _check_request(family: int, cmd: int, dump: bool) -> None:
-    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
-        raise ValueError(f"bad generic netlink family id {family}")
+    genl.check_family(family)
     if cmd not in (_DUMPS if dump else _SB_REQUESTS):
         kind = "dump" if dump else "shared-buffer request"
         raise ValueError(f"devlink command {cmd} is not a {kind} this module sends")
@@ -157,8 +143,7 @@ def _request(family: int, cmd: int, seq: int, handle: tuple[bytes, bytes, int] |
         attrs = (_attr(A_BUS_NAME, bus + b"\0") + _attr(A_DEV_NAME, dev + b"\0")
                  + _attr(A_SB_INDEX, struct.pack("=I", sb)))
         flags = NLM_F_REQUEST | NLM_F_ACK
-    body = _GENL.pack(cmd, DEVLINK_GENL_VERSION, 0) + attrs
-    return _NLMSG.pack(_NLMSG.size + len(body), family, flags, seq, 0) + body
+    return genl.message(family, flags, seq, cmd, DEVLINK_GENL_VERSION, attrs)
 
 
 def devlink_request(family: int, cmd: int, seq: int, handle: Handle | None) -> bytes:
@@ -168,20 +153,6 @@ def devlink_request(family: int, cmd: int, seq: int, handle: Handle | None) -> b
 
 
 # ---------------------------------------------------------------- I/O
-
-
-def _receive(sock: socket.socket, seq: int) -> bytes:
-    for _ in range(STALE_MAX):
-        try:
-            data, _anc, flags, _addr = sock.recvmsg(REPLY_MAX)
-        except InterruptedError:
-            continue
-        if flags & socket.MSG_TRUNC:
-            raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
-        if len(data) >= _NLMSG.size and _NLMSG.unpack_from(data)[3] != seq:
-            continue  # an answer to a request that timed out earlier
-        return data
-    raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
 def _ends_reply(data: bytes) -> bool:
@@ -200,14 +171,14 @@ def _ends_reply(data: bytes) -> bool:
 def devlink_dump(fd: int, family: int, cmd: int) -> bytes:
     """See agent/_ext/devlink.c: every datagram of a dump's answer, concatenated."""
     _check_request(family, cmd, True)
-    sock = _borrow(fd)
+    sock = genl.borrow(fd)
     try:
-        seq = _next_seq()
+        seq = genl.next_seq()
         sock.send(_request(family, cmd, seq, None))
         parts: list[bytes] = []
         used = 0
         while True:
-            data = _receive(sock, seq)
+            data = genl.receive(sock, seq)
             used += len(data)
             if used > DUMP_MAX:
                 raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
@@ -222,37 +193,9 @@ def devlink_exec(fd: int, family: int, cmd: int, handles: Sequence[Handle]) -> l
     """See agent/_ext/devlink.c: ``cmd`` on each shared buffer, the raw answer of each."""
     _check_request(family, cmd, False)
     wanted = [_handle(h) for h in handles]
-    sock = _borrow(fd)
-    try:
-        out = []
-        for handle in wanted:
-            seq = _next_seq()
-            sock.send(_request(family, cmd, seq, handle))
-            out.append(_receive(sock, seq))
-        return out
-    finally:
-        sock.detach()
+    return genl.batch(fd, [_request(family, cmd, genl.next_seq(), h) for h in wanted])
 
 
 def devlink_family(fd: int) -> int:
     """See agent/_ext/devlink.c: resolve the "devlink" generic netlink family."""
-    sock = _borrow(fd)
-    try:
-        seq = _next_seq()
-        body = _GENL.pack(CTRL_CMD_GETFAMILY, 1, 0) + _attr(CTRL_ATTR_FAMILY_NAME, b"devlink\0")
-        sock.send(_NLMSG.pack(_NLMSG.size + len(body), GENL_ID_CTRL, NLM_F_REQUEST, seq, 0) + body)
-        reply = _receive(sock, seq)
-    finally:
-        sock.detach()
-    devlink_parse(reply)  # raises the kernel's error (ENOENT: no devlink in this kernel)
-    pos = 0
-    while pos + _NLMSG.size <= len(reply):
-        length, mtype = struct.unpack_from("=IH", reply, pos)
-        if length < _NLMSG.size + _GENL.size or length > len(reply) - pos:
-            break
-        if mtype == GENL_ID_CTRL:
-            for t, p in _attrs(reply[pos + _NLMSG.size + _GENL.size : pos + length]):
-                if t == CTRL_ATTR_FAMILY_ID and len(p) >= 2:
-                    return struct.unpack_from("=H", p)[0]
-        pos += _align4(length)
-    raise ValueError("CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID")
+    return genl.family(fd, b"devlink")

@@ -9,31 +9,14 @@ usable one wins; one too short for its type is skipped.
 
 from __future__ import annotations
 
-import errno
-import os
-import socket
 import struct
 from collections.abc import Sequence
 
-from agent._fallback.genl import (
-    CTRL_ATTR_FAMILY_ID,
-    CTRL_ATTR_FAMILY_NAME,
-    CTRL_CMD_GETFAMILY,
-    CTRL_CMD_NEWFAMILY,
-    GENL_ID_CTRL,
-    NLA_F_NESTED,
-    NLM_F_REQUEST,
-    NLMSG_MIN_TYPE,
-    REPLY_MAX,
-    STALE_MAX,
-)
-from agent._fallback.genl import GENL as _GENL
-from agent._fallback.genl import NLMSG as _NLMSG
+from agent._fallback import genl
+from agent._fallback.genl import NLA_F_NESTED, NLM_F_REQUEST
 from agent._fallback.genl import attr as _attr
 from agent._fallback.genl import attrs as _attrs
-from agent._fallback.genl import borrow as _borrow
-from agent._fallback.genl import messages as _messages
-from agent._fallback.genl import next_seq as _next_seq
+from agent._fallback.genl import find_reply as _find_reply
 
 ETHNL_FEC_GET = 29  # ETHTOOL_MSG_FEC_GET
 ETHNL_STATS_GET = 32  # ETHTOOL_MSG_STATS_GET
@@ -76,37 +59,23 @@ def _header_ifindex(nest: bytes) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- messages
-
-
-def _find_reply(data: bytes, cmd: int, what: str) -> bytes:
-    """The attributes of the first generic netlink message with command ``cmd``."""
-    for got, body in _messages(data):
-        if got == cmd:
-            return body
-    raise ValueError(f"no {what} reply in the buffer")
+# ---------------------------------------------------------------- family
 
 
 def ethnl_family_parse(buf) -> int:
     """See agent/_ext/ethnl.c: the family id in a CTRL_CMD_NEWFAMILY reply."""
-    attrs = _find_reply(memoryview(buf).tobytes(), CTRL_CMD_NEWFAMILY, "CTRL_CMD_NEWFAMILY")
-    for t, p in _attrs(attrs):
-        if t == CTRL_ATTR_FAMILY_ID and len(p) >= 2:
-            return struct.unpack_from("=H", p)[0]
-    raise ValueError("CTRL_CMD_NEWFAMILY reply without CTRL_ATTR_FAMILY_ID")
+    return genl.family_id(memoryview(buf).tobytes())
 
 
 # ---------------------------------------------------------------- requests
 
 
-def _message(mtype: int, seq: int, cmd: int, version: int, attrs: bytes) -> bytes:
-    body = _GENL.pack(cmd, version, 0) + attrs
-    return _NLMSG.pack(_NLMSG.size + len(body), mtype, NLM_F_REQUEST, seq, 0) + body
+def _message(family: int, seq: int, cmd: int, attrs: bytes) -> bytes:
+    return genl.message(family, NLM_F_REQUEST, seq, cmd, ETHTOOL_GENL_VERSION, attrs)
 
 
 def _check_request(family: int, cmd: int, groups: int) -> None:
-    if not NLMSG_MIN_TYPE <= family <= 0xFFFF:
-        raise ValueError(f"bad generic netlink family id {family}")
+    genl.check_family(family)
     if cmd not in (ETHNL_FEC_GET, ETHNL_STATS_GET):
         raise ValueError(f"unknown ethtool command {cmd}")
     if cmd == ETHNL_STATS_GET and (groups == 0 or groups >> GROUPS_KNOWN):
@@ -116,11 +85,11 @@ def _check_request(family: int, cmd: int, groups: int) -> None:
 def _request(family: int, cmd: int, seq: int, ifindex: int, groups: int) -> bytes:
     header = _attr(A_HEADER_DEV_INDEX, _U32.pack(ifindex))
     if cmd == ETHNL_FEC_GET:  # FEC statistics only when asked for
-        return _message(family, seq, cmd, ETHTOOL_GENL_VERSION,
+        return _message(family, seq, cmd,
                         _attr(A_FEC_HEADER | NLA_F_NESTED, header + _attr(A_HEADER_FLAGS, _U32.pack(FLAG_STATS))))
     bitset = _attr(BITSET_NOMASK, b"") + _attr(BITSET_SIZE, _U32.pack(GROUPS_KNOWN)) + _attr(
         BITSET_VALUE, _U32.pack(groups))  # a compact bitset: these groups, no mask
-    return _message(family, seq, cmd, ETHTOOL_GENL_VERSION,
+    return _message(family, seq, cmd,
                     _attr(A_STATS_HEADER | NLA_F_NESTED, header) + _attr(A_STATS_GROUPS | NLA_F_NESTED, bitset))
 
 
@@ -133,30 +102,9 @@ def ethnl_request(family: int, cmd: int, seq: int, ifindex: int, groups: int) ->
 # ---------------------------------------------------------------- I/O
 
 
-def _exchange(sock: socket.socket, req: bytes, seq: int) -> bytes:
-    sock.send(req)
-    for _ in range(STALE_MAX):
-        try:
-            data, _anc, flags, _addr = sock.recvmsg(REPLY_MAX)
-        except InterruptedError:
-            continue
-        if flags & socket.MSG_TRUNC:
-            raise OSError(errno.EMSGSIZE, os.strerror(errno.EMSGSIZE))
-        if len(data) >= _NLMSG.size and _NLMSG.unpack_from(data)[3] != seq:
-            continue  # an answer to a request that timed out earlier
-        return data
-    raise OSError(errno.EIO, os.strerror(errno.EIO))
-
-
 def ethnl_family(fd: int) -> int:
     """See agent/_ext/ethnl.c: resolve the "ethtool" generic netlink family."""
-    sock = _borrow(fd)
-    try:
-        seq = _next_seq()
-        req = _message(GENL_ID_CTRL, seq, CTRL_CMD_GETFAMILY, 1, _attr(CTRL_ATTR_FAMILY_NAME, b"ethtool\0"))
-        return ethnl_family_parse(_exchange(sock, req, seq))
-    finally:
-        sock.detach()
+    return genl.family(fd, b"ethtool")
 
 
 def ethnl_query(fd: int, family: int, cmd: int, ifindexes: Sequence[int], groups: int) -> list[bytes]:
@@ -166,15 +114,7 @@ def ethnl_query(fd: int, family: int, cmd: int, ifindexes: Sequence[int], groups
     for ifindex in wanted:
         if not 0 < ifindex <= 0xFFFFFFFF:
             raise ValueError(f"bad ifindex {ifindex}")
-    sock = _borrow(fd)
-    try:
-        out = []
-        for ifindex in wanted:
-            seq = _next_seq()
-            out.append(_exchange(sock, _request(family, cmd, seq, ifindex, groups), seq))
-        return out
-    finally:
-        sock.detach()
+    return genl.batch(fd, [_request(family, cmd, genl.next_seq(), i, groups) for i in wanted])
 
 
 # ---------------------------------------------------------------- FEC

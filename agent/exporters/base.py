@@ -7,7 +7,9 @@ All ``on_*`` methods run on the engine's tick thread: they must not block
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from agent import registry
@@ -28,6 +30,31 @@ def register(cls: type[Exporter]) -> type[Exporter]:
         cls.config_name, cls.config_class, check=cls.check, many=cls.many, optional=cls.optional,
         doc=cls.doc, doc_type=cls.doc_type, doc_default=cls.doc_default, plugin=cls))
     return cls
+
+
+def lazy_imports(namespace: dict[str, Any], then: Callable[[], Mapping[str, Any]] | None = None,
+                 **imports: str) -> Callable[[], None]:
+    """An exporter's ``_load``: on its first call (when an exporter is built, not when a config
+    is parsed: parsing imports every exporter's file, and an agent without, say, OTLP must not
+    carry the gRPC stack) each ``name="package.module"`` or ``name="package.module:attribute"``
+    is imported into ``namespace`` (the exporter module's ``globals()``, where each name is
+    declared ``None`` until then), in the order given; ``then()`` returns more globals built
+    from them (messages, constants). Later calls do nothing."""
+    loaded = False
+
+    def load() -> None:
+        nonlocal loaded
+        if loaded:
+            return
+        for name, spec in imports.items():
+            module, _, attribute = spec.partition(":")
+            value = importlib.import_module(module)
+            namespace[name] = getattr(value, attribute) if attribute else value
+        if then is not None:
+            namespace.update(then())
+        loaded = True
+
+    return load
 
 
 class Exporter(Listener):

@@ -36,6 +36,7 @@ from agent.exporters.base import (
     check_auth,
     check_plaintext,
     check_tls,
+    lazy_imports,
     read_text_secret,
     register,
 )
@@ -51,18 +52,11 @@ if TYPE_CHECKING:
     from agent.counters import Batch, StateUpdate
     from agent.store import Store
 
-# gRPC and the gNMI encoder are imported when a destination is built (_load), not when a
-# config is parsed: parsing imports every exporter's file, and an agent without dial-out
-# must not carry the gRPC stack (about 15 MiB of RSS).
+# gRPC and the gNMI encoder: imported when a destination is built (base.lazy_imports; the
+# gRPC stack is about 15 MiB of RSS)
 grpc: Any = None
 encode: Any = None
-
-
-def _load() -> None:
-    global grpc, encode
-    import grpc
-
-    from agent.gnmi import encode
+_load = lazy_imports(globals(), grpc="grpc", encode="agent.gnmi.encode")
 
 
 METHODS = {

@@ -44,7 +44,7 @@ from agent import __version__, logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.counters import COUNTER, F_RESET, HIDDEN, Batch, CounterTable, encodable_indices
 from agent.exporters import otlp_names, state_gauges
-from agent.exporters.base import Exporter, check_plaintext, check_tls, register
+from agent.exporters.base import Exporter, check_plaintext, check_tls, lazy_imports, register
 from agent.exporters.sender import BoundedQueue, PeriodicSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -64,22 +64,18 @@ _RESET_BIT = bytes(1 if b & F_RESET else 0 for b in range(256))
 
 log = logs.get("otlp")
 
-# gRPC and the OTLP messages are imported when an exporter is built (_load), not when a
-# config is parsed (it imports every exporter's file): an agent without OTLP stays light.
+# gRPC and the OTLP messages: imported when an exporter is built (base.lazy_imports)
 grpc: Any = None
 ms_pb2: Any = None
 common_pb2: Any = None
 metrics_pb2: Any = None
 resource_pb2: Any = None
-
-
-def _load() -> None:
-    global grpc, ms_pb2, common_pb2, metrics_pb2, resource_pb2
-    import grpc
-    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms_pb2
-    from opentelemetry.proto.common.v1 import common_pb2
-    from opentelemetry.proto.metrics.v1 import metrics_pb2
-    from opentelemetry.proto.resource.v1 import resource_pb2
+_load = lazy_imports(
+    globals(), grpc="grpc",
+    ms_pb2="opentelemetry.proto.collector.metrics.v1.metrics_service_pb2",
+    common_pb2="opentelemetry.proto.common.v1.common_pb2",
+    metrics_pb2="opentelemetry.proto.metrics.v1.metrics_pb2",
+    resource_pb2="opentelemetry.proto.resource.v1.resource_pb2")
 
 
 def _identity(b: bytes) -> bytes:

@@ -48,6 +48,7 @@ from agent.exporters.base import (
     check_plaintext,
     check_secret,
     check_tls,
+    lazy_imports,
     read_text_secret,
     register,
 )
@@ -72,8 +73,8 @@ _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 log = logs.get("remote_write")
 
-# protobuf and snappy are imported when a destination is built (_load), not when a config is
-# parsed (it imports every exporter's file): an agent without remote write stays light.
+# snappy and the protobuf messages: imported and made when a destination is built
+# (base.lazy_imports, then _message_classes)
 snappy: Any = None
 WriteRequest: Any = None
 TimeSeries: Any = None
@@ -81,13 +82,11 @@ Label: Any = None
 Sample: Any = None
 
 
-def _load() -> None:
-    global snappy, WriteRequest, TimeSeries, Label, Sample
-    if WriteRequest is not None:
-        return
-    import snappy
+def _message_classes() -> dict[str, type]:
+    return dict(zip(("WriteRequest", "TimeSeries", "Label", "Sample"), _messages(), strict=True))
 
-    WriteRequest, TimeSeries, Label, Sample = _messages()
+
+_load = lazy_imports(globals(), _message_classes, snappy="snappy")
 
 
 # ---------------------------------------------------------------- the messages

@@ -40,7 +40,14 @@ from agent.config import (
     setting,
 )
 from agent.counters import SWTEL_ORIGIN, Batch, Container, StateUpdate
-from agent.exporters.base import Exporter, check_auth, check_plaintext, is_loopback, register
+from agent.exporters.base import (
+    Exporter,
+    check_auth,
+    check_plaintext,
+    is_loopback,
+    lazy_imports,
+    register,
+)
 from agent.gnmi.auth import Authenticator, AuthFailure, PamUsers, Principal, peer_host
 from agent.gnmi.authz import PathRules, Policy, PolicyError
 
@@ -53,9 +60,8 @@ _SPARE_WORKERS = 4  # threads kept for unary calls when every subscriber slot is
 _GRPC_CAP_MARGIN = 16
 MAX_SUBSCRIBERS = 1024
 
-# gRPC, the gNMI messages and the Get/Subscribe machinery are imported when a server is
-# built (_load), not when a config is parsed (it imports every exporter's file): an agent
-# without the server stays light.
+# gRPC, the gNMI messages and the Get/Subscribe machinery: imported when a server is built
+# (base.lazy_imports, then _capabilities)
 grpc: Any = None
 gnmi_pb2: Any = None
 get: Any = None
@@ -63,24 +69,11 @@ Counters: Any = None
 RequestError: Any = None
 Subscriber: Any = None
 CAPABILITIES: Any = None
-
-
 gnmi_paths: Any = None
 
 
-def _load() -> None:
-    global grpc, gnmi_pb2, get, Counters, RequestError, Subscriber, CAPABILITIES, gnmi_paths
-    if CAPABILITIES is not None:
-        return
-    import grpc
-    from pygnmi.spec.v080 import gnmi_pb2
-
-    from agent.gnmi import get
-    from agent.gnmi import paths as gnmi_paths
-    from agent.gnmi.get import Counters, RequestError
-    from agent.gnmi.subscribe import Subscriber
-
-    CAPABILITIES = gnmi_pb2.CapabilityResponse(
+def _capabilities() -> dict[str, Any]:
+    return {"CAPABILITIES": gnmi_pb2.CapabilityResponse(
         supported_models=[
             gnmi_pb2.ModelData(name="openconfig-interfaces", organization="OpenConfig working group"),
             gnmi_pb2.ModelData(name="openconfig-if-ethernet", organization="OpenConfig working group"),
@@ -89,7 +82,13 @@ def _load() -> None:
         ],
         supported_encodings=list(get.SUPPORTED_ENCODINGS),
         gNMI_version=GNMI_VERSION,
-    )
+    )}
+
+
+_load = lazy_imports(
+    globals(), _capabilities, grpc="grpc", gnmi_pb2="pygnmi.spec.v080.gnmi_pb2",
+    get="agent.gnmi.get", gnmi_paths="agent.gnmi.paths", Counters="agent.gnmi.get:Counters",
+    RequestError="agent.gnmi.get:RequestError", Subscriber="agent.gnmi.subscribe:Subscriber")
 
 
 def _passthrough(message: Any) -> bytes:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
 from agent.exporters import server as gnmi_server
-from agent.exporters.base import Exporter, check_plaintext, check_tls, register
+from agent.exporters.base import Exporter, check_plaintext, check_tls, lazy_imports, register
 from agent.exporters.sender import BoundedQueue, ReconnectingSender, grpc_channel, rpc_error
 
 if TYPE_CHECKING:
@@ -53,17 +53,10 @@ if TYPE_CHECKING:
 
 log = logs.get("tunnel")
 
-# gRPC and the tunnel's messages are imported when a tunnel is built (_load), not when a
-# config is parsed (it imports every exporter's file): an agent without tunnels stays light.
+# gRPC and the tunnel's messages: imported when a tunnel is built (base.lazy_imports)
 grpc: Any = None
 pb: Any = None
-
-
-def _load() -> None:
-    global grpc, pb
-    import grpc
-
-    from agent.gnmi import tunnel_pb as pb
+_load = lazy_imports(globals(), grpc="grpc", pb="agent.gnmi.tunnel_pb")
 
 BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads

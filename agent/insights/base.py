@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from agent import registry
-from agent.config import Duration, _finite
+from agent.config import Duration, _finite, setting
 from agent.insights import classify
 
 MACHINERY = True  # the detectors' base class, not a plugin (agent/registry.py load_plugins)
@@ -62,6 +62,20 @@ def register(cls: type[Detector]) -> type[Detector]:
     registry.DETECTORS.add(registry.Section(cls.name, cls.config_class, check=cls.check, doc=cls.doc,
                                             plugin=cls))
     return cls
+
+
+@dataclass
+class WindowedConfig:
+    """The keys of a detector that counts within a window (the ``WindowCount`` detectors,
+    drop_reason, error_burst): at least ``threshold`` within ``window`` raise its event, and
+    ``clear_after`` without one clears it. A detector's config subclasses it, restating a key
+    only to change its default or its words (``threshold`` says what is counted); its own
+    keys follow these four."""
+
+    enabled: bool = setting(True)
+    threshold: int = setting(100, type=THRESHOLD_TYPE, doc="events within `window`")
+    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE)
+    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 # ---------------------------------------------------------------- config rules

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from agent.config import Duration, setting
 from agent.insights import classify as c
 from agent.insights.base import (
-    CLEAR_AFTER_TYPE,
     THRESHOLD_TYPE,
     WARNING,
     WINDOW_TYPE,
     WindowCount,
+    WindowedConfig,
     fmt_count,
     fmt_duration,
     register,
@@ -29,14 +29,12 @@ from agent.insights.base import (
 
 
 @dataclass
-class DropBurstConfig:
+class DropBurstConfig(WindowedConfig):
     """``insights.drop_burst``: buffer, queue and WRED drops concentrated in a short window
     (microbursts)."""
 
-    enabled: bool = setting(True)
     threshold: int = setting(100, type=THRESHOLD_TYPE, doc="drops within `window`")
     window: Duration = setting(Duration(0.1), type=WINDOW_TYPE)
-    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 @register

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.config import Duration, setting
+from agent.config import setting
 from agent.insights import classify as c
 from agent.insights.base import (
-    CLEAR_AFTER_TYPE,
     NS,
     THRESHOLD_TYPE,
     WARNING,
-    WINDOW_TYPE,
     Detector,
     Rules,
     Window,
+    WindowedConfig,
     fmt_count,
     fmt_duration,
     register,
@@ -57,15 +56,12 @@ GROUP_ADVICE = {
 
 
 @dataclass
-class DropReasonConfig:
+class DropReasonConfig(WindowedConfig):
     """``insights.drop_reason``: packets a port dropped for one reason (What Just Happened,
     devlink traps), per reason."""
 
-    enabled: bool = setting(True)
     threshold: int = setting(100, type=THRESHOLD_TYPE, doc=(
         "packets dropped for one reason within `window`"))
-    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE)
-    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 @register

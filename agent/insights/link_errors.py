@@ -41,6 +41,7 @@ from agent.insights.base import (
     Detector,
     Rules,
     Window,
+    WindowedConfig,
     fmt_count,
     fmt_duration,
     register,
@@ -82,13 +83,12 @@ def _exactly(args: tuple, k: int) -> tuple | None:
 
 
 @dataclass
-class ErrorBurstConfig:
+class ErrorBurstConfig(WindowedConfig):
     """``insights.error_burst``: physical-layer errors on a port. Three event types:
     `symbol-ber` (post-FEC symbol errors over the bits received, warning above `symbol_ber`;
     any uncorrectable/effective error makes it critical), `pre-fec-ber` (corrected bits over
     the bits received) and `error-burst` (FCS/CRC and in-errors counted within `window`)."""
 
-    enabled: bool = setting(True)
     # Leaves counted by error-burst. Per sample the largest of them counts (in-errors already
     # includes FCS errors, so they are not added up).
     counters: list[str] = setting(

@@ -13,6 +13,7 @@ from agent.insights.base import (
     WARNING,
     WINDOW_TYPE,
     WindowCount,
+    WindowedConfig,
     fmt_count,
     fmt_duration,
     register,
@@ -22,10 +23,9 @@ _CARRIER = (c.CARRIER, "")
 
 
 @dataclass
-class LinkFlapConfig:
+class LinkFlapConfig(WindowedConfig):
     """``insights.link_flap``: carrier transitions on a port."""
 
-    enabled: bool = setting(True)
     threshold: int = setting(2, type=THRESHOLD_TYPE, doc="carrier transitions within `window`")  # one down+up is 2
     window: Duration = setting(Duration(60.0), type=WINDOW_TYPE, shown="`1m`")
     clear_after: Duration = setting(Duration(300.0), type=CLEAR_AFTER_TYPE, shown="`5m`")

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.config import Duration, setting
+from agent.config import setting
 from agent.insights import classify as c
 from agent.insights.base import (
-    CLEAR_AFTER_TYPE,
     THRESHOLD_TYPE,
     WARNING,
-    WINDOW_TYPE,
     Rules,
     WindowCount,
+    WindowedConfig,
     fmt_count,
     fmt_duration,
     register,
@@ -25,10 +24,9 @@ from agent.insights.base import (
 
 
 @dataclass
-class RoceRetransConfig:
+class RoceRetransConfig(WindowedConfig):
     """``insights.roce_retrans``: RoCE retransmission spikes on hosts (mlx5 hw_counters)."""
 
-    enabled: bool = setting(True)
     # Counter names (as in hw_counters; `-` and `_` are the same) summed per device port.
     counters: list[str] = setting(
         factory=lambda: ["roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart", "out_of_sequence",
@@ -37,8 +35,6 @@ class RoceRetransConfig:
         shown="`[roce_adp_retrans, roce_adp_retrans_to, roce_slow_restart, out_of_sequence, packet_seq_err]`",
         doc="summed per device port (`-` and `_` alike)")
     threshold: int = setting(100, type=THRESHOLD_TYPE, doc="retransmissions within `window`")
-    window: Duration = setting(Duration(1.0), type=WINDOW_TYPE)
-    clear_after: Duration = setting(Duration(30.0), type=CLEAR_AFTER_TYPE)
 
 
 @register

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import re
 import socket
 import struct
+import time
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -261,3 +263,125 @@ class GenlSocket:
 
     def close(self) -> None:
         self._sock.close()
+
+
+#: a generic netlink source's states (:class:`GenlSource`): ready to poll, and a setup that
+#: failed (``"setup failed: <why>"``)
+GENL_OK = "ok"
+SETUP_FAILED = "setup failed"
+#: a device removed under a generic netlink source: set up again, not an error
+GENL_GONE = (errno.ENODEV, errno.ENOENT)
+
+
+class GenlSource(Source):
+    """A source on one generic netlink family (devlink, devlink_trap, ethnl): its kernel
+    interface ``io`` (a :class:`GenlSocket`, or what tests put there) built on first use by
+    :meth:`make_io`, the family id it resolved, and when it wants ``setup`` again: after a
+    poll found the layout changed (``_stale``) or, after a failure, ``retry_s`` later."""
+
+    retry_s: ClassVar[float] = 30.0
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        self.io: Any = None  # built on first setup (make_io); tests put their own here
+        self._family: int | None = None
+        self._stale = False
+        self._retry_at: float | None = None
+
+    def make_io(self) -> Any:
+        """The source's kernel interface (a :class:`GenlSocket`), built on first setup."""
+        raise NotImplementedError
+
+    def _open_io(self) -> Any:
+        if self.io is None:
+            self.io = self.make_io()
+        return self.io
+
+    def _retry_later(self) -> None:
+        self._retry_at = time.monotonic() + self.retry_s
+
+    @property
+    def needs_setup(self) -> bool:
+        return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
+
+    def close(self) -> None:
+        if self.io is not None:
+            self.io.close()
+            self.io = None
+
+
+class GenlDiscoverySource(GenlSource):
+    """A generic netlink source whose setup discovers what to poll (devlink, devlink_trap).
+
+    ``setup`` resolves the family once (``io.family()``) and calls :meth:`discover`, which
+    sets ``state`` (``GENL_OK`` when there is something to poll, else a sentence status
+    shows). A family the kernel has not registered yet (ENOENT before it ever resolved) is
+    the state ``no_family``, not an error; any other failure is ``setup failed: <why>``,
+    counted, with :meth:`forget`. Then :meth:`after_setup`. Any state but ``GENL_OK`` is
+    looked for again after ``retry_s``.
+
+    ``read`` polls (:meth:`poll`) only in ``GENL_OK``: otherwise an empty good read, or no
+    read at all after a failed setup (health sees the source go stale). A poll's OSError
+    for a device gone (``GENL_GONE``) sets up again; any other OSError or ValueError is
+    counted under ``label`` and the read gives no data.
+    """
+
+    #: the state while the family is not registered (the kernel has no such driver yet)
+    no_family: ClassVar[str]
+    #: error messages start with it (``"<label>: <error>"``, ``"<label> setup: <error>"``)
+    label: ClassVar[str]
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__(cfg)
+        self.state = self.no_family
+
+    def discover(self, links: dict[int, Link]) -> None:
+        """What there is to poll, from the kernel's dumps; sets ``state``. OSError and
+        ValueError make the setup fail."""
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """A failed setup: nothing is polled (the table emptied)."""
+
+    def after_setup(self) -> None:
+        """After each setup, failed or not (e.g. a capability the polls need)."""
+
+    def poll(self) -> int:
+        """One read in state ``GENL_OK`` (see :meth:`Source.read`); its I/O may raise OSError
+        or ValueError, which ``read`` handles."""
+        raise NotImplementedError
+
+    def setup(self, links: dict[int, Link]) -> None:
+        self._stale = False
+        self._retry_at = None
+        io = self._open_io()
+        try:
+            self._family = io.family()
+            self.discover(links)
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.ENOENT and self._family is None:
+                self.state = self.no_family  # the family is registered with the first driver of it
+            else:
+                self.state = f"{SETUP_FAILED}: {exc}"
+                self.note_error(f"{self.label} setup: {exc}")
+            self.forget()
+        self.after_setup()
+        if self.state != GENL_OK:
+            self._retry_later()
+
+    def read(self) -> int:
+        if self.state != GENL_OK:
+            # nothing to ask: an empty good poll, status says why; a setup that failed is no
+            # poll at all (health sees the source go stale)
+            return NO_DATA if self.state.startswith(SETUP_FAILED) else 0
+        try:
+            return self.poll()
+        except OSError as exc:
+            if exc.errno in GENL_GONE:
+                self._stale = True
+            else:
+                self.note_error(f"{self.label}: {exc}")
+            return NO_DATA
+        except ValueError as exc:
+            self.note_error(f"{self.label}: {exc}")
+            return NO_DATA

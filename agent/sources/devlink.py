@@ -34,9 +34,11 @@ from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterT
 from agent.links import Link, select
 from agent.pathgrammar import escape_name, format_elem, interface_path
 from agent.sources.base import (
+    GENL_GONE,
+    GENL_OK,
     NO_DATA,
+    GenlDiscoverySource,
     GenlSocket,
-    Source,
     SourceConfig,
     doc_row,
     interface,
@@ -44,7 +46,6 @@ from agent.sources.base import (
 )
 
 log = logs.get("devlink")
-RETRY_S = 30.0  # no devlink, no shared buffer, or a failed setup: looked for again this often
 
 # The replies' commands: each GET is answered by its NEW (DEVLINK_CMD_*_NEW = *_GET + 2).
 PORT_NEW, SB_NEW, PORT_POOL_NEW, TC_POOL_BIND_NEW = 7, 13, 21, 25
@@ -53,15 +54,13 @@ CMD, BUS, DEV, PORT, SB, POOL, TC, POOL_TYPE, OCC_CUR, OCC_MAX, NETDEV = range(1
 DIRECTIONS = ("ingress", "egress")  # DEVLINK_SB_POOL_TYPE_INGRESS, _EGRESS
 LEAVES = ("occupancy", "peak-occupancy")  # OCC_CUR, OCC_MAX
 
-OK = "ok"
+OK = GENL_OK
 NO_DEVLINK = "no devlink in this kernel"
 NO_DEVICE = "no devlink device"
 NO_SB = "no devlink device with a shared buffer"
 NO_OCCUPANCY = "shared buffer without occupancy reporting"
 NO_PORT = "no selected interface is a devlink port"
-SETUP_FAILED = "setup failed"
 NEEDS = "needs"  # "needs CAP_NET_ADMIN": a shared buffer to read, and not the capability to snapshot it
-_GONE = (errno.ENODEV, errno.ENOENT)  # a device removed under us: set up again, not an error
 
 Handle = tuple[str, str, int]  # (bus, dev, sb_index)
 
@@ -132,12 +131,14 @@ class DevlinkConfig(SourceConfig):
 
 
 @register
-class DevlinkSource(Source):
+class DevlinkSource(GenlDiscoverySource):
     name = "devlink"
     config_class = DevlinkConfig
     capabilities = (caps.CAP_NET_ADMIN,)  # the snapshot and the max-clear (GENL_ADMIN_PERM)
     doc = ("shared-buffer occupancy and peak per port, pool and traffic class, through devlink "
            "(mlxsw; [devlink.md](devlink.md))")
+    no_family = NO_DEVLINK  # it, no shared buffer or a failed setup: looked for again in retry_s
+    label = "devlink"
 
     @classmethod
     def doc_paths(cls) -> list[str]:
@@ -161,9 +162,7 @@ class DevlinkSource(Source):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.io: DevlinkIO | None = None  # built on first setup; tests put their own here
-        self.state = NO_DEVLINK
-        self._family: int | None = None
+        self.io: DevlinkIO | None
         self._handles: list[Handle] = []  # the shared buffers a poll snapshots and clears
         self._devices: list[str] = []
         self._pools: dict[PoolKey, int] = {}  # -> index of its occupancy (its peak follows)
@@ -171,17 +170,14 @@ class DevlinkSource(Source):
         self._ports: dict[tuple[str, str, int], str] = {}  # (bus, dev, port index) -> selected netdev
         self._layout: tuple | None = None  # None: no table built yet
         self._seen = (_Seen([], [], 0), _Seen([], [], 0))  # the pool and TC dumps
-        self._stale = False
-        self._retry_at: float | None = None
         self.poll_us: dict[str, float] = {}
         self.poll_max_us = 0.0
         self.missing: list[str] = []  # capabilities this process lacks (agent/caps.py)
 
-    @property
-    def needs_setup(self) -> bool:
-        return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
+    def make_io(self) -> DevlinkIO:
+        return NetlinkIO()
 
-    def _check_capabilities(self) -> None:
+    def after_setup(self) -> None:
         """Shared buffers to read, and no CAP_NET_ADMIN to snapshot them: said once, plainly
         (state, fault: health is red), and nothing is polled, rather than an EPERM counted
         per poll. A host with nothing to read needs nothing and stays healthy."""
@@ -199,31 +195,15 @@ class DevlinkSource(Source):
         if not mine:
             log.warning("devlink source lacks a capability; nothing is read", needs=need,
                         devices=self._devices, hint=caps.ENABLE_HINT)
-        self._forget()  # no table: nothing published until the values can be read
+        self.forget()  # no table: nothing published until the values can be read
 
-    def setup(self, links: dict[int, Link]) -> None:
-        self._stale = False
-        self._retry_at = None
-        if self.io is None:
-            self.io = NetlinkIO()
-        try:
-            self._family = self.io.family()
-            self._discover({link.name for link in select(links, self.section.interfaces, self.section.exclude)})
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno == errno.ENOENT and self._family is None:
-                self.state = NO_DEVLINK  # the family is registered with the first devlink driver
-            else:
-                self.state = f"{SETUP_FAILED}: {exc}"
-                self.note_error(f"devlink setup: {exc}")
-            self._forget()
-        self._check_capabilities()
-        if self.state != OK:
-            self._retry_at = time.monotonic() + RETRY_S
-
-    def _discover(self, selected: set[str]) -> None:
+    def discover(self, links: dict[int, Link]) -> None:
         """Devices, shared buffers, port names and the (port, pool) and (port, TC) entries
-        that report occupancy (from the driver's cache: the layout, not the values)."""
+        of the selected ports that report occupancy (from the driver's cache: the layout, not
+        the values)."""
         assert self.io is not None
+        section = self.section
+        selected = {link.name for link in select(links, section.interfaces, section.exclude)}
         parse = _backend.reader.devlink_parse
         devports = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_PORT_GET)) if m[CMD] == PORT_NEW]
         sbs = [m for m in parse(self.io.dump(_backend.reader.DEVLINK_SB_GET)) if m[CMD] == SB_NEW]
@@ -248,7 +228,7 @@ class DevlinkSource(Source):
         else:
             self.state = OK
         self._handles = handles if self.state == OK else []
-        self._build(pools, tcs)  # in the dump's order, which the fast path of read relies on
+        self._build(pools, tcs)  # in the dump's order, which the fast path of poll relies on
         self._seen = (_Seen([m[:POOL_TYPE + 1] for m in pool_msgs], pool_at, 0),
                       _Seen([m[:POOL_TYPE + 1] for m in tc_msgs], tc_at, 2 * len(pools)))
 
@@ -294,37 +274,25 @@ class DevlinkSource(Source):
         self.ports = sorted({port for port, _k in pools} | {port for port, _k in tcs})
         self._layout = layout
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
         self._handles = []
         self._build([], [])
         self._seen = (_Seen([], [], 0), _Seen([], [], 0))
 
-    def read(self) -> int:
-        if not self._handles:
-            # nothing to ask (no devlink, no shared buffer): an empty good poll, status says why;
-            # a setup that failed is no poll at all (health sees the source go stale)
-            return NO_DATA if self.state.startswith(SETUP_FAILED) else 0
-        assert self.io is not None
+    def poll(self) -> int:
+        """In state OK (shared buffers to snapshot: ``_handles``); I/O errors: see
+        GenlDiscoverySource.read."""
+        assert self.io is not None and self._handles
         reader = _backend.reader
         t0 = time.perf_counter_ns()
-        try:
-            if not self._acked(self.io.execute(reader.DEVLINK_SB_OCC_SNAPSHOT, self._handles), "snapshot"):
-                return NO_DATA
-            t1 = time.perf_counter_ns()
-            pools = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_PORT_POOL_GET))
-            tcs = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_TC_POOL_BIND_GET))
-            t2 = time.perf_counter_ns()
-            cleared = self._acked(self.io.execute(reader.DEVLINK_SB_OCC_MAX_CLEAR, self._handles), "max clear")
-            t3 = time.perf_counter_ns()
-        except OSError as exc:
-            if exc.errno in _GONE:
-                self._stale = True
-            else:
-                self.note_error(f"devlink: {exc}")
+        if not self._acked(self.io.execute(reader.DEVLINK_SB_OCC_SNAPSHOT, self._handles), "snapshot"):
             return NO_DATA
-        except ValueError as exc:
-            self.note_error(f"devlink: {exc}")
-            return NO_DATA
+        t1 = time.perf_counter_ns()
+        pools = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_PORT_POOL_GET))
+        tcs = reader.devlink_parse(self.io.dump(reader.DEVLINK_SB_TC_POOL_BIND_GET))
+        t2 = time.perf_counter_ns()
+        cleared = self._acked(self.io.execute(reader.DEVLINK_SB_OCC_MAX_CLEAR, self._handles), "max clear")
+        t3 = time.perf_counter_ns()
         self.poll_us = {"snapshot": (t1 - t0) / 1e3, "dump": (t2 - t1) / 1e3, "clear": (t3 - t2) / 1e3,
                         "total": (t3 - t0) / 1e3}
         self.poll_max_us = max(self.poll_max_us, self.poll_us["total"])
@@ -342,7 +310,7 @@ class DevlinkSource(Source):
                 _backend.reader.devlink_parse(raw)
             except OSError as exc:
                 ok = False
-                if exc.errno in _GONE:
+                if exc.errno in GENL_GONE:
                     self._stale = True
                 elif exc.errno == errno.EPERM:
                     self.note_error(f"devlink {what} on {handle[0]}/{handle[1]}: needs CAP_NET_ADMIN")
@@ -396,8 +364,3 @@ class DevlinkSource(Source):
             "poll_max_us": round(self.poll_max_us, 1),
             "missing_capabilities": self.missing,
         }
-
-    def close(self) -> None:
-        if self.io is not None:
-            self.io.close()
-            self.io = None

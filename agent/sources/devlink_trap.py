@@ -17,7 +17,6 @@ the operator's choice. Devices without devlink (a VM, a host) are a state, not a
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import time
 from array import array
@@ -29,16 +28,15 @@ from agent.config import Duration, setting
 from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.pathgrammar import devlink_drop_reason_path
 from agent.sources.base import (
+    GENL_OK,
     NO_DATA,
-    Source,
+    GenlDiscoverySource,
     SourceConfig,
     doc_row,
     leaf_name,
     register,
 )
 from agent.sources.devlink import NetlinkIO  # the same devlink socket (its dumps)
-
-RETRY_S = 30.0  # no devlink, no trap, or a failed setup: looked for again this often
 
 # The replies' commands (DEVLINK_CMD_TRAP_NEW, _TRAP_GROUP_NEW: each GET + 2).
 TRAP_NEW, TRAP_GROUP_NEW = 63, 67
@@ -55,12 +53,10 @@ WJH_GROUPS = {"l2_drops": "l2", "l3_drops": "l3", "l3_exceptions": "l3", "buffer
 #: ``trap`` action on a RED qevent, per port and traffic class, not through devlink
 NOT_BY_DEVLINK = {"buffer_drops": "trapped per queue with tc's trap action on a qevent (tc-red(8)), not by devlink"}
 
-OK = "ok"
+OK = GENL_OK
 NO_DEVLINK = "no devlink in this kernel"
 NO_DEVICE = "no devlink device with packet traps"
 NO_TRAP = "no selected trap"
-SETUP_FAILED = "setup failed"
-_GONE = (errno.ENODEV, errno.ENOENT)  # a device removed under us: set up again, not an error
 
 TrapKey = tuple[str, str, str]  # (device, group, trap)
 
@@ -111,12 +107,14 @@ class DevlinkTrapConfig(SourceConfig):
 
 
 @register
-class DevlinkTrapSource(Source):
+class DevlinkTrapSource(GenlDiscoverySource):
     name = "devlink_trap"
     config_class = DevlinkTrapConfig
     doc = ("packets and bytes per devlink packet trap (drop reasons of mlxsw switches), which drop traps "
            "count nothing ([devlink.md](devlink.md#packet-traps-drop-reasons))")
     uses_links = False  # traps are per device; no netdev in their paths
+    no_family = NO_DEVLINK  # no devlink, no trap, or a failed setup: looked for again in retry_s
+    label = "devlink trap"
 
     @classmethod
     def check(cls, section: DevlinkTrapConfig, where: str, problems: list[str], cfg) -> None:
@@ -141,40 +139,20 @@ class DevlinkTrapSource(Source):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.io: TrapIO | None = None  # built on first setup; tests put their own here
-        self.state = NO_DEVLINK
-        self._family: int | None = None
+        self.io: TrapIO | None
         self._devices: list[str] = []
         self._index: dict[TrapKey, int] = {}  # -> index of its packets (its bytes follow)
         self._policers: dict[tuple[str, str], int | None] = {}  # (device, group) -> its policer
         self._dropping: list[TrapKey] = []  # drop traps whose action is drop: they count nothing
         self._layout: tuple | None = None
-        self._stale = False
-        self._retry_at: float | None = None
         self.poll_us = 0.0
 
-    @property
-    def needs_setup(self) -> bool:
-        return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
+    def make_io(self) -> TrapIO:
+        return NetlinkIO()
 
-    def setup(self, links) -> None:
-        self._stale = False
-        self._retry_at = None
-        if self.io is None:
-            self.io = NetlinkIO()
-        try:
-            self._family = self.io.family()
-            self._discover()
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno == errno.ENOENT and self._family is None:
-                self.state = NO_DEVLINK  # the family is registered with the first devlink driver
-            else:
-                self.state = f"{SETUP_FAILED}: {exc}"
-                self.note_error(f"devlink trap setup: {exc}")
-            self._devices, self._policers, self._dropping = [], {}, []
-            self._build([])
-        if self.state != OK:
-            self._retry_at = time.monotonic() + RETRY_S
+    def forget(self) -> None:
+        self._devices, self._policers, self._dropping = [], {}, []
+        self._build([])
 
     def _selected(self, m: tuple) -> bool:
         if None in (m[BUS], m[DEV], m[GROUP], m[TRAP], m[TYPE]) or m[CMD] != TRAP_NEW:
@@ -183,7 +161,7 @@ class DevlinkTrapSource(Source):
             return False
         return any(fnmatch.fnmatchcase(f"{m[BUS]}/{m[DEV]}", g) for g in self.section.devices)
 
-    def _discover(self) -> None:
+    def discover(self, links: dict[int, Any]) -> None:
         assert self.io is not None
         reader = _backend.reader
         traps = reader.devlink_trap_parse(self.io.dump(reader.DEVLINK_TRAP_GET))
@@ -222,25 +200,12 @@ class DevlinkTrapSource(Source):
             if m[CMD] == TRAP_NEW and m[TYPE] == 0 and m[ACTION] == 0 and None not in (m[BUS], m[DEV], m[GROUP], m[TRAP])
             and any(fnmatch.fnmatchcase(f"{m[BUS]}/{m[DEV]}", g) for g in self.section.devices))
 
-    def read(self) -> int:
-        if self.state != OK:
-            # nothing to ask (no devlink, no trap): an empty good poll, status says why;
-            # a setup that failed is no poll at all (health sees the source go stale)
-            return NO_DATA if self.state.startswith(SETUP_FAILED) else 0
+    def poll(self) -> int:
+        """In state OK; I/O errors as GenlDiscoverySource.read."""
         assert self.io is not None
         reader = _backend.reader
         t0 = time.perf_counter_ns()
-        try:
-            traps = reader.devlink_trap_parse(self.io.dump(reader.DEVLINK_TRAP_GET))
-        except OSError as exc:
-            if exc.errno in _GONE:
-                self._stale = True
-            else:
-                self.note_error(f"devlink trap: {exc}")
-            return NO_DATA
-        except ValueError as exc:
-            self.note_error(f"devlink trap: {exc}")
-            return NO_DATA
+        traps = reader.devlink_trap_parse(self.io.dump(reader.DEVLINK_TRAP_GET))
         got = 0
         for m in traps:
             if not self._selected(m) or m[RX_PACKETS] is None or m[RX_BYTES] is None:
@@ -277,8 +242,3 @@ class DevlinkTrapSource(Source):
             "set_to_drop": dropping,
             "poll_us": round(self.poll_us, 1),
         }
-
-    def close(self) -> None:
-        if self.io is not None:
-            self.io.close()
-            self.io = None

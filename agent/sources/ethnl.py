@@ -20,7 +20,6 @@ next link change; that is not an error. The layout follows what the device repor
 from __future__ import annotations
 
 import errno
-import time
 from array import array
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,7 +41,7 @@ from agent.sources.asic import FEC_HISTOGRAM, bin_container, fec_bounds, histogr
 from agent.sources.base import (
     NO_DATA,
     GenlSocket,
-    Source,
+    GenlSource,
     SourceConfig,
     doc_row,
     interface,
@@ -50,7 +49,6 @@ from agent.sources.base import (
     register,
 )
 
-RETRY_S = 30.0  # a probe that failed (not "unsupported") or a missing family is tried again this often
 _VANISHING = (errno.ENODEV, errno.ENXIO)  # the port is being removed: not an error
 _UNSUPPORTED = (errno.EOPNOTSUPP,)
 
@@ -211,11 +209,12 @@ class EthnlConfig(SourceConfig):
 
 
 @register
-class EthnlSource(Source):
+class EthnlSource(GenlSource):
     name = "ethnl"
     config_class = EthnlConfig
     doc = ("FEC statistics with the codeword-error histogram and the standard statistics groups, over "
            "ethtool netlink ([ethnl.md](ethnl.md))")
+    # retry_s (GenlSource): a failed probe (not "unsupported") or a missing family is tried again
 
     @classmethod
     def check(cls, section: EthnlConfig, where: str, problems: list[str], cfg) -> None:
@@ -254,14 +253,14 @@ class EthnlSource(Source):
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
-        self.io: EthnlIO | None = None  # built on first setup; tests put their own here
+        self.io: EthnlIO | None
         self._order: list[_Port] = []
         self._layout: list[tuple] = []
-        self._stale = False  # a poll saw the layout change: set up again
-        self._retry_at: float | None = None  # a failed probe or family: set up again from then
-        self._family: int | None = None
         self._bounds: list[tuple[Container, int]] = []  # the FEC bins' upper-boundary leaves
         self._bounds_due = False  # sent as states once per layout
+
+    def make_io(self) -> EthnlIO:
+        return NetlinkIO()
 
     def _groups_for(self, cmd: int) -> int:
         """The request's groups mask (ETHTOOL_STATS_* bits; FEC_GET has none)."""
@@ -269,16 +268,12 @@ class EthnlSource(Source):
             return 0
         return sum(1 << GROUPS.index(g) for g in self.section.groups)
 
-    @property
-    def needs_setup(self) -> bool:
-        return self._stale or (self._retry_at is not None and time.monotonic() >= self._retry_at)
-
     def setup(self, links: dict[int, Link]) -> None:
         self._stale = False
         self._retry_at = None
         ports = [_Port(link) for link in select(links, self.section.interfaces, self.section.exclude)]
         if ports and not self._probe(ports):
-            return  # the kernel could not be asked: keep what we had, try again in RETRY_S
+            return  # the kernel could not be asked: keep what we had, try again in retry_s
         layout = [(p.link.name, p.fec_shape, p.stats_shape) for p in ports]
         if layout != self._layout:
             self._build(ports)
@@ -292,13 +287,12 @@ class EthnlSource(Source):
     def _probe(self, ports: list[_Port]) -> bool:
         """Ask every port once: its state per request, and the shape of what it reports.
         False when ethtool netlink itself cannot be reached (a fault, tried again later)."""
-        if self.io is None:
-            self.io = NetlinkIO()
+        io = self._open_io()
         try:
-            self._family = self.io.family()
+            self._family = io.family()
         except OSError as exc:
             self.fault = f"ethtool netlink not available: {exc}"
-            self._retry_at = time.monotonic() + RETRY_S
+            self._retry_later()
             return False
         self.fault = None
         for cmd, wanted in ((_backend.reader.ETHNL_FEC_GET, self.section.fec),
@@ -306,10 +300,10 @@ class EthnlSource(Source):
             if not wanted:
                 continue
             try:
-                replies = self.io.query(cmd, [p.link.ifindex for p in ports], self._groups_for(cmd))
+                replies = io.query(cmd, [p.link.ifindex for p in ports], self._groups_for(cmd))
             except OSError as exc:
                 self.note_error(f"ethtool netlink: {exc}")
-                self._retry_at = time.monotonic() + RETRY_S
+                self._retry_later()
                 return False
             for port, raw in zip(ports, replies, strict=True):
                 self._take_probe(port, cmd, raw)
@@ -327,12 +321,12 @@ class EthnlSource(Source):
             else:
                 state = f"error: {exc.strerror or exc}"
                 self.note_error(f"{port.link.name}: {'FEC' if fec else 'stats'}: {exc}")
-                self._retry_at = time.monotonic() + RETRY_S
+                self._retry_later()
             shape = None
         except ValueError as exc:
             state, shape = f"error: {exc}", None
             self.note_error(f"{port.link.name}: {'FEC' if fec else 'stats'}: {exc}")
-            self._retry_at = time.monotonic() + RETRY_S
+            self._retry_later()
         else:
             state = OK if values else UNSUPPORTED  # a reply without statistics (veth): nothing to stream
             if not values:
@@ -413,8 +407,3 @@ class EthnlSource(Source):
             "port_state": {p.link.name: {"fec": p.fec, "stats": p.stats} for p in self._order},
             "unsupported": {name: what for name, what in unsupported.items() if what},
         }
-
-    def close(self) -> None:
-        if self.io is not None:
-            self.io.close()
-            self.io = None

@@ -447,3 +447,23 @@ def test_family_on_this_kernel(impl):
             impl.devlink_parse(impl.devlink_dump(sock.fileno(), family, cmd))
 
 
+@pytest.mark.parametrize("impl", [_backend.reader, _fallback], ids=["active", "python"])
+def test_exec_gets_each_request_its_own_answer_from_this_kernel(impl):
+    """devlink_exec's requests, each answered before the next is sent (genl.h genl_batch),
+    sent to the ethtool family (always there), which refuses them: one error answer per
+    handle, in order, each raised by the parser."""
+    with _socket() as sock:
+        try:
+            family = impl.ethnl_family(sock.fileno())
+        except OSError as exc:
+            assert exc.errno == errno.ENOENT  # a kernel without ethtool netlink
+            return
+        handles = [HANDLE, ("pci", "0000:04:00.0", 1), ("netdevsim", "netdevsim1", 2)]
+        replies = impl.devlink_exec(sock.fileno(), family, SNAPSHOT, handles)
+    assert len(replies) == len(handles)
+    for raw in replies:
+        with pytest.raises(OSError) as refused:
+            impl.devlink_parse(raw)
+        assert refused.value.errno not in (0, None, errno.EIO)  # the kernel's own refusal
+
+
