@@ -34,6 +34,7 @@ from typing import Any
 from agent.config import Duration, setting
 from agent.counters import OPENCONFIG, Container, CounterTable, StateUpdate
 from agent.pathgrammar import escape_key
+from agent.registry import InfoMetric
 from agent.sources.base import NO_DATA, Source, SourceConfig, register
 
 #: lldpd's id subtypes (``id[].type``) -> OpenConfig LLDP's ``chassis-id-type`` / ``port-id-type``
@@ -107,6 +108,13 @@ class Reading:
     neighbors: tuple[Neighbor, ...] | None  # None: keep the last ones (a failed run)
     took_ms: float = 0.0
     size: int = 0
+    #: (container, leaf) -> value of the neighbours' states, made on the worker's thread (the
+    #: tick only compares): None with ``neighbors``
+    states: dict[tuple[Container, str], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.states is None and self.neighbors is not None:
+            object.__setattr__(self, "states", neighbor_states(self.neighbors))
 
 
 # ---------------------------------------------------------------- json0, defensively
@@ -442,7 +450,8 @@ class LldpConfig(SourceConfig):
     lldpcli: str = setting("lldpcli", type="command name or absolute path", doc=(
         "the lldpcli to run (`-f json0 show neighbors details`); missing, lldpd is taken as absent"))
     socket: str | None = setting(None, type="path or null", doc=(
-        "lldpd's control socket (`lldpcli -u`, for an lldpd started with `-u`); null: lldpd's default"))
+        "lldpd's control socket (`lldpcli -u`, for an lldpd started with `-u`); null: lldpd's default "
+        "(`/run/lldpd.socket`, group `_lldpd`: the agent's user needs that group)"))
     file: str | None = setting(None, type="path or null", doc=(
         "read a `lldpcli -f json0 show neighbors details` document from this file instead of running "
         "lldpcli (the simulator: `swtel fabric` writes one per device)"))
@@ -461,6 +470,15 @@ class LldpSource(Source):
     doc = "LLDP neighbours per local port, from lldpd (`lldpcli -f json0`), as OpenConfig LLDP states"
     uses_links = False
     selects_ports = False  # neighbours of whatever ports lldpd runs on: no interface to select
+    #: Cumulus' own (5.13+, `nv set system telemetry lldp export state enabled`): the same name and
+    #: attributes, so that one PromQL join works over swtel and Cumulus-native switches
+    info_metrics = (InfoMetric(
+        "nvswitch_lldp_neighbor_info", neighbor_container("{X}", "{X}").path,
+        ("interface", ""),
+        (("chassis-id", "chassis_id"), ("chassis-id-type", "chassis_id_type"), ("port-id", "port_id"),
+         ("port-id-type", "port_id_type"), ("port-description", "port_description"),
+         ("system-name", "system_name"), ("system-description", "system_description")),
+        doc="sources.lldp: one per neighbour (Cumulus 5.13+'s name and attributes)"),)
 
     @classmethod
     def check(cls, section: LldpConfig, where: str, problems: list[str], cfg: Any) -> None:
@@ -520,7 +538,7 @@ class LldpSource(Source):
         if reading.neighbors is None:  # a failed run: the last neighbours stand (they have their TTL)
             return 0
         self._neighbors = len(reading.neighbors)
-        self._diff(neighbor_states(reading.neighbors), time.time_ns())
+        self._diff(reading.states or {}, time.time_ns())
         return len(reading.neighbors)
 
     def _diff(self, now: dict[tuple[Container, str], Any], ts_ns: int) -> None:

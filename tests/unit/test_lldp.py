@@ -279,3 +279,128 @@ def test_config_bounds():
 def test_worker_argv_names_the_socket():
     section = config.parse(json.dumps({"sources": {"lldp": {"socket": "/run/x.sock"}}})).sources.lldp
     assert Worker(section).base_argv() == ["lldpcli", "-u", "/run/x.sock"]
+
+
+# ---------------------------------------------------------------- OTLP and remote write: the info series
+
+INFO = "nvswitch_lldp_neighbor_info"
+
+
+def _lldp_store(neighbors: tuple, ts_ns: int, store: Store | None = None,
+                old: dict | None = None) -> tuple[Store, dict]:
+    """The store as the engine feeds it from the source's states (deletes included)."""
+    from agent.counters import StateUpdate
+    from agent.sources.lldp import neighbor_states
+
+    store = store or Store()
+    now = neighbor_states(neighbors)
+    updates = [StateUpdate(ts_ns, c, leaf, v, "lldp") for (c, leaf), v in now.items()]
+    updates += [StateUpdate(ts_ns, c, leaf, None, "lldp") for (c, leaf) in (old or {}) if (c, leaf) not in now]
+    store.set_states(updates)
+    return store, now
+
+
+def _renamed(neighbors: tuple, name: str) -> tuple:
+    import dataclasses
+
+    return (dataclasses.replace(neighbors[0], system_name=name), *neighbors[1:])
+
+
+def test_the_info_series_has_cumulus_name_and_attributes():
+    from agent.exporters.state_gauges import gauges
+
+    leaf = parse_neighbors(_doc("switch"))
+    store, _ = _lldp_store(leaf, 5)
+    info = [g for g in gauges(store) if g[0] == INFO]
+    assert len(info) == 2 and {g[2] for g in info} == {1.0}
+    host = dict(next(g[1] for g in info if ("interface", "va1390") in g[1]))
+    assert host == {"interface": "va1390", "chassis_id": "9a:61:d7:88:76:5e", "chassis_id_type": "MAC_ADDRESS",
+                    "port_id": "9a:61:d7:88:76:5e", "port_id_type": "MAC_ADDRESS", "port_description": "vb1390",
+                    "system_name": "host-1", "system_description": host["system_description"]}
+    assert host["system_description"].startswith("Debian GNU/Linux 12")
+    # its numeric leaves (ttl, age) and the management addresses are not gauges of their own
+    assert {g[0] for g in gauges(store)} == {INFO}
+
+
+def test_remote_write_marks_the_old_info_series_stale():
+    import math
+    import struct
+
+    from tests.interop.test_remote_write import _exporter, _parse
+
+    exp = _exporter("http://127.0.0.1:9/w")
+    leaf = parse_neighbors(_doc("switch"))
+    store, published = _lldp_store(leaf, 7_000_000_000)
+    exp._store = store
+
+    def export() -> dict:
+        built = exp.build()
+        exp.exports += 1
+        return _parse(b"".join(b for b, _n in built))
+
+    first = {k: v for k, v in export().items() if dict(k).get("__name__") == INFO}
+    assert len(first) == 2 and all(v == [(1.0, 7000)] for v in first.values())
+    old = next(k for k in first if dict(k).get("system_name") == "host-1")
+    _lldp_store(_renamed(leaf, "host-9"), 8_000_000_000, store, published)
+    second = export()
+    new = next(k for k in second if dict(k).get("system_name") == "host-9")
+    assert second[new] == [(1.0, 8000)]
+    (stale_value, stale_ms), = second[old]  # the old labels: a stale marker, not left to match
+    assert math.isnan(stale_value) and struct.pack("<d", stale_value) == struct.pack("<Q", 0x7FF0000000000002)
+    assert stale_ms > 7000
+    assert old not in export()  # marked once
+
+
+@pytest.mark.parametrize("profile", ["cumulus", "otel"])
+def test_otlp_sends_the_info_series_and_flags_the_old_one(profile):
+    from tests.unit.test_otlp import _exporter
+
+    leaf = parse_neighbors(_doc("switch"))
+    store, published = _lldp_store(leaf, 7_000_000_000)
+    exp = _exporter(None, profile)
+    exp._store = store
+
+    def points() -> dict:
+        out = {}
+        for r in exp.build():
+            for m in r.resource_metrics[0].scope_metrics[0].metrics:
+                for dp in (m.gauge.data_points if m.HasField("gauge") else ()):
+                    if m.name == INFO:
+                        out[dict((a.key, a.value.string_value) for a in dp.attributes)["system_name"]] = dp
+        return out
+
+    first = points()
+    assert set(first) == {"host-1", "spine-1"} and first["host-1"].as_double == 1.0 and first["host-1"].flags == 0
+    _lldp_store(_renamed(leaf, "host-9"), 8_000_000_000, store, published)
+    second = points()
+    assert second["host-9"].as_double == 1.0
+    assert second["host-1"].flags == 1 and not second["host-1"].HasField("as_double")  # NO_RECORDED_VALUE
+    assert "host-1" not in points()  # once
+
+
+def test_gnmi_get_answers_the_openconfig_lldp_leaves():
+    """pygnmi's Get of a neighbour's state and of the management-address list, from the store the
+    source's states fill."""
+    from pygnmi.client import gNMIclient
+
+    from agent.config import HostPort
+    from agent.exporters.server import GnmiServer, ServerConfig
+
+    store, _ = _lldp_store(parse_neighbors(_doc("switch")), 5)
+    server = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True), "leaf-3")
+    server.start(store)
+    try:
+        with gNMIclient(target=("127.0.0.1", server.port), insecure=True, gnmi_timeout=10) as gc:
+            state = gc.get(path=["/lldp/interfaces/interface[name=vd1390]/neighbors/neighbor[id=2]/state"],
+                           encoding="json")
+            mgmt = gc.get(path=["/lldp/interfaces/interface[name=*]/neighbors/neighbor[id=*]/mgmt-addresses/"
+                                "mgmt-address[address=*]/state/address"], encoding="json")
+    finally:
+        server.stop(1)
+    got = {u["path"]: u["val"] for n in state["notification"] for u in n.get("update") or ()}
+    assert {k: got[k] for k in ("system-name", "chassis-id-type", "port-id", "port-id-type", "port-description",
+                                "ttl", "age", "id")} == {
+        "system-name": "spine-1", "chassis-id-type": "MAC_ADDRESS", "port-id": "vc1390",
+        "port-id-type": "INTERFACE_NAME", "port-description": "vc1390", "ttl": 4, "age": 1, "id": "2"}
+    addresses = sorted(u["val"] for n in mgmt["notification"] for u in n.get("update") or ())
+    assert addresses == sorted(["fe80::9861:d7ff:fe88:765e", "198.18.6.2", "fe80::ac60:d3ff:fe05:d993"])
