@@ -18,16 +18,18 @@ backend (``swtel fabric`` writes one per device from its topology).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import selectors
 import signal
+import stat
 import subprocess
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,12 +234,22 @@ class Run:
     cut: str = ""  # "": ended by itself
 
 
-def run_bounded(argv: list[str], timeout_s: float, max_bytes: int) -> Run:
+def run_bounded(argv: list[str], timeout_s: float, max_bytes: int,
+                started: Callable[[subprocess.Popen | None], None] = lambda _p: None) -> Run:
     """Run ``argv`` without a shell, reading at most ``max_bytes`` of stdout (and 4 KiB of
     stderr) within ``timeout_s``; past either bound the process (its own session) is killed.
+    ``started`` is told the process, then None when it is over (so that a stop can kill it).
     Raises FileNotFoundError / PermissionError when it cannot be started."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, close_fds=True)
+    started(proc)
+    try:
+        return _read_bounded(proc, timeout_s, max_bytes)
+    finally:
+        started(None)
+
+
+def _read_bounded(proc: subprocess.Popen, timeout_s: float, max_bytes: int) -> Run:
     out, err, cut = bytearray(), bytearray(), ""
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None and proc.stderr is not None
@@ -278,6 +290,25 @@ def run_bounded(argv: list[str], timeout_s: float, max_bytes: int) -> Run:
     return Run(None if cut else code, bytes(out), bytes(err), cut)
 
 
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file; a FIFO or a device is refused without
+    reading (opened non-blocking: it cannot hang the worker)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: whatever it started goes too
@@ -305,7 +336,8 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._watch_proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()  # the watch process handle, between the watcher and stop
+        self._run_proc: subprocess.Popen | None = None  # the lldpcli run under way
+        self._lock = threading.Lock()  # the process handles, between the worker's threads and stop
         self._threads: list[threading.Thread] = []
 
     def base_argv(self) -> list[str]:
@@ -321,15 +353,25 @@ class Worker:
         for t in self._threads:
             t.start()
 
-    def stop(self) -> None:
+    def interrupt(self) -> None:
+        """Stop now: what runs is killed (the threads then end by themselves)."""
         self._stopping.set()
         self._wake.set()
         with self._lock:
-            proc = self._watch_proc
-        if proc is not None:
+            procs = [p for p in (self._watch_proc, self._run_proc) if p is not None]
+        for proc in procs:
             _kill(proc)
+
+    def stop(self) -> None:
+        self.interrupt()
         for t in self._threads:
             t.join(float(self.section.timeout) + 2.0)
+
+    def _running(self, proc: subprocess.Popen | None) -> None:
+        with self._lock:
+            self._run_proc = proc
+        if proc is not None and self._stopping.is_set():
+            _kill(proc)
 
     def poke(self) -> None:
         """Read again now (a watch event)."""
@@ -353,8 +395,7 @@ class Worker:
         t0 = time.monotonic()
         if sec.file:
             try:
-                with open(sec.file, "rb") as f:
-                    data = f.read(int(sec.max_bytes) + 1)
+                data = _read_regular(sec.file, int(sec.max_bytes) + 1)
             except FileNotFoundError:
                 return Reading(generation, "absent", f"no neighbours file {sec.file}", ())
             except OSError as exc:
@@ -364,12 +405,14 @@ class Worker:
             return self._parse(generation, data, t0, sec.file)
         argv = [*self.base_argv(), "-f", "json0", "show", "neighbors", "details"]
         try:
-            run = run_bounded(argv, float(sec.timeout), int(sec.max_bytes))
+            run = run_bounded(argv, float(sec.timeout), int(sec.max_bytes), self._running)
         except FileNotFoundError:
             return Reading(generation, "absent", f"lldpd absent: no {sec.lldpcli} (no neighbours read)", ())
         except OSError as exc:
             return Reading(generation, "error", f"{sec.lldpcli} not run: {exc.strerror or exc}", None)
         took = (time.monotonic() - t0) * 1000
+        if self._stopping.is_set():
+            return Reading(generation, "error", "stopped", None, took)
         if run.cut:
             return Reading(generation, "error", f"lldpcli killed: {run.cut}", None, took, len(run.out))
         if run.code != 0:
@@ -555,6 +598,10 @@ class LldpSource(Source):
     def inherit(self, old: Source) -> None:
         if isinstance(old, LldpSource):  # what a reload's predecessor published is not sent again
             self._published = dict(old._published)
+
+    def interrupt(self) -> None:
+        if self._worker is not None:  # a hung lldpcli is killed now, not at its timeout
+            self._worker.interrupt()
 
     def close(self) -> None:
         if self._worker is not None:

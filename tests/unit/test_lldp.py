@@ -27,7 +27,7 @@ from agent.sources.lldp import (
     parse_neighbors,
 )
 from agent.store import Store
-from tests.helpers import wait_until
+from tests.helpers import failure_bound, wait_until
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lldp"
 
@@ -208,6 +208,34 @@ def test_a_hanging_lldpcli_is_killed_and_never_holds_the_tick(tmp_path):
             os.kill(pid, 0)  # killed and reaped
     finally:
         src.close()
+
+
+def test_a_stop_kills_a_hanging_lldpcli_at_once(tmp_path):
+    """The agent stopping (the engine's interrupt, then close) does not wait out lldpcli's
+    timeout (60 s here): the run under way and the watch are killed."""
+    started = tmp_path / "started"
+    fake = _script(tmp_path, f"open({str(started)!r}, 'a').write(str(os.getpid()) + ' ')\ntime.sleep(3600)")
+    src = _source(tmp_path, lldpcli=fake, timeout="60s", refresh="1h")
+    src.setup({})
+    wait_until(lambda: started.exists() and len(started.read_text().split()) >= 2, 30, "the run and the watch")
+    pids = [int(p) for p in started.read_text().split()]
+    worker = src._worker
+    with failure_bound(30, "close with a hanging lldpcli"):
+        src.interrupt()
+        src.close()
+    assert not any(t.is_alive() for t in worker._threads)
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_a_fifo_as_the_file_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes: a plain open() would block for good
+    section = config.parse(json.dumps({"sources": {"lldp": {"file": str(fifo)}}})).sources.lldp
+    with failure_bound(30, "reading a FIFO"):
+        reading = Worker(section).fetch(1)
+    assert (reading.state, reading.note, reading.neighbors) == ("error", f"{fifo}: not a regular file", None)
 
 
 def test_garbage_and_a_flood_are_errors_that_keep_the_last_neighbours(tmp_path):
