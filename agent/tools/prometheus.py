@@ -126,28 +126,68 @@ def render(latest: Iterable[tuple[str, str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+class _Renderer:
+    """The exposition, rendered by one thread at a time and served from the last render.
+
+    A fabric's exposition is tens of thousands of lines: rendering it takes a few hundred ms on
+    a quiet machine and seconds on a busy one, longer than Prometheus' scrape timeout (at most
+    its interval). Rendered per request, scrapes piled up in threads that fought over the GIL
+    with the streams being read, each slower than the last (16 s at load 20), and Prometheus
+    never stored a sample. So: a request is answered at once with the last body while a newer
+    one is rendered in the background (stale-while-revalidate; values at most one render old);
+    only the first request waits. At most one render runs, however many scrapers there are."""
+
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, Any]]]):
+        self.source = source
+        self._lock = threading.Lock()
+        self._fresh = threading.Condition(self._lock)
+        self._body: bytes | None = None
+        self._rendering = False
+
+    def body(self) -> bytes:
+        with self._lock:
+            if not self._rendering:
+                self._rendering = True
+                threading.Thread(target=self._render, name="swtel-prometheus-render", daemon=True).start()
+            while self._body is None:  # the first request: nothing rendered yet
+                self._fresh.wait()
+            return self._body
+
+    def _render(self) -> None:
+        try:
+            body = render(self.source()).encode()
+        except Exception as exc:  # noqa: BLE001 - a bad value must not end the exposition
+            body = f"# swtel: the exposition failed to render: {type(exc).__name__}\n".encode()
+        with self._lock:
+            self._body, self._rendering = body, False
+            self._fresh.notify_all()
+
+
 class MetricsServer:
-    """``GET /metrics`` serving ``render(source())``; runs in its own daemon thread."""
+    """``GET /metrics`` serving ``render(source())`` (through :class:`_Renderer`); runs in its
+    own daemon thread."""
 
     def __init__(self, host: str, port: int, source: Callable[[], Iterable[tuple[str, str, Any]]]):
-        outer = self
+        renderer = self.renderer = _Renderer(source)
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return
-                body = render(outer.source()).encode()
+                body = renderer.body()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the scraper gave up (its timeout): nothing to tell it
 
             def log_message(self, *args: Any) -> None:  # scrapes are not news
                 pass
 
-        self.source = source
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
@@ -158,4 +198,3 @@ class MetricsServer:
 
     def stop(self) -> None:
         self.httpd.shutdown()
-        self.httpd.server_close()
