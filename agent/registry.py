@@ -85,11 +85,27 @@ class Registry:
         return tuple((s.name, s.config, s.many, s.optional) for s in self)
 
 
+@dataclass(frozen=True)
+class InfoMetric:
+    """An info series a plugin declares (Prometheus' ``_info`` pattern, value 1): the text
+    states of one container shape become its attributes. The metric exporters (OTLP, remote
+    write: agent/exporters/state_gauges.py) build one series per container from the store and
+    mark the old one stale when its attributes change; docs/paths.md lists it."""
+
+    name: str  # e.g. nvswitch_lldp_neighbor_info
+    container: str  # the container path with ``{X}`` for each key value
+    keys: tuple[str, ...]  # the attribute each ``{X}`` becomes, in order ("": none)
+    leaves: tuple[tuple[str, str], ...]  # (leaf, attribute); a leaf without a state is ""
+    doc: str = ""
+
+
 SOURCES = Registry("sources", ("netdev", "ethtool", "rdma", "system", "asic"))
 EXPORTERS = Registry("exporters", ("jsonl", "dialout", "server", "tunnel", "otlp"))
 DETECTORS = Registry("insights", ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
                                   "throughput_dip", "roce_retrans"))
 ALL = (SOURCES, EXPORTERS, DETECTORS)
+#: name -> the info series plugins declared (a source's ``info_metrics``)
+INFO_METRICS: dict[str, InfoMetric] = {}
 
 
 def load_plugins(package: str, path: Any, registered: Callable[[], Iterable[type]],

@@ -359,6 +359,9 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
                 str(s.get("overruns", 0)),
             ])
         lines += _table(rows)
+        # a source's own status line (sources.lldp: "lldp absent: lldpd not running")
+        lines += [f"sources.{name}: {s['note']}" for name, s in sorted(sources.items())
+                  if isinstance(s, dict) and s.get("note")]
     escaped = status.get("escaped_names") or []
     if escaped:  # interfaces whose kernel names are not text: their paths use the escaped form
         lines.append("interface names escaped (not text): " + ", ".join(

@@ -105,6 +105,10 @@ def bins_of(table: CounterTable) -> list[tuple[int, int, float] | None]:
     return out
 
 
+#: OTLP's DataPointFlags.DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK: "the series ended here"
+_NO_RECORDED_VALUE = 1
+
+
 def _attr(key: str, value: str) -> common_pb2.KeyValue:
     return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=value))
 
@@ -373,6 +377,9 @@ class OtlpExporter(PeriodicSender, Exporter):
         self.request_points: list[int] = []  # data points of each request of the last build
         # otel: point key -> (start ns, base); a reset restarts a point's count
         self._starts: dict[tuple, tuple[int, int]] = {}
+        #: the derived gauges of the last build, (name, attrs) -> time: one gone is sent once more
+        #: without a value (flag NO_RECORDED_VALUE: Prometheus' OTLP receiver makes it stale)
+        self._gauge_times: dict[tuple, int] = {}
         self._resets: list[tuple[CounterTable, list[tuple[int, int]], int]] = []
         self._seen: dict[str, Batch] = {}  # otel: the newest batch of each source, with its resets
         self._egress = EgressHistogram(cfg.egress_histogram_min, cfg.egress_histogram_size) \
@@ -510,9 +517,14 @@ class OtlpExporter(PeriodicSender, Exporter):
                 del starts[key]
         self.points = layout.count
         self.request_points = layout.request_points
-        gauges = state_gauges.gauges(self._store)  # derived values (states): gauges, every export
+        gauges: list[Any] = state_gauges.gauges(self._store)  # derived values (states): gauges, every export
+        now = {(name, attrs): ts for name, attrs, _v, ts in gauges}
+        gauges += [(name, attrs, None, ts) for (name, attrs), ts in self._gauge_times.items()
+                   if (name, attrs) not in now]  # gone: marked once, then forgotten
+        self._gauge_times = now
         if not gauges:
             return layout.requests
+        gauges.sort(key=lambda g: (g[0], g[1]))
         extra = [gauges[k:k + MAX_POINTS] for k in range(0, len(gauges), MAX_POINTS)]
         self.request_points = [*layout.request_points, *map(len, extra)]
         self.points += len(gauges)
@@ -533,7 +545,11 @@ class OtlpExporter(PeriodicSender, Exporter):
         for name, attrs, value, ts_ns in gauges:  # sorted: one metric per name
             if metric is None or metric.name != name:
                 metric = sm.metrics.add(name=name)
-            dp = metric.gauge.data_points.add(time_unix_nano=max(ts_ns, newest_ns), as_double=value)
+            if value is None:  # a series that ended (state_gauges: an info series whose labels changed)
+                dp = metric.gauge.data_points.add(time_unix_nano=max(ts_ns, newest_ns, time.time_ns()),
+                                                  flags=_NO_RECORDED_VALUE)
+            else:
+                dp = metric.gauge.data_points.add(time_unix_nano=max(ts_ns, newest_ns), as_double=value)
             dp.attributes.extend(_attr(k, v) for k, v in attrs)
         return request
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agent import registry
 from agent.pathgrammar import (
     FEC_HISTOGRAM_LIST,
     KEY_VALUE_RE,
@@ -504,4 +505,18 @@ def doc_rows() -> list[str]:
             "`bin` = U (Spectrum's bin N counts N corrected symbols).", "",
             f"`{EGRESS_HISTOGRAM}` (attributes `interface`, `tc`) is not a path's: the OTLP exporter "
             "builds it from the TC levels above when `egress_histogram` is on (docs/otlp.md)."]
+    if registry.INFO_METRICS:
+        out += ["", "### Info series", "",
+                "Value 1, one per container of the path, its keys and text leaves as attributes (a leaf "
+                "without a value: `\"\"`), so that one PromQL join (`* on (target, interface) group_left "
+                "(system_name, port_id) ...`) brings them to any series. When the attributes change, the old "
+                "series is marked stale (remote write: Prometheus' stale NaN; OTLP: a point flagged "
+                "`NO_RECORDED_VALUE`), not left to match for the 5-minute lookback.", "",
+                "| path | name | attributes | from |", "|---|---|---|---|"]
+        for m in sorted(registry.INFO_METRICS.values(), key=lambda m: m.name):
+            path = m.container
+            for key in m.keys:
+                path = path.replace("{X}", "X" if key == "interface" else "N", 1)
+            attrs = ", ".join(f"`{a}`" for a in (*(k for k in m.keys if k), *(a for _leaf, a in m.leaves)))
+            out.append(f"| `{path}` | `{m.name}` | {attrs} | {m.doc} |")
     return out

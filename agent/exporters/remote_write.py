@@ -32,6 +32,7 @@ import http.client
 import re
 import socket
 import ssl
+import struct
 import threading
 import time
 import urllib.parse
@@ -148,6 +149,10 @@ def _field(tag: int, payload: bytes) -> bytes:
 
 _TIMESERIES = 1 << 3 | 2  # WriteRequest.timeseries: field 1, length-delimited
 _SAMPLES = 2 << 3 | 2  # TimeSeries.samples: field 2, length-delimited
+
+
+#: Prometheus' staleness marker (model/value.StaleNaN): a series that ended
+STALE_NAN = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
 
 
 def series_head(labels: list[tuple[str, str]]) -> bytes:
@@ -564,7 +569,12 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             fields.append(timeseries_field(head, [(value, ms)]))
             counts.append(1)
             sent[key] = (head, (value, ms, export))
-        self._gauges_sent = sent  # gone ones forgotten
+        for key, (head, last) in self._gauges_sent.items():
+            if key not in sent:  # gone (a port, or an info series whose labels changed): stale now,
+                # not matched for Prometheus' 5-minute lookback
+                fields.append(timeseries_field(head, [(STALE_NAN, max(now_ms, last[1] + 1))]))
+                counts.append(1)
+        self._gauges_sent = sent
 
     def _export(self) -> None:
         """Build, compress and queue one interval's requests (the oldest dropped on overflow)."""

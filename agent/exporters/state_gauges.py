@@ -6,14 +6,23 @@ gNMI Get/Subscribe and dial-out carry it from there. OTLP and remote write build
 requests from the tables, so they also take, at each export, every numeric state whose path
 has a named shape in agent/exporters/otlp_names.py: a gauge under that name. Events, agent
 health and oper-status have no shape (or are text) and stay out, as before.
+
+Text states reach them through an info series a plugin declares (agent/registry.py
+``InfoMetric``, a source's ``info_metrics``): one series of value 1 per container of the
+declared shape, its key values and text leaves as attributes (sources.lldp's
+``nvswitch_lldp_neighbor_info``). When those change, the series is another one: each exporter
+marks the one that went stale (remote write's stale NaN, OTLP's no-recorded-value flag).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
+from agent import registry
 from agent.counters import Container
 from agent.exporters import otlp_names
+from agent.pathgrammar import KEY_VALUE_RE, unescape_key
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -35,17 +44,54 @@ def _name(container: Container, leaf: str) -> otlp_names.Name | None:
     return _names[key]
 
 
+_Info = tuple[registry.InfoMetric, re.Pattern[str]]
+_info_shapes: list[_Info] = []
+_info_of: dict[Container, tuple[registry.InfoMetric, tuple[tuple[str, str], ...]] | None] = {}
+
+
+def _info(container: Container) -> tuple[registry.InfoMetric, tuple[tuple[str, str], ...]] | None:
+    """The declared info series ``container`` belongs to, and its key attributes, or None."""
+    if len(_info_shapes) != len(registry.INFO_METRICS):  # a plugin registered since
+        _info_shapes[:] = [(m, re.compile("^" + re.escape(m.container).replace(re.escape("{X}"),
+                                                                                f"({KEY_VALUE_RE})") + "$"))
+                           for m in registry.INFO_METRICS.values()]
+        _info_of.clear()
+    if container not in _info_of:
+        if len(_info_of) > 100_000:
+            _info_of.clear()
+        hit = None
+        for metric, pattern in _info_shapes:
+            m = pattern.match(container.path)
+            if m is not None:
+                hit = metric, tuple((k, unescape_key(g)) for k, g in zip(metric.keys, m.groups(), strict=True) if k)
+                break
+        _info_of[container] = hit
+    return _info_of[container]
+
+
 def gauges(store: Store | None) -> list[Gauge]:
-    """The store's numeric states that have a metric name, sorted by name and attributes."""
+    """The store's numeric states that have a metric name, and the declared info series of its
+    text states (value 1), sorted by name and attributes."""
     if store is None:
         return []
     out = []
+    infos: dict[Container, tuple[registry.InfoMetric, tuple[tuple[str, str], ...], dict[str, str], list[int]]] = {}
     for u in store.states():
         value = u.value
+        if _info_shapes or registry.INFO_METRICS:
+            info = _info(u.container)
+            if info is not None:
+                entry = infos.setdefault(u.container, (info[0], info[1], {}, [0]))
+                entry[2][u.leaf] = str(value)
+                entry[3][0] = max(entry[3][0], u.ts_ns)
+                continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             continue
         hit = _name(u.container, u.leaf)
         if hit is not None:
             out.append((hit[0], hit[1], float(value), u.ts_ns))
+    for metric, keys, leaves, ts in infos.values():
+        attrs = (*keys, *((attr, leaves.get(leaf, "")) for leaf, attr in metric.leaves))
+        out.append((metric.name, attrs, 1.0, ts[0]))
     out.sort()
     return out

@@ -63,6 +63,8 @@ def register(cls: type[Source]) -> type[Source]:
         classify.declare(sem, level=level)
     for prefix, matcher in cls.classifiers.items():
         classify.declare_prefix(prefix, matcher)
+    for metric in cls.info_metrics:
+        registry.INFO_METRICS[metric.name] = metric
     registry.SOURCES.add(registry.Section(cls.name, cls.config_class, check=cls.check,
                                           validate_check=cls.validate_check, doc=cls.doc, plugin=cls))
     return cls
@@ -106,6 +108,9 @@ class Source:
     #: container path prefix (outside the interface and qos trees) -> ``matcher(spec, port)``,
     #: which returns ``(port, semantic, sub)`` or None
     classifiers: ClassVar[Mapping[str, Callable[[Any, str], tuple[str, str, str] | None]]] = {}
+    #: info series the metric exporters build from its text states (agent/registry.py
+    #: InfoMetric; OTLP and remote write carry them, docs/paths.md lists them)
+    info_metrics: ClassVar[tuple[registry.InfoMetric, ...]] = ()
 
     @classmethod
     def check(cls, section: Any, where: str, problems: list[str], cfg: Config) -> None:

@@ -4,6 +4,11 @@
 The files stay open; each poll is one pread per file (C reader). mlx5's
 Q counters are 32-bit in firmware and wrap, so they are declared 32-bit here
 and the change kernel unwraps them. The root is injectable for tests.
+
+Each RDMA port's netdev (the port's ``gid_attrs/ndevs/*``, else the device's ``device/net/*``
+matched by ``dev_port``) is a state, ``.../port[id=P]/state/netdev``, and the info series
+``swtel_rdma_port_info{interface, port, netdev}``: it ties the host's RoCE counters to the netdev
+that lldpd runs on, and so to its LLDP neighbour (``nvswitch_lldp_neighbor_info``, sources.lldp).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from dataclasses import dataclass
 
 from agent import _backend
 from agent.config import CounterFilter, setting
-from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, StateUpdate
 from agent.pathgrammar import escape_name, rdma_port_path
+from agent.registry import InfoMetric
 from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
@@ -64,9 +70,14 @@ class RdmaSource(Source):
                         "swtel:/rdma/devices/device[name=D]/ports/port[id=P]/hw-counters/<name>"),
                 doc_row("rdma", "<root>/class/infiniband/D/ports/P/counters/<name>",
                         "swtel:/rdma/devices/device[name=D]/ports/port[id=P]/counters/<name>"),
+                "| rdma | the port's netdev (`ports/P/gid_attrs/ndevs/*`, else `device/net/*` by `dev_port`) | "
+                "`swtel:/rdma/devices/device[name=D]/ports/port[id=P]/state/netdev` | state |",
                 "", "32-bit (they wrap, and are unwrapped): " + ", ".join(f"`{n}`" for n in sorted(WIDTH_32)),
                 ""]
     uses_links = False
+    info_metrics = (InfoMetric("swtel_rdma_port_info", f"{rdma_port_path('{X}', '{X}')}/state", ("interface", "port"),
+                               (("netdev", "netdev"),),
+                               doc="sources.rdma: an RDMA port's netdev (the join to its LLDP neighbour)"),)
 
     @classmethod
     def check(cls, section: RdmaConfig, where: str, problems: list[str], cfg) -> None:
@@ -81,6 +92,9 @@ class RdmaSource(Source):
         self._listed: list[str] = []  # what the last scan found (some may not open)
         self._next_scan = 0.0
         self._reopen = False
+        #: (device, port) -> its netdev as last found, and as last published
+        self._netdevs: dict[tuple[str, str], str] = {}
+        self._netdevs_sent: dict[tuple[str, str], str] = {}
 
     @property
     def needs_setup(self) -> bool:
@@ -91,6 +105,7 @@ class RdmaSource(Source):
     def setup(self, links) -> None:
         self._next_scan = time.monotonic() + RESCAN_S
         found = self._scan()
+        self._netdevs = self._scan_netdevs()
         if [f for f, *_ in found] == self._listed and not self._reopen:
             return  # same files, still readable: keep the table and the open fds
         self._reopen = False
@@ -139,6 +154,37 @@ class RdmaSource(Source):
                             out.append((os.path.join(folder, name), container, text, f"{dev_name}/{port_name}"))
         return out
 
+    def _scan_netdevs(self) -> dict[tuple[str, str], str]:
+        """(device, port) -> netdev of every RDMA port of the selected devices that has one."""
+        sec = self.section
+        base = os.path.join(sec.root, "class", "infiniband")
+        out = {}
+        for dev in sorted(_listdir(base)):
+            dev_name = _text(dev)
+            if not any(fnmatch.fnmatchcase(dev_name, p) for p in sec.devices):
+                continue
+            nets = sorted(_listdir(os.path.join(base, dev, "device", "net")))
+            for port in _listdir(os.path.join(base, dev, "ports")):
+                ndevs = os.path.join(base, dev, "ports", port, "gid_attrs", "ndevs")
+                names = {_small_text(os.path.join(ndevs, f)) for f in _listdir(ndevs)} - {""}
+                if len(names) != 1:  # no RoCE GID yet: the device's netdev of this port (dev_port is 0-based)
+                    names = {_text(n) for n in nets if len(nets) == 1 or _small_text(
+                        os.path.join(base, dev, "device", "net", n, "dev_port")) == str(_num(port)[0] - 1)}
+                if len(names) == 1:
+                    out[(dev_name, _text(port))] = names.pop()
+        return out
+
+    def states(self, ts_ns: int) -> list[StateUpdate]:
+        if self._netdevs == self._netdevs_sent:
+            return []
+        now, old = self._netdevs, self._netdevs_sent
+        out = [StateUpdate(ts_ns, Container(SWTEL_ORIGIN, f"{rdma_port_path(*key)}/state"), "netdev", name, self.name)
+               for key, name in now.items() if old.get(key) != name]
+        out += [StateUpdate(ts_ns, Container(SWTEL_ORIGIN, f"{rdma_port_path(*key)}/state"), "netdev", None,
+                            self.name) for key in old if key not in now]
+        self._netdevs_sent = dict(now)
+        return out
+
     def read(self) -> int:
         if not self._fds:
             return 0
@@ -177,6 +223,20 @@ def _num(text: str) -> tuple[int, str]:
 def _text(name: str) -> str:
     """A directory entry's name (decoded with surrogateescape) as printable text for paths."""
     return escape_name(os.fsencode(name))
+
+
+def _small_text(path: str) -> str:
+    """The first line of a small sysfs file (a netdev's name), printable; "" when unreadable."""
+    fd = _open_counter(path)
+    if fd is None:
+        return ""
+    try:
+        raw = os.read(fd, 256)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return escape_name(raw.split(b"\n", 1)[0].strip())
 
 
 def _open_counter(path: str) -> int | None:

@@ -9,6 +9,7 @@ builds on it.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -139,6 +140,8 @@ class Fabric:
                 "ethtool": {"enabled": False},
                 "system": {"interval": "1s"},  # each agent's own CPU and RSS, for dashboards
                 "asic": {"enabled": True, "plugin": "sim", "config": self.plugin_config(sw)},
+                # its neighbours as lldpd would give them, from the topology (written by start)
+                "lldp": {"enabled": True, "file": str(lldp_file(self.workdir, sw.name)), "interval": "1s"},
             },
             "exporters": {},
             "control": {"socket": str(fabric_socket(self.workdir, sw.name)), "group": None},
@@ -162,6 +165,8 @@ class Fabric:
         self.topology.write(self.workdir / TOPOLOGY_FILE,
                             {sw.name: fabric_socket(self.workdir, sw.name).name for sw in self.switches})
         command = agent_command()
+        for sw in self.switches:
+            lldp_file(self.workdir, sw.name).write_text(json.dumps(self.topology.lldp_document(sw.name), indent=1))
         for sw in self.switches:
             sw.config_path = self.workdir / f"{sw.name}.yaml"
             sw.config_path.write_text(yaml.safe_dump(self.config(sw), sort_keys=False))
@@ -188,6 +193,11 @@ class Fabric:
         a loaded machine needs to end cleanly."""
         procs = {sw.name: sw.proc for sw in self.switches if sw.proc is not None}
         return stop_all(procs, timeout)
+
+
+def lldp_file(workdir: Path, name: str) -> Path:
+    """Device ``name``'s neighbours in lldpcli's json0 shape (sources.lldp.file)."""
+    return Path(workdir) / f"{name}.lldp.json"
 
 
 def stop_all(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, int | None]:

@@ -11,6 +11,7 @@ not exchange traffic: the links say which ports face each other, for people and 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,16 @@ SPINE_PORTS = tuple(f"swp{i}" for i in range(1, 65) if i not in (11, 12))
 LEAF_SERVER_PORTS = tuple(f"swp{i}" for i in range(1, 33))
 HOST_PORT = "mlx5_0"
 MAX_DEVICES = 512  # one agent process each: far beyond what one machine runs
+#: what the simulated devices say of themselves in LLDP (lldpd's system description)
+SWITCH_DESCRIPTION = "Cumulus Linux 5.13 running on a simulated NVIDIA Spectrum switch (swtel sim)"
+HOST_DESCRIPTION = "Debian GNU/Linux 12 (bookworm), a simulated host (swtel sim)"
+LLDP_TTL = 120  # lldpd's default: 4 x the 30 s transmit interval
+
+
+def sim_mac(*parts: str) -> str:
+    """A stable, locally administered MAC for a simulated device or port (02:xx:...)."""
+    digest = hashlib.sha256(":".join(parts).encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,31 @@ class Topology:
         for hi, host in enumerate(hosts):
             links.append(Link((host, HOST_PORT), (leaves[hi % len(leaves)], LEAF_SERVER_PORTS[hi // len(leaves)])))
         return cls(nodes, links)
+
+    def neighbors(self, name: str) -> list[tuple[str, str, str]]:
+        """(local port, peer device, peer port) of every link of device ``name``, by local port."""
+        out = [(a[1], b[0], b[1]) for a, b in ((x.a, x.b) for x in self.links) if a[0] == name]
+        out += [(b[1], a[0], a[1]) for a, b in ((x.a, x.b) for x in self.links) if b[0] == name]
+        return sorted(out, key=lambda n: (len(n[0]), n[0]))
+
+    def lldp_document(self, name: str) -> dict:
+        """What ``lldpcli -f json0 show neighbors details`` would answer on device ``name``: a
+        switch's neighbour port by its ifname (Cumulus' ``portidsubtype ifname``), a host's by
+        its MAC with the ifname as description (plain lldpd), chassis ids MACs. sources.lldp
+        reads it from a file (``sources.lldp.file``: ``swtel fabric`` writes one per device)."""
+        roles = {n.name: n.role for n in self.nodes}
+        interfaces = []
+        for rid, (port, peer, peer_port) in enumerate(self.neighbors(name), start=1):
+            host = roles.get(peer) == "host"
+            port_id = ({"type": "mac", "value": sim_mac(peer, peer_port)} if host
+                       else {"type": "ifname", "value": peer_port})
+            interfaces.append({
+                "name": port, "via": "LLDP", "rid": str(rid), "age": "0 day, 00:00:00",
+                "chassis": [{"id": [{"type": "mac", "value": sim_mac(peer)}], "name": [{"value": peer}],
+                             "descr": [{"value": HOST_DESCRIPTION if host else SWITCH_DESCRIPTION}]}],
+                "port": [{"id": [port_id], "descr": [{"value": peer_port}], "ttl": [{"value": str(LLDP_TTL)}]}],
+            })
+        return {"lldp": [{"interface": interfaces} if interfaces else {}]}
 
     def node(self, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -196,3 +196,52 @@ def test_rdma_fifo_as_a_counter_file_does_not_block_the_tick_thread(tmp_path):
     assert not engine._thread.is_alive()  # stopped: it was never stuck in the FIFO
     assert status["counters"] == 1 and status["errors"] == 0 and status["fault"] is None
     assert sink.changes("roce-adp-retrans")[1][:2] == (6, 5)
+
+
+def test_each_rdma_port_names_its_netdev_and_the_info_series_carries_it(tmp_path):
+    """An RDMA port's netdev, from its RoCE GID table (gid_attrs/ndevs) or else the device's
+    device/net (by dev_port): a state, and ``swtel_rdma_port_info`` for OTLP and remote write,
+    the join from the host's RoCE counters to the netdev's LLDP neighbour (sources.lldp)."""
+    from agent.exporters.state_gauges import gauges
+    from agent.sources.rdma import RdmaSource
+    from agent.store import Store
+
+    ib = tmp_path / "class" / "infiniband"
+    for dev, ports in (("mlx5_0", ("1",)), ("mlx5_1", ("1",)), ("mlx5_2", ("1", "2")), ("mlx5_3", ("1",))):
+        for port in ports:
+            (ib / dev / "ports" / port / "hw_counters").mkdir(parents=True)
+            (ib / dev / "ports" / port / "hw_counters" / "roce_adp_retrans").write_text("0\n")
+    ndevs = ib / "mlx5_0" / "ports" / "1" / "gid_attrs" / "ndevs"
+    ndevs.mkdir(parents=True)
+    (ndevs / "0").write_text("enp1s0f0np0\n")
+    (ndevs / "1").write_text("enp1s0f0np0\n")
+    (ndevs / "2").write_text("")  # an unused GID entry
+    (ib / "mlx5_1" / "device" / "net" / "enp2s0np0").mkdir(parents=True)  # no RoCE GID yet: the one netdev
+    for name, dev_port in (("enp3s0f0", "0"), ("enp3s0f1", "1")):  # two ports: matched by dev_port
+        (ib / "mlx5_2" / "device" / "net" / name).mkdir(parents=True)
+        (ib / "mlx5_2" / "device" / "net" / name / "dev_port").write_text(f"{dev_port}\n")
+    src = RdmaSource(_rdma_only(tmp_path))
+    src.setup({})
+    try:
+        got = {(u.container.path, u.leaf): u.value for u in src.states(1)}
+        assert got == {
+            ("/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/state", "netdev"): "enp1s0f0np0",
+            ("/rdma/devices/device[name=mlx5_1]/ports/port[id=1]/state", "netdev"): "enp2s0np0",
+            ("/rdma/devices/device[name=mlx5_2]/ports/port[id=1]/state", "netdev"): "enp3s0f0",
+            ("/rdma/devices/device[name=mlx5_2]/ports/port[id=2]/state", "netdev"): "enp3s0f1",
+        }  # mlx5_3 has none: nothing said
+        assert src.states(2) == []  # unchanged: nothing again
+        (ndevs / "0").write_text("bond0\n")
+        (ndevs / "1").write_text("bond0\n")
+        src._next_scan = 0.0  # the periodic rescan, due now
+        src.setup({})
+        (update,) = src.states(3)
+        assert (update.container.path.split("/")[3], update.value) == ("device[name=mlx5_0]", "bond0")
+        store = Store()
+        src._netdevs_sent = {}  # every netdev again, into a store as the engine feeds it
+        store.set_states(src.states(5))
+        info = sorted((name, attrs) for name, attrs, value, _ts in gauges(store) if value == 1.0)
+        assert ("swtel_rdma_port_info", (("interface", "mlx5_0"), ("port", "1"), ("netdev", "bond0"))) in info
+        assert len([i for i in info if i[0] == "swtel_rdma_port_info"]) == 4
+    finally:
+        src.close()

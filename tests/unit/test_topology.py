@@ -111,3 +111,64 @@ def test_cli_refuses_an_impossible_fabric():
     proc = subprocess.run([sys.executable, "-m", "agent", "fabric", "--spines", "3", "--leaves", "2", "--duration", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "must divide a leaf's 4 uplinks" in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------- LLDP: the simulator's neighbours
+
+
+def test_every_link_s_two_ends_agree_in_lldp():
+    """Each simulated device's lldpcli document (what sources.lldp reads from the file swtel fabric
+    writes) names, on each of its linked ports, the device and port at the other end: switches by
+    ifname, hosts by MAC with the ifname as description, as lldpd does."""
+    from agent.sources.lldp import parse_neighbors
+    from agent.tools.topology import sim_mac
+
+    topo = Topology.clos(2, 4, 4)
+    roles = {n.name: n.role for n in topo.nodes}
+    seen = {n.name: {x.interface: x for x in parse_neighbors(topo.lldp_document(n.name))} for n in topo.nodes}
+    assert sum(len(v) for v in seen.values()) == 2 * len(topo.links)
+    for link in topo.links:
+        for (me, port), (peer, peer_port) in ((link.a, link.b), (link.b, link.a)):
+            n = seen[me][port]
+            assert (n.system_name, n.chassis_id, n.chassis_id_type, n.port_description, n.ttl) == (
+                peer, sim_mac(peer), "MAC_ADDRESS", peer_port, 120)
+            if roles[peer] == "host":
+                assert (n.port_id, n.port_id_type) == (sim_mac(peer, peer_port), "MAC_ADDRESS")
+            else:
+                assert (n.port_id, n.port_id_type) == (peer_port, "INTERFACE_NAME")
+    # the MACs are the devices' own: one chassis per device, one port MAC per host port
+    assert len({sim_mac(n.name) for n in topo.nodes}) == len(topo.nodes)
+    assert topo.lldp_document("nobody") == {"lldp": [{}]}
+
+
+def test_the_fabric_s_agents_read_their_neighbours(tmp_path):
+    """swtel fabric's config per device turns sources.lldp on with the file it writes; an engine on
+    that config publishes the device's neighbours."""
+    import json
+
+    from agent import config
+    from agent.engine import Engine
+    from agent.sources.lldp import neighbor_container
+    from agent.store import Store
+    from agent.tools.fabric import Fabric, lldp_file
+    from tests.helpers import wait_until
+
+    fabric = Fabric(tmp_path, None)
+    leaf = next(sw for sw in fabric.switches if sw.role == "leaf")
+    lldp_file(tmp_path, leaf.name).write_text(json.dumps(fabric.topology.lldp_document(leaf.name)))
+    data = fabric.config(leaf)
+    data["sources"]["asic"]["enabled"] = False  # the neighbours alone
+    data["control"] = {"socket": str(tmp_path / "s.sock"), "group": None}
+    cfg = config.parse(json.dumps(data))
+    assert cfg.sources.lldp.file == str(lldp_file(tmp_path, leaf.name))
+    store = Store()
+    engine = Engine(cfg, [], store=store)
+    engine.start()
+    try:
+        uplink = neighbor_container(uplink_ports(4)[0], "2")  # rid 2: swp1 (host-1) is the first
+        wait_until(lambda: any(u.container == uplink and u.leaf == "system-name" and u.value == "spine-1"
+                               for u in store.states()), 30, "leaf-3's first uplink faces spine-1")
+        host = [u for u in store.states() if u.leaf == "system-name" and u.value == "host-1"]
+        assert [u.container.path.split("]")[0].rsplit("=", 1)[1] for u in host] == ["swp1"]
+    finally:
+        engine.stop()
