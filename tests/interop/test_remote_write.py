@@ -394,7 +394,8 @@ def test_429_and_5xx_are_retried_with_backoff_and_the_queue_kept(status):
         rx.stop()
     assert result["retries"] == 3 and result["refused"] == 0 and result["dropped"] == 0, result
     assert result["state"] == "connected" and result["down_since_ns"] is None
-    assert result["last_error"] == f"HTTP {status}: slow down"
+    # connected now: the outage's error is history (previous_error), not beside "connected"
+    assert result["last_error"] is None and result["previous_error"] == f"HTTP {status}: slow down"
     # the first request three times, then every one in order: each octets value once, increasing
     octets = [s[_series("nvswitch_interface_ether_stats_octets")][-1][0]
               for _p, _h, s in rx.requests[3:] if _series("nvswitch_interface_ether_stats_octets") in s]
