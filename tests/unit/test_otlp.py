@@ -761,8 +761,8 @@ def test_prometheus_exposition_has_the_cumulus_names():
     assert 'nvswitch_interface_ether_stats_octets{interface="swp2",target="leaf01"} 105' in lines
     assert 'nvswitch_interface_if_out_ucast_pkts{interface="swp2",target="leaf01"} 108' in lines
     assert 'nvswitch_interface_hw_in_l3_drops{interface="swp1",target="leaf01"} 5' in lines
-    # the path-named exposition is still there
-    assert 'interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"} 100' in lines
+    # one naming scheme by default: the path-derived names only with --prometheus-names paths
+    assert not [line for line in lines if line.startswith("interfaces_interface_")], body
     import shutil
 
     if shutil.which("promtool"):
