@@ -186,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
                     "event timeline and where the raw data went (a temporary directory, or --dir). "
                     "Exit 0 when every agent ran and stopped cleanly.")
     demo.add_argument("--duration", type=_positive_duration, default=None,
-                      help="how long to run (30s, 2m or seconds; default 30s, at most 24h)")
+                      help="how long to run, from the fabric's start, the time base of every line "
+                           "(30s, 2m or seconds; default 30s, at most 24h)")
     demo.add_argument("--scenario", default="field",
                       help="field (default: both cases), symbol-errors, imbalance, pfc-storm, "
                            "microburst, link-flap, counter-clear, fec-degrade, incast (a queue a 1 s "
