@@ -120,6 +120,10 @@ def _parser() -> argparse.ArgumentParser:
     col.add_argument("--tls-client-ca", help="require client certificates signed by this CA")
     col.add_argument("--output", "-o", default="-", help="JSON-lines file ('-' is stdout)")
     col.add_argument("--prometheus", metavar="HOST:PORT", help="serve latest values for Prometheus")
+    # agent/tools/prometheus.py NAMINGS (not imported here: the CLI parses without the exporters)
+    col.add_argument("--prometheus-names", choices=("cumulus", "paths", "both"), default="cumulus",
+                     help="cumulus (default): the names remote write and OTLP send (nvswitch_interface_*); "
+                          "paths: names derived from the gNMI paths; both: each value under both")
     col.add_argument("--duration", type=_duration, default=None,
                      help="stop after this long (2s, 100ms, 1m or seconds)")
 
@@ -182,7 +186,8 @@ def _parser() -> argparse.ArgumentParser:
                     "event timeline and where the raw data went (a temporary directory, or --dir). "
                     "Exit 0 when every agent ran and stopped cleanly.")
     demo.add_argument("--duration", type=_positive_duration, default=None,
-                      help="how long to run (30s, 2m or seconds; default 30s, at most 24h)")
+                      help="how long to run, from the fabric's start, the time base of every line "
+                           "(30s, 2m or seconds; default 30s, at most 24h)")
     demo.add_argument("--scenario", default="field",
                       help="field (default: both cases), symbol-errors, imbalance, pfc-storm, "
                            "microburst, link-flap, counter-clear, fec-degrade, incast (a queue a 1 s "

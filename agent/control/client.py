@@ -389,6 +389,9 @@ def render(status: dict[str, Any], problems: list[str]) -> str:
                 _tail(str(e.get("last_error") or "-")),
             ])
         lines += _table(rows)
+        # the error of the outage that a reconnect ended: why it reconnected, not a current problem
+        lines += [f"  {name} previous error (before it reconnected): {_tail(str(e['previous_error']))}"
+                  for name, e in sorted(exporters.items()) if e.get("previous_error")]
 
     tick = status.get("tick") or {}
     if tick:

@@ -311,6 +311,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
             "snapshots": self.snapshots,
             "reconnects": self.reconnects,
             "last_error": self.last_error,
+            "previous_error": self.previous_error,  # the outage before the current connection
             "down_since_ns": self.down_since_ns,
         }
 

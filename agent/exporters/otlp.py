@@ -452,6 +452,7 @@ class OtlpExporter(PeriodicSender, Exporter):
             "rejected_points": self.rejected_points,
             "retries": self.retries,
             "last_error": self.last_error,
+            "previous_error": self.previous_error,  # the outage before the current connection
             "down_since_ns": self.down_since_ns,
             "last_sent_ns": self.last_sent_ns,
         }
@@ -658,21 +659,23 @@ class OtlpExporter(PeriodicSender, Exporter):
         self.sent += 1
         self.last_sent_ns = time.time_ns()
         rejected = reply.partial_success.rejected_data_points if reply.HasField("partial_success") else 0
-        if rejected:
-            self.rejected_points += rejected
-            self.last_error = logs.remote_text(f"receiver rejected {rejected} of "
-                                               f"{npoints} points: {reply.partial_success.error_message}")
-            if rejected >= npoints:
-                # Reached, but nothing it was sent is kept: as good as down for health. (Its
-                # log line is not an outage's: reaching the receiver does not forget it.)
-                self._down(self.last_error, "rejecting")
-                self.log_limiter.log(log, "warning", "rejecting", "OTLP receiver rejects every point",
-                                     endpoint=str(self.cfg.endpoint), error=self.last_error)
-                return True
+        rejection = logs.remote_text(f"receiver rejected {rejected} of "
+                                     f"{npoints} points: {reply.partial_success.error_message}") if rejected else None
+        self.rejected_points += rejected
+        if rejected and rejected >= npoints:
+            # Reached, but nothing it was sent is kept: as good as down for health. (Its
+            # log line is not an outage's: reaching the receiver does not forget it.)
+            self._down(rejection, "rejecting")
+            self.log_limiter.log(log, "warning", "rejecting", "OTLP receiver rejects every point",
+                                 endpoint=str(self.cfg.endpoint), error=rejection)
+            return True
         if self.state != "connected":
-            down_for = self._connected()  # forgets the "down" line: the next failure is news
+            # forgets the "down" line (the next failure is news); the outage's error is previous_error
+            down_for = self._connected()
             log.info("OTLP receiver reached", endpoint=str(self.cfg.endpoint), profile=self.profile,
                      tls=not self.cfg.insecure, down_for_s=round(down_for, 3))
+        if rejection is not None:  # some points refused on a working connection: its current error
+            self.last_error = rejection
         return True
 
     def _failed(self, error: str) -> None:

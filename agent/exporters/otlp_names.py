@@ -468,8 +468,14 @@ def for_path(path: str) -> Name:
 def doc_rows() -> list[str]:
     """docs/paths.md's section on these names (agent/pathdoc.py renders it)."""
     out = ["## OTLP and Prometheus names", "",
-           "What `exporters.otlp` sends (both profiles; docs/otlp.md) and `swtel collect --prometheus` "
-           "exposes beside its path-named series. A counter is named by the shape of its path, "
+           "The one naming scheme of the metric outputs: what `exporters.otlp` sends (both profiles; "
+           "docs/otlp.md), `exporters.remote_write` writes (docs/remote_write.md) and `swtel collect "
+           "--prometheus` serves (by default; `--prometheus-names paths` serves path-derived names "
+           "instead, docs/gnmi.md). They send every counter (under the generic name below when no "
+           "shape matches) and, of the other values, the numbers whose path has a shape here (the "
+           "detectors' gauges, the open events by severity); text, booleans and the agent's own "
+           "health and event states (`swtel:/agent/...`, `swtel:/insights/events/...`, and a leaf "
+           "that repeats its list's key) are not metrics. A counter is named by the shape of its path, "
            "whatever its origin or source; `X` becomes the attribute (label) `interface`, `N` the "
            "one the table names. Names from Cumulus Linux's own OTLP export where it has the counter, "
            "others in its style. Where two sources give one name for one port (the kernel's "

@@ -489,6 +489,7 @@ class RemoteWriteExporter(PeriodicSender, Exporter):
             "retry_after_s": self.last_retry_after_s,
             "reconnects": self.reconnects,
             "last_error": self.last_error,
+            "previous_error": self.previous_error,  # the outage before the current connection
             "down_since_ns": self.down_since_ns,
             "last_sent_ns": self.last_sent_ns,
         }

@@ -2,8 +2,8 @@
 
 Dial-out, the tunnel client and OTLP each keep one destination reachable from a thread of
 their own. :class:`ReconnectingSender` holds what they share: the health fields that
-``swtel status`` and the health check read (``state``, ``last_error``, ``down_since_ns``, the
-count of proven connections), exponential backoff with jitter (:class:`Backoff`), and the
+``swtel status`` and the health check read (``state``, ``last_error``, ``previous_error``,
+``down_since_ns``, the count of proven connections), exponential backoff with jitter (:class:`Backoff`), and the
 outage's log lines, rate-limited per key and forgotten once a connection is proven, so that
 the next failure is news again. Dial-out and the tunnel hold a connection open and take its
 loop too (:meth:`ReconnectingSender._run`: attempt, then back off and retry); OTLP and remote
@@ -90,6 +90,9 @@ class ReconnectingSender:
         self.state = state
         self.connects = 0  # proven connections
         self.last_error: str | None = None
+        #: the last error of the outage that the latest proven connection ended: kept to explain
+        #: a reconnect, never shown as the current error beside ``connected``
+        self.previous_error: str | None = None
         self.down_since_ns: int | None = time.time_ns()  # down until proven up
         self.log_limiter = logs.RateLimiter(LOG_RATE_LIMIT_S)  # the runner sets period_s
         self._log_keys: set[Any] = set()  # outage keys logged since the last connection
@@ -105,8 +108,11 @@ class ReconnectingSender:
     # ------------------------------------------------------------ health
     def _connected(self) -> float:
         """The destination proved it accepts what is sent: the outage is over, its log lines
-        are forgotten (the next failure is news). Returns how long it was down, in seconds."""
+        are forgotten (the next failure is news), its last error becomes ``previous_error``.
+        Returns how long it was down, in seconds."""
         self.connects += 1
+        if self.last_error is not None:
+            self.previous_error, self.last_error = self.last_error, None
         down_for = (time.time_ns() - self.down_since_ns) / 1e9 if self.down_since_ns else 0.0
         self.state = self.up_state
         self.down_since_ns = None

@@ -1,4 +1,5 @@
-"""Derived gauges for the exporters that send the store's counter tables (OTLP, remote write).
+"""Derived gauges for the exporters that send the store's counter tables (OTLP, remote write),
+and the one rule of which values those exporters send, for readers that see only gNMI paths.
 
 Counters reach the store as tables; a value the agent derives (insights.link_degrading's
 predicted FLR, observed CER, the fit's R² and maxT) reaches it as a state, as events do, and
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from agent import registry
 from agent.counters import Container
 from agent.exporters import otlp_names
-from agent.pathgrammar import KEY_VALUE_RE, unescape_key
+from agent.pathgrammar import KEY_VALUE_RE, split, split_origin, unescape_key
 
 if TYPE_CHECKING:
     from agent.store import Store
@@ -31,6 +32,38 @@ MACHINERY = True  # shared by the metric exporters, not a plugin (agent/registry
 
 #: (metric name, attributes, value, ts_ns)
 Gauge = tuple[str, tuple[tuple[str, str], ...], float, int]
+
+#: Where the agent's own states without a named shape live: its health and the server's
+#: accounting (``swtel:/agent/...``), insight events (``swtel:/insights/...``). The metric
+#: exporters never send them (a state is sent only under a named shape, :func:`gauges`); every
+#: counter table, named or not, is sent. A reader that sees only gNMI paths cannot tell a
+#: counter from a state, so it leaves out unnamed values below these roots, and unnamed leaves
+#: that repeat their list's key (:func:`metric_of_path`); tests/unit/test_collector.py holds
+#: docs/paths.md's states to it.
+UNNAMED_STATE_ROOTS = ("/agent/", "/insights/")
+
+
+def metric_of_path(path: str, value: object) -> otlp_names.Name | None:
+    """The (name, attributes, rank) remote write and OTLP send ``value`` under, judged from its
+    gNMI path (``origin:`` allowed) alone, or None when they do not send it: text, booleans and
+    the agent's unnamed states (:data:`UNNAMED_STATE_ROOTS`). ``swtel collect --prometheus``
+    serves this, so that its names are remote write's for the same run."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    hit = otlp_names.for_path(path)
+    if hit[2] == 0 and _unnamed_state(path):
+        return None
+    return hit
+
+
+def _unnamed_state(path: str) -> bool:
+    """Below :data:`UNNAMED_STATE_ROOTS`, or a leaf that repeats its list entry's key (the
+    OpenConfig key leaf: ``rs-num-corr-err[upper-boundary=12]/upper-boundary``): a state."""
+    _origin, text = split_origin(path)
+    if text.startswith(UNNAMED_STATE_ROOTS):
+        return True
+    elems = split(text)
+    return len(elems) >= 2 and not elems[-1][1] and elems[-1][0] in elems[-2][1]
 
 _names: dict[tuple[Container, str], otlp_names.Name | None] = {}
 

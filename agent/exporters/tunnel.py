@@ -370,6 +370,7 @@ class TunnelExporter(ReconnectingSender, Exporter):
             "registered_since_ns": self.registered_since_ns,
             "down_since_ns": self.down_since_ns,
             "last_error": self.last_error,
+            "previous_error": self.previous_error,  # the outage before the current connection
         }
 
     # ------------------------------------------------------------ connection loop

@@ -120,6 +120,7 @@ class Collector:
         tls_client_ca: str | None = None,
         output: IO[str] | None = None,
         prometheus: str | None = None,
+        prometheus_names: str = "cumulus",
         keep_messages: bool = True,
         on_lines: Callable[[list[dict[str, Any]], int], None] | None = None,
         server_options: list[tuple[str, Any]] | None = None,
@@ -152,7 +153,8 @@ class Collector:
         self._metrics: MetricsServer | None = None
         if prometheus:
             host, _, mport = prometheus.rpartition(":")
-            self._metrics = MetricsServer(host.strip("[]") or "0.0.0.0", int(mport), self.latest_triples)
+            self._metrics = MetricsServer(host.strip("[]") or "0.0.0.0", int(mport), self.latest_triples,
+                                          prometheus_names)
 
     # -- lifecycle
     def start(self) -> Collector:
@@ -317,6 +319,7 @@ def collect_main(args) -> int:
         collector = Collector(
             args.listen, insecure=args.insecure, tls_cert=args.tls_cert, tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca, output=out, prometheus=args.prometheus,
+            prometheus_names=args.prometheus_names,
             keep_messages=False,
         ).start()
     except (OSError, tls.TlsError, RuntimeError, ValueError) as exc:

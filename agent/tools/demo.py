@@ -11,6 +11,7 @@ where the raw data went.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import signal
@@ -40,14 +41,32 @@ DEFAULT_DURATION_S = 30.0
 NS_PER_S = 1_000_000_000
 
 
-def events_from(latest: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """(target, id) -> {leaf: value}: the events the collector holds, rebuilt from gNMI paths."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
-    for (target, path), entry in list(latest.items()):
-        m = EVENT_PATH.match(path)
-        if m:
-            out.setdefault((target, int(m.group(1))), {})[m.group(2)] = entry["value"]
-    return out
+class EventFeed:
+    """Every event leaf the collector receives, kept as it arrives (``Collector(on_lines=)``):
+    an event raised and cleared between two refreshes, or deleted by its agent after it
+    cleared, is still here, where the collector's latest values would have lost it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def on_lines(self, lines: list[dict[str, Any]], _rx_ns: int) -> None:
+        """The collector's callback (its receiving threads): updates only, deletes ignored."""
+        with self._lock:
+            for line in lines:
+                m = EVENT_PATH.match(line.get("path", ""))
+                if m and not line.get("delete"):
+                    self._events.setdefault((line.get("target", ""), int(m.group(1))), {})[m.group(2)] = line.get("value")
+
+    def events(self) -> dict[tuple[str, int], dict[str, Any]]:
+        """(target, id) -> {leaf: value} of every event seen so far."""
+        with self._lock:
+            return {key: dict(ev) for key, ev in self._events.items()}
+
+
+#: a wall-clock time in an event's message (congestion's "peak ... at 10:57:05.302Z")
+_WALL_TIME = re.compile(r"\b(\d{2}):(\d{2}):(\d{2})\.(\d{3})Z\b")
+_DAY_NS = 86400 * NS_PER_S
 
 
 class Timeline:
@@ -63,6 +82,19 @@ class Timeline:
         except (TypeError, ValueError):
             return "      -"
 
+    def rebase(self, text: str) -> str:
+        """``text`` with every wall-clock time (``HH:MM:SS.mmmZ``, UTC) as seconds from the
+        fabric's start (``+5.3s``), the time base of every other line of the demo."""
+        def relative(m: re.Match[str]) -> str:
+            h, mi, sec, ms = (int(g) for g in m.groups())
+            of_day = ((h * 60 + mi) * 60 + sec) * NS_PER_S + ms * 1_000_000
+            day = self.origin_ns - self.origin_ns % _DAY_NS
+            # the day closest to the origin (a run across midnight UTC)
+            ns = min((day + d * _DAY_NS + of_day for d in (-1, 0, 1)), key=lambda t: abs(t - self.origin_ns))
+            return f"{(ns - self.origin_ns) / 1e9:+.1f}s"
+
+        return _WALL_TIME.sub(relative, text)
+
     def update(self, events: dict[tuple[str, int], dict[str, Any]]) -> list[str]:
         """Take the collector's view; return one line per raise and per clear since last time."""
         lines = []
@@ -72,7 +104,7 @@ class Timeline:
                 continue
             if old is None:
                 lines.append(f"{self.rel(ev.get('start-ns'))}  {key[0]:<8} RAISED  {ev.get('severity', '?'):<8} "
-                             f"{ev.get('type')}: {ev.get('message', '')}")
+                             f"{ev.get('type')}: {self.rebase(str(ev.get('message', '')))}")
             if ev.get("status") == "cleared" and (old is None or old.get("status") != "cleared"):
                 lines.append(f"{self.rel(ev.get('end-ns'))}  {key[0]:<8} cleared {ev.get('type')} on "
                              f"{ev.get('interfaces', '')}")
@@ -81,21 +113,37 @@ class Timeline:
         return [printable(line) for line in lines]
 
     def table_lines(self, width: int = 78) -> list[str]:
-        """The timeline as a table that fits ``width`` columns (an 80-column terminal)."""
-        head = f"{'raised':>7} {'ended':>7} {'target':<8} {'interface':<9} {'event':<14} {'severity':<8} peak"
-        lines = [head, "-" * min(width, len(head) + 12)]
+        """The timeline as a table that fits ``width`` columns (an 80-column terminal): the
+        peak's number whole, its unit in short words (:func:`short_unit`)."""
+        head = f"{'raised':>7} {'ended':>7} {'target':<8} {'interface':<9} {'event':<14} {'sev':<4} peak"
+        lines = [head, "-" * min(width, len(head) + 16)]
         for (target, _id), ev in sorted(self.rows.items(), key=lambda kv: (str(kv[1].get("start-ns")), kv[0])):
             ended = self.rel(ev.get("end-ns")).strip() if ev.get("status") == "cleared" else "open"
             peak = ev.get("peak")
             peak_text = f"{peak:.3g}" if isinstance(peak, int | float) else str(peak)
             ifaces = printable(ev.get("interfaces", ""))
-            row = (f"{self.rel(ev.get('start-ns')).strip():>7} {ended:>7} {printable(target):<8} {ifaces[:9]:<9} "
-                   f"{printable(ev.get('type', '?'))[:14]:<14} {printable(ev.get('severity', '?')):<8} "
-                   f"{printable(peak_text)} {printable(ev.get('peak-unit', ''))}")
-            lines.append(row.rstrip()[:width])
+            severity = SEVERITY_SHORT.get(str(ev.get("severity")), printable(str(ev.get("severity", "?")))[:4])
+            row = (f"{self.rel(ev.get('start-ns')).strip():>7} {ended:>7} {printable(target)[:8]:<8} {ifaces[:9]:<9} "
+                   f"{printable(ev.get('type', '?'))[:14]:<14} {severity:<4} {printable(peak_text)[:12]}")
+            unit = short_unit(printable(str(ev.get("peak-unit", ""))))
+            room = width - len(row) - 1
+            if unit and room > 0:
+                row += " " + (unit if len(unit) <= room else unit[:room - 1] + "~")
+            lines.append(row.rstrip())
         if len(lines) == 2:
             lines.append("(no events)")
         return lines
+
+
+SEVERITY_SHORT = {"critical": "crit", "warning": "warn"}
+#: the long words of the detectors' units (agent/insights/*.py ``ctx.hit``) in the timeline
+_UNIT_WORDS = {"retransmissions": "retx", "transitions": "flaps", "share-of-level-lost": "share lost",
+               "paused-share": "paused", "packets": "pkts", "errors": "errs"}
+
+
+def short_unit(unit: str) -> str:
+    """A detector's unit in the timeline's peak column: ``retransmissions/10s`` -> ``retx/10s``."""
+    return "/".join(_UNIT_WORDS.get(part, part) for part in unit.split("/"))
 
 
 def failing_at(spec: str) -> tuple[str, int, float] | None:
@@ -108,9 +156,61 @@ def failing_at(spec: str) -> tuple[str, int, float] | None:
     return m.group(3), int(m.group(4) or 0), (b - (b - a) // 10) / 100
 
 
-def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
+#: after a fault's window (or its first moment) the detectors and the dial-out need this long
+#: for its events to reach the collector
+WINDOW_MARGIN_S, MOMENT_MARGIN_S = 2.0, 5.0
+#: an incast scenario's verdict compares a 1 s poller with the peaks over this many seconds
+#: of bursts (one every 2 s)
+INCAST_STORY_S = 10.0
+_SPEC = re.compile(r"^([a-z-]+)@([^-:]+)(?:-([^:]+))?(?::.*)?$")
+
+
+def story_s(spec: str) -> float:
+    """Seconds from the fabric's start a scenario (``NAME@START[-END][:WHERE]``) needs for
+    its story to be told: its window and the time its events take to arrive; for
+    fec-degrade, its first uncorrectable codeword; for incast, enough bursts to compare."""
+    hit = failing_at(spec)
+    if hit is not None:
+        return hit[2] + WINDOW_MARGIN_S
+    m = _SPEC.match(spec)
+    if m is None:
+        return 0.0
+    try:
+        start = Duration.parse(m.group(2))
+        end = Duration.parse(m.group(3)) if m.group(3) else None
+    except ValueError:
+        return 0.0
+    if m.group(1) == "incast":
+        return start + INCAST_STORY_S
+    return end + WINDOW_MARGIN_S if end is not None else start + MOMENT_MARGIN_S
+
+
+def run_at_least(story: float) -> str:
+    n = math.ceil(story)
+    return f"run at least {n} s (--duration {n}s)"
+
+
+def short_run_lines(fabric: Fabric, duration_s: float) -> list[str]:
+    """Before the run: each scenario whose story needs longer than ``duration_s``."""
+    return [f"  {sw.name} {spec}: needs about {math.ceil(story_s(spec))} s, longer than this run; "
+            f"{run_at_least(story_s(spec))}"
+            for sw in fabric.switches for spec in sw.scenarios if story_s(spec) > duration_s]
+
+
+def unfinished_lines(fabric: Fabric, ended_s: float) -> list[str]:
+    """After the run: each scenario without a verdict of its own (lead_lines and incast_lines
+    give theirs) whose story the run ended before: what its timeline lacks, and why."""
+    return [f"\n{sw.name} {spec}: the run ended at {ended_s:+.1f}s, before this scenario's story was over "
+            f"({story_s(spec):+.1f}s): {run_at_least(story_s(spec))}"
+            for sw in fabric.switches for spec in sw.scenarios
+            if failing_at(spec) is None and incast_queue(spec) is None and story_s(spec) > ended_s]
+
+
+def lead_lines(fabric: Fabric, timeline: Timeline, ended_s: float = math.inf) -> list[str]:
     """For each fec-degrade scenario: when link-degrading was raised, and how long before the
-    port's first uncorrectable codeword (the prediction's lead)."""
+    port's first uncorrectable codeword (the prediction's lead). A run that ended (``ended_s``,
+    seconds from the fabric's start) before that codeword and without the event gives no
+    verdict: it says how long to run."""
     out = []
     for sw in fabric.switches:
         for spec in sw.scenarios:
@@ -127,6 +227,10 @@ def lead_lines(fabric: Fabric, timeline: Timeline) -> list[str]:
             if starts and starts[0] < fail_s:
                 out.append(f"\n{sw.name} {port} lane {lane}: link-degrading raised at {starts[0]:+.1f}s, the first "
                            f"uncorrectable codeword at {fail_s:+.1f}s: lead {fail_s - starts[0]:.1f}s")
+            elif ended_s < story_s(spec):
+                out.append(f"\n{sw.name} {port} lane {lane}: the run ended at {ended_s:+.1f}s, before the first "
+                           f"uncorrectable codeword ({fail_s:+.1f}s) and without link-degrading: "
+                           f"{run_at_least(story_s(spec))}")
             else:
                 out.append(f"\n{sw.name} {port} lane {lane}: link-degrading not raised before the first "
                            f"uncorrectable codeword ({fail_s:+.1f}s)")
@@ -159,10 +263,12 @@ def _queue_series(jsonl: Path, target: str, port: str, tc: str) -> dict[str, lis
     return out
 
 
-def incast_lines(fabric: Fabric, timeline: Timeline, jsonl: Path, high: int) -> list[str]:
+def incast_lines(fabric: Fabric, timeline: Timeline, jsonl: Path, high: int,
+                 ended_s: float = math.inf) -> list[str]:
     """For each incast scenario: the queue as a 1 s poller of its instantaneous level saw it
     (the level the agent read, held at each whole second), beside the agent's peaks (the
-    highest level since the previous 100 ms read) and its congestion events, from one run."""
+    highest level since the previous 100 ms read) and its congestion events, from one run;
+    a run that ended (``ended_s``) before enough bursts says how long to run instead."""
     out = []
     for sw in fabric.switches:
         for spec in sw.scenarios:
@@ -170,6 +276,10 @@ def incast_lines(fabric: Fabric, timeline: Timeline, jsonl: Path, high: int) -> 
             if queue is None:
                 continue
             port, tc = queue
+            if ended_s < story_s(spec):
+                out.append(f"\n{sw.name} {port} queue {tc} ({spec}): the run ended at {ended_s:+.1f}s, too soon "
+                           f"to compare a 1 s poller with the peaks: {run_at_least(story_s(spec))}")
+                continue
             series = _queue_series(jsonl, sw.name, port, tc)
             levels, peaks = series["current-occupancy"], series["peak-occupancy"]
             if not levels or not peaks:
@@ -218,7 +328,7 @@ def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list
     from rich.table import Table
     from rich.text import Text
 
-    parts: list[Any] = [Text(f"swtel demo — scenario {fabric.scenario}  t={elapsed:+5.1f}s ({duration:.0f}s run)  "
+    parts: list[Any] = [Text(f"swtel demo — scenario {fabric.scenario}  t={elapsed:+5.1f}s (until {duration:+.0f}s)  "
                              "(Ctrl-C or q to stop)", style="bold")]
     table = Table(box=None, pad_edge=False, header_style="bold")
     for name in ("device", "port", "util", "rx Gb/s", "tx Gb/s", "err/s", "sym/s", "drop/s", "pfc%"):
@@ -244,7 +354,8 @@ def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list
         if ev.get("status") == "cleared":
             color = "green"
         parts.append(Text(printable(f" {timeline.rel(ev.get('start-ns'))} {target:<8} {ev.get('status', '?'):<7} "
-                                    f"{ev.get('message', '')}"), style=color, no_wrap=True, overflow="ellipsis"))
+                                    f"{timeline.rebase(str(ev.get('message', '')))}"), style=color, no_wrap=True,
+                          overflow="ellipsis"))
     if not rows:
         parts.append(Text(" (none yet)", style="dim"))
     return Group(*parts)
@@ -281,29 +392,37 @@ def demo_main(args: Any) -> int:
     hangup_signals(stop, hung_up)  # SIGINT, SIGTERM, and SIGHUP: a closed terminal or ssh session
 
     with open(out_path, "w", encoding="utf-8") as out:
-        collector = Collector("127.0.0.1:0", insecure=True, output=out, keep_messages=False).start()
+        feed = EventFeed()
+        collector = Collector("127.0.0.1:0", insecure=True, output=out, keep_messages=False,
+                              on_lines=feed.on_lines).start()
         fabric = Fabric(workdir, f"127.0.0.1:{collector.port}", args.scenario, seed=args.seed)
         timeline = Timeline(fabric.start_ns)
         plan = "; ".join(f"{sw.name} ({sw.role}): {', '.join(sw.scenarios) or 'clean'}" for sw in fabric.switches)
+        ended_s = 0.0
+        late: list[str] = []
         try:  # whatever happens from here (Ctrl-C, a closed stdout or terminal), the agents are stopped
             fabric.start()
             print(f"swtel demo: {len(fabric.switches)} simulated devices, each its own swtel agent, streaming "
                   f"gNMI dial-out to a collector on 127.0.0.1:{collector.port}\n  {plan}\n"
-                  f"  times are seconds from the fabric's start; running {duration:.0f}s", flush=True)
+                  f"  times are seconds from the fabric's start; running until {duration:+.0f}s", flush=True)
+            short = short_run_lines(fabric, duration)
+            if short:
+                print("\n".join(short), flush=True)
             if tui:
-                _run_tui(fabric, collector, timeline, duration, stop)
+                _run_tui(fabric, feed, timeline, duration, stop)
             else:
-                _run_plain(fabric, collector, timeline, duration, stop)
+                _run_plain(fabric, feed, timeline, duration, stop)
         except Exception:
             # A terminal that hung up fails every write (EIO) and termios call: expected then.
             if not hung_up.is_set():
                 raise
         finally:
+            ended_s = max(0.0, (time.time_ns() - fabric.start_ns) / NS_PER_S)  # what the fault plan got to
             # every agent at once, killed after Fabric.stop's bound; one that exited has closed
             # its stream only once the collector read it all, so the last clears are in
             codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
             if not hung_up.is_set():
-                timeline.update(events_from(collector.latest))
+                late = timeline.update(feed.events())
     if hung_up.is_set():
         # Nobody reads the terminal any more: no timeline, and no temporary directory left
         # behind whose name nobody saw (a --dir is kept).
@@ -312,11 +431,15 @@ def demo_main(args: Any) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         return 128 + signal.SIGHUP
     failed = failed_codes(codes)
+    if late:  # events the agents flushed as they stopped: they reached the collector too
+        print("\n".join(late))
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
-    for line in lead_lines(fabric, timeline):
+    for line in lead_lines(fabric, timeline, ended_s):
         print(line)
-    for line in incast_lines(fabric, timeline, out_path, CongestionConfig().high):
+    for line in incast_lines(fabric, timeline, out_path, CongestionConfig().high, ended_s):
+        print(line)
+    for line in unfinished_lines(fabric, ended_s):
         print(line)
     print(f"\nraw data: every update the collector received, one JSON line each: {out_path}\n"
           f"configs, control sockets and agent logs: {workdir}\n"
@@ -332,18 +455,23 @@ def demo_main(args: Any) -> int:
     return 0
 
 
-def _run_plain(fabric: Fabric, collector: Any, timeline: Timeline, duration: float,
+def _seconds_left(fabric: Fabric, duration: float) -> float:
+    """Until ``duration`` seconds after the fabric's start: the one time base of the run's
+    length, the live lines and the timeline (the agents start 1.5 s before it)."""
+    return (fabric.start_ns + duration * NS_PER_S - time.time_ns()) / NS_PER_S
+
+
+def _run_plain(fabric: Fabric, feed: EventFeed, timeline: Timeline, duration: float,
                stop: threading.Event) -> None:
-    deadline = time.monotonic() + duration
-    while not stop.is_set() and time.monotonic() < deadline:
-        stop.wait(0.5)
-        for line in timeline.update(events_from(collector.latest)):
+    while not stop.is_set() and (left := _seconds_left(fabric, duration)) > 0:
+        stop.wait(min(0.5, left))
+        for line in timeline.update(feed.events()):
             print(line, flush=True)
         if fabric.failed():
             return
 
 
-def _run_tui(fabric: Fabric, collector: Any, timeline: Timeline, duration: float,
+def _run_tui(fabric: Fabric, feed: EventFeed, timeline: Timeline, duration: float,
              stop: threading.Event) -> None:
     from rich.console import Console
     from rich.live import Live
@@ -353,12 +481,11 @@ def _run_tui(fabric: Fabric, collector: Any, timeline: Timeline, duration: float
     console = Console()
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
     prev: dict[str, dict] = {}
-    start = time.monotonic()
     ports: dict[str, list] = {}
     with _cbreak(fd) if fd is not None else _null(), Live(
             console=console, screen=True, auto_refresh=False, transient=True) as live:
-        while not stop.is_set() and time.monotonic() - start < duration:
-            timeline.update(events_from(collector.latest))
+        while not stop.is_set() and _seconds_left(fabric, duration) > 0:
+            timeline.update(feed.events())
             ports = _port_rates(fabric, prev) or ports
             since_origin = (time.time_ns() - fabric.start_ns) / 1e9  # the events' time axis
             live.update(_view(fabric, since_origin, duration, ports, timeline, console.size.height),

@@ -1,10 +1,19 @@
 """Latest gNMI values in the Prometheus text exposition format, over http.server.
 
-Names come from the path elements (``origin`` in front unless it is OpenConfig),
-labels from the path keys plus ``target``:
-``/interfaces/interface[name=swp1]/state/counters/in-octets`` ->
-``interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"}``.
-Strings become ``name{...,value="UP"} 1``; other non-numeric values are skipped.
+Two naming schemes, chosen by ``names`` (``swtel collect --prometheus-names``):
+
+* ``cumulus`` (the default): the names and labels remote write and the OTLP ``cumulus``
+  profile send for the same values (agent/exporters/otlp_names.py, one table;
+  agent/exporters/state_gauges.py's :func:`metric_of_path` decides which values they send):
+  ``nvswitch_interface_ether_stats_octets{interface="swp1",target="leaf01"}``. Where two
+  sources give one name for one port, the higher rank is served, as those exporters do.
+* ``paths``: names from the path elements (``origin`` in front unless it is OpenConfig),
+  labels from the path keys plus ``target``:
+  ``/interfaces/interface[name=swp1]/state/counters/in-octets`` ->
+  ``interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"}``; strings
+  become ``name{...,value="UP"} 1``, other non-numeric values are skipped.
+
+``both`` serves the two side by side (every value twice: a dashboard must not sum across them).
 """
 
 from __future__ import annotations
@@ -15,10 +24,12 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent.exporters import otlp_names
+from agent.exporters.state_gauges import metric_of_path
 from agent.pathgrammar import split, split_origin
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
+#: the choices of ``names`` (and ``swtel collect --prometheus-names``), the default first
+NAMINGS = ("cumulus", "paths", "both")
 
 
 def _label_value(v: str) -> str:
@@ -26,7 +37,7 @@ def _label_value(v: str) -> str:
 
 
 def metric(target: str, path: str) -> tuple[str, dict[str, str]]:
-    """(metric name, labels) for an absolute path string (optionally ``origin:``-prefixed)."""
+    """(path-derived metric name, labels) for an absolute path string (optionally ``origin:``-prefixed)."""
     origin, rest = split_origin(path)
     names, labels = [], {"target": target}
     if origin and origin != "openconfig":
@@ -50,11 +61,24 @@ def _pattern(path: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-#: one series' unchanging parts: (name, labels, the labels as text, its HELP pattern, (Cumulus-style
-#: name, labels, labels as text, rank) or None); None: a path that is not one. Built once per (target, path):
-#: a scrape of a fabric is tens of thousands of values, each path parsed once, not per scrape
-_Static = tuple[str, dict[str, str], str, str, tuple[str, tuple[tuple[str, str], ...], str, int] | None]
+def _number(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | float):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    if isinstance(value, str):
+        return "1"
+    return None
+
+
+#: a series' unchanging parts under the path-derived names: (name, labels, the labels as text,
+#: its HELP pattern); None: a path that is not one. Built once per (target, path): a scrape of a
+#: fabric is tens of thousands of values, each path parsed once, not per scrape
+_Static = tuple[str, dict[str, str], str, str]
 _static: dict[tuple[str, str], _Static | None] = {}
+#: the same for the Cumulus names: (name, labels as text, rank), None: not served under one
+_Named = tuple[str, str, int]
+_named: dict[tuple[str, str, bool], _Named | None] = {}
 _STATIC_MAX = 1_000_000  # entries kept; beyond, the cache starts again (targets and paths come and go)
 
 
@@ -68,52 +92,72 @@ def _static_of(target: str, path: str) -> _Static | None:
     except ValueError:
         entry = None
     else:
-        cname, attrs, rank = otlp_names.for_path(path)
-        cumulus = None
-        if rank > 0:  # a known shape (nvswitch_interface_*, swtel_rdma_*, ...), not the generic name
-            pairs = tuple(sorted((*attrs, ("target", target))))
-            cumulus = (cname, pairs, ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs), rank)
         text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted(labels.items()))
-        entry = (name, labels, text, _pattern(path), cumulus)
+        entry = (name, labels, text, _pattern(path))
     if len(_static) >= _STATIC_MAX:
         _static.clear()
     _static[key] = entry
     return entry
 
 
-def render(latest: Iterable[tuple[str, str, Any]]) -> str:
-    """Exposition text for (target, path, value) triples; numbers also under the names of
-    Cumulus Linux's OTLP export (agent/exporters/otlp_names.py), as gauges with the label
-    ``interface`` (plus ``tc``, ``priority``, ``lane``) and ``target``."""
+def _named_of(target: str, path: str, value: Any) -> _Named | None:
+    """The Cumulus-style series of a value, as remote write sends it: its kind (a number, not
+    text or a boolean) decides with the path, so the cache is per (target, path, is a number)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    key = (target, path, number)
+    hit = _named.get(key, False)
+    if hit is not False:
+        return hit
+    try:
+        found = metric_of_path(path, value)
+    except ValueError:
+        found = None
+    entry = None
+    if found is not None:
+        cname, attrs, rank = found
+        pairs = sorted((*attrs, ("target", target)))
+        entry = (cname, ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs), rank)
+    if len(_named) >= _STATIC_MAX:
+        _named.clear()
+    _named[key] = entry
+    return entry
+
+
+def render(latest: Iterable[tuple[str, str, Any]], names: str = "cumulus") -> str:
+    """Exposition text for (target, path, value) triples, under ``names`` (:data:`NAMINGS`):
+    the Cumulus names as gauges (labels ``interface``, ``tc``, ``priority``, ``lane``, ... and
+    ``target``), the path-derived names as untyped series, or both."""
+    if names not in NAMINGS:
+        raise ValueError(f"names: one of {', '.join(NAMINGS)}, got {names!r}")
+    cumulus_on, paths_on = names in ("cumulus", "both"), names in ("paths", "both")
     by_name: dict[str, list[str]] = {}
     helps: dict[str, str] = {}
-    cumulus: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[int, str, str]] = {}
+    cumulus: dict[tuple[str, str], tuple[int, str]] = {}
     for target, path, value in latest:
+        number = _number(value)
+        if number is None:
+            continue
+        if cumulus_on:
+            named = _named_of(target, path, value)
+            if named is not None:
+                cname, ctext, rank = named
+                old = cumulus.get((cname, ctext))
+                if old is None or rank > old[0]:  # the hardware's counter wins
+                    cumulus[(cname, ctext)] = (rank, number)
+        if not paths_on:
+            continue
         static = _static_of(target, path)
         if static is None:
             continue
-        name, labels, text, pattern, named = static
+        name, labels, text, pattern = static
         if name not in helps:
             helps[name] = pattern
-        if isinstance(value, bool):
-            number = "1" if value else "0"
-        elif isinstance(value, int | float):
-            number = repr(float(value)) if isinstance(value, float) else str(value)
-        elif isinstance(value, str):
-            number = "1"
-        else:
-            continue
         if isinstance(value, str):  # a state: its value is a label
             text = ",".join(f'{k}="{_label_value(v)}"' for k, v in sorted({**labels, "value": value}.items()))
         by_name.setdefault(name, []).append(f"{name}{{{text}}} {number}")
-        if named is not None and not isinstance(value, str):
-            cname, pairs, ctext, rank = named
-            key = (cname, pairs)
-            if key not in cumulus or rank > cumulus[key][0]:  # the hardware's counter wins
-                cumulus[key] = (rank, ctext, number)
     out = []
     grouped: dict[str, list[str]] = {}
-    for (cname, _pairs), (_rank, text, number) in cumulus.items():
+    for (cname, text), (_rank, number) in cumulus.items():
         grouped.setdefault(cname, []).append(f"{cname}{{{text}}} {number}")
     for cname in sorted(grouped):
         out.append(f"# HELP {cname} Cumulus Linux OTLP export name (swtel)")
@@ -137,8 +181,8 @@ class _Renderer:
     one is rendered in the background (stale-while-revalidate; values at most one render old);
     only the first request waits. At most one render runs, however many scrapers there are."""
 
-    def __init__(self, source: Callable[[], Iterable[tuple[str, str, Any]]]):
-        self.source = source
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, Any]]], names: str = "cumulus"):
+        self.source, self.names = source, names
         self._lock = threading.Lock()
         self._fresh = threading.Condition(self._lock)
         self._body: bytes | None = None
@@ -155,7 +199,7 @@ class _Renderer:
 
     def _render(self) -> None:
         try:
-            body = render(self.source()).encode()
+            body = render(self.source(), self.names).encode()
         except Exception as exc:  # noqa: BLE001 - a bad value must not end the exposition
             body = f"# swtel: the exposition failed to render: {type(exc).__name__}\n".encode()
         with self._lock:
@@ -164,11 +208,15 @@ class _Renderer:
 
 
 class MetricsServer:
-    """``GET /metrics`` serving ``render(source())`` (through :class:`_Renderer`); runs in its
-    own daemon thread."""
+    """``GET /metrics`` serving ``render(source(), names)`` (through :class:`_Renderer`); runs
+    in its own daemon thread."""
 
-    def __init__(self, host: str, port: int, source: Callable[[], Iterable[tuple[str, str, Any]]]):
-        renderer = self.renderer = _Renderer(source)
+    def __init__(self, host: str, port: int, source: Callable[[], Iterable[tuple[str, str, Any]]],
+                 names: str = "cumulus"):
+        if names not in NAMINGS:
+            raise ValueError(f"names: one of {', '.join(NAMINGS)}, got {names!r}")
+        self.names = names
+        renderer = self.renderer = _Renderer(source, names)
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming

@@ -356,3 +356,30 @@ def test_flr_alert_and_panel_on_a_degrading_link_before_its_first_uncorrectable_
     # ranked first, orders above the floor (its prediction wobbles around the threshold as it climbs)
     assert max(top, key=top.__getitem__) == ("spine-1", "swp13") and top[("spine-1", "swp13")] >= 1e-11
     assert len(top) == 10 and sorted(top.values())[-2] < 1e-15, top
+
+
+@needs_prometheus
+def test_insight_event_alert_reads_the_open_event_gauge_with_its_severity(tmp_path):
+    """SwtelInsightEvent fires per target and severity while events of it are open, on the
+    gauge every exporter sends (not on the collector's path-named event states), and carries
+    the events' severity (no rule label overrides it)."""
+    from agent.exporters import otlp_names
+
+    def series(severity: str, values: str) -> dict:
+        return {"series": f'{otlp_names.OPEN_EVENTS}{{target="leaf01",severity="{severity}"}}', "values": values}
+
+    critical = {"exp_labels": {"target": "leaf01", "severity": "critical"},
+                "exp_annotations": {"summary": "leaf01: 2 swtel event(s) of severity critical open "
+                                               "(swtel status lists them)"}}
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1s", "tests": [{
+        "interval": "1s",
+        "input_series": [series("critical", "0 2 0"), series("warning", "0x3")],
+        "alert_rule_test": [
+            {"eval_time": "0s", "alertname": "SwtelInsightEvent", "exp_alerts": []},
+            {"eval_time": "1s", "alertname": "SwtelInsightEvent", "exp_alerts": [critical]},
+            {"eval_time": "2s", "alertname": "SwtelInsightEvent", "exp_alerts": []}],
+    }]}
+    path = tmp_path / "event-test.yml"
+    path.write_text(yaml.safe_dump(test))
+    check = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -57,7 +57,7 @@ def test_real_prometheus_scrapes_the_collector(tmp_path):
         table = make_table(["swp1"])
         values = [1234 + i for i in range(len(table))]
         publish(f"127.0.0.1:{port}", NOKIA_METHOD, encode.encode_batch(make_batch(table, values, 1), "leaf01"))
-        query = urllib.parse.quote('interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"}')
+        query = urllib.parse.quote('nvswitch_interface_ether_stats_octets{interface="swp1",target="leaf01"}')
         want = values[table.paths.index("/interfaces/interface[name=swp1]/state/counters/in-octets")]
         deadline, got = time.monotonic() + 30, None
         while time.monotonic() < deadline:
@@ -79,7 +79,7 @@ def test_real_prometheus_scrapes_the_collector(tmp_path):
 
 def test_drop_reasons_are_exposed_under_the_otlp_names():
     """`swtel collect --prometheus` names a drop reason as remote write and OTLP do (one name
-    table), beside its path-named series."""
+    table)."""
     from agent.tools.prometheus import render
     from tests.interop.test_remote_write import DROP_SPECS, drop_reason_table
 

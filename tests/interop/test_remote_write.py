@@ -395,7 +395,8 @@ def test_429_and_5xx_are_retried_with_backoff_and_the_queue_kept(status):
         rx.stop()
     assert result["retries"] == 3 and result["refused"] == 0 and result["dropped"] == 0, result
     assert result["state"] == "connected" and result["down_since_ns"] is None
-    assert result["last_error"] == f"HTTP {status}: slow down"
+    # connected now: the outage's error is history (previous_error), not beside "connected"
+    assert result["last_error"] is None and result["previous_error"] == f"HTTP {status}: slow down"
     # the first request three times, then every one in order: each octets value once, increasing
     octets = [s[_series("nvswitch_interface_ether_stats_octets")][-1][0]
               for _p, _h, s in rx.requests[3:] if _series("nvswitch_interface_ether_stats_octets") in s]
@@ -838,3 +839,57 @@ def test_retry_after_is_honoured_and_bounded():
     assert len(rx.requests) == 1 and status["sent"] == 0 and status["retries"] == 1, status
     assert status["retry_after_s"] == 300.0 and status["queue"] >= 1
     assert status["last_error"] == "HTTP 429: slow down (Retry-After 300s)"
+
+
+# ---------------------------------------------------------------- one naming scheme (issue 38 item 7)
+
+
+def test_swtel_collect_prometheus_serves_the_names_remote_write_sends_for_the_same_run(tmp_path):
+    """One simulated leaf dialing out to `swtel collect --prometheus` and remote-writing to a
+    receiver, in the same run: the collector's /metrics holds exactly the series (name and
+    labels) remote write sent: counters under every rank (named and generic), the detectors'
+    gauges and the open-event counts, nothing twice under another name."""
+    from agent.tools.collect import Collector
+    from agent.tools.prometheus import render
+
+    rw._load()  # the receiver parses with the descriptors
+    rx = Receiver()
+    port = free_port()
+    col = Collector(f"127.0.0.1:{port}", insecure=True).start()
+    sim = "role=leaf seed=5 scenario=pfc-storm@1s:swp1/3,symbol-errors@1s:swp2"
+    config_text = (
+        "target: sim-1\ninterval: 100ms\nsources:\n"
+        "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n  system: {enabled: true}\n"
+        f"  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"
+        f"exporters:\n  remote_write:\n    - {{name: engine, url: 'http://127.0.0.1:{rx.port}/api/v1/write', "
+        "interval: 200ms}\n"
+        f"  dialout: [{{name: col, address: '127.0.0.1:{port}', insecure: true}}]\n"
+        f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n")
+    flr = otlp_names.PHY_PREDICTION["predicted-flr"]
+
+    def sent() -> set[tuple]:
+        return {labels for _p, _h, series in list(rx.requests) for labels in series}
+
+    agent = AgentProcess(None, config_text, tmp_path)
+    try:
+        agent.wait_ready()
+        # the slowest values are there in both: the detector's gauges (at most once a second)
+        agent.wait_for(lambda: any(dict(s)["__name__"] == flr for s in sent())
+                       and f"{flr}{{" in render(col.latest_triples()), 60, "the predicted FLR gauge in both")
+        _agent_exported(tmp_path, 3)
+    finally:
+        assert agent.stop() == 0  # both exporters flush at the stop
+        col.stop(0)
+        rx.stop()
+    served = set()
+    for line in render(col.latest_triples()).splitlines():
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition("{")
+            labels = dict(pair.split("=", 1) for pair in rest.rpartition("}")[0].split(","))
+            served.add(tuple(sorted({"__name__": name, **{k: v.strip('"') for k, v in labels.items()}}.items())))
+    written = sent()
+    assert served == written, (sorted(served - written)[:10], sorted(written - served)[:10])
+    names = {dict(s)["__name__"] for s in served}
+    assert {flr, otlp_names.OPEN_EVENTS, "nvswitch_interface_ether_stats_octets", "nvswitch_interface_sp_rx_pause",
+            "swtel_agent_rss_bytes"} <= names, sorted(names)
+    assert not [n for n in names if n.startswith(("interfaces_", "qos_", "swtel_interfaces_interface_state"))]

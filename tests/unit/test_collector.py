@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,9 +115,11 @@ def test_tls_and_mtls(pki):
         col.stop(0)
 
 
-def test_prometheus_text():
+@pytest.mark.parametrize("names", ["paths", "both"])
+def test_prometheus_text_under_the_path_names(names):
     port, mport = free_port(), free_port()
-    col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{mport}").start()
+    col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{mport}",
+                    prometheus_names=names).start()
     try:
         msgs, _ = _messages()
         c = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp1]")
@@ -128,8 +131,57 @@ def test_prometheus_text():
         assert 'interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"} 10\n' in body
         assert 'interfaces_interface_state_counters_in_errors{name="swp2",target="leaf01"} 100\n' in body
         assert 'swtel_interfaces_interface_oper_status{name="swp1",target="leaf01",value="UP"} 1' in body
+        cumulus = 'nvswitch_interface_ether_stats_octets{interface="swp1",target="leaf01"} 10\n'
+        assert (cumulus in body) == (names == "both"), body
     finally:
         col.stop(0)
+
+
+def test_prometheus_text_by_default_under_the_names_remote_write_sends():
+    """The default exposition: each number once, under remote write's and OTLP's name; text,
+    booleans and the agent's unnamed states (health, events) are not metrics there either."""
+    latest = [("leaf01", "/interfaces/interface[name=swp1]/state/counters/in-octets", 10),
+              ("leaf01", "swtel:/interfaces/interface[name=swp1]/state/oper-status", "UP"),
+              ("leaf01", "swtel:/interfaces/interface[name=swp1]/netdev/state/counters/in-octets", 12),
+              ("leaf01", "swtel:/agent/sources/source[name=netdev]/state/errors", 3),
+              ("leaf01", "swtel:/insights/events/event[id=4]/state/peak", 2.5),
+              ("leaf01", "swtel:/insights/severities/severity[name=critical]/state/open-events", 1),
+              ("leaf01", "swtel:/interfaces/interface[name=swp1]/phy/fec/prediction/state/predicted-flr", 1e-12),
+              ("leaf01", "swtel:/interfaces/interface[name=swp1]/state/in-flag", True),
+              # the OpenConfig key leaf beside a bin's count: a state repeating the key, not a metric
+              ("leaf01", "/interfaces/interface[name=swp1]/phy/histograms/state/rs-num-corr-err[upper-boundary=3]/"
+                         "upper-boundary", 3)]
+    lines = [line for line in prometheus.render(latest).splitlines() if not line.startswith("#")]
+    assert sorted(lines) == sorted([
+        'nvswitch_interface_ether_stats_octets{interface="swp1",target="leaf01"} 10',
+        'swtel_interfaces_interface_netdev_state_counters_in_octets{interface="swp1",target="leaf01"} 12',
+        'swtel_insights_open_events{severity="critical",target="leaf01"} 1',
+        'nvswitch_interface_phy_stats_predicted_flr{interface="swp1",target="leaf01"} 1e-12',
+    ]), lines
+    with pytest.raises(ValueError, match="names: one of cumulus, paths, both"):
+        prometheus.render(latest, "otel")
+
+
+def test_every_unnamed_state_of_the_path_list_is_below_the_agent_s_state_roots():
+    """A collector tells the agent's unnamed states from counters by their root
+    (state_gauges.UNNAMED_STATE_ROOTS): every state row of docs/paths.md without a named shape
+    must lie below one, and no counter row without one may."""
+    from agent.exporters import otlp_names
+    from agent.exporters.state_gauges import UNNAMED_STATE_ROOTS
+
+    rows = []
+    for line in (REPO / "docs" / "paths.md").read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        path = next((c for c in cells if c.startswith(("/", "swtel:/"))), None)
+        if line.startswith("|") and path and cells[-1].startswith(("state", "counter", "gauge")):
+            concrete = re.sub(r"=[A-Z]\]", "=1]", path)
+            text = concrete.split(":", 1)[1] if concrete.startswith("swtel:") else concrete
+            rows.append((cells[-1], text, otlp_names.for_path(concrete)[2]))
+    states = [t for kind, t, rank in rows if kind == "state" and rank == 0]
+    counters = [t for kind, t, rank in rows if kind != "state" and rank == 0]
+    assert len(states) >= 8 and len(counters) > 20, (len(states), len(counters))
+    assert all(t.startswith(UNNAMED_STATE_ROOTS) for t in states), states
+    assert not [t for t in counters if t.startswith(UNNAMED_STATE_ROOTS)]  # an unnamed counter there would be lost
 
 
 def test_metric_names_and_labels():

@@ -458,6 +458,9 @@ HEALTH = [
     (status_doc(exporters={"dialout:a": dialout(20)}, grace_s=10.0), None, ["every dial-out destination"]),
     (status_doc(exporters={"dialout:a": dialout(20)}, grace_s=10.0), 30.0, []),
     (status_doc(exporters={"jsonl": {"kind": "jsonl", "state": "running"}}), None, []),
+    # an outage that a reconnect ended is history, not a problem
+    (status_doc(exporters={"otlp": {"kind": "otlp", "state": "connected", "down_since_ns": None,
+                                    "last_error": None, "previous_error": "UNAVAILABLE: refused"}}), None, []),
     (status_doc({"netdev": {"interval_s": 0.1, "last_ok_ns": NOW - 5 * S}},
                 {"dialout:a": dialout(600)}), None, ["source netdev", "every dial-out"]),
 ]
@@ -491,6 +494,17 @@ def test_summary_lists_every_section():
                      "recently cleared (1", "cleared 30s ago",
                      "health: UNHEALTHY", "every dial-out destination"):
         assert fragment in text, (fragment, text)
+
+
+def test_a_reconnected_destination_shows_its_previous_error_not_a_last_error():
+    doc = status_doc(exporters={
+        "dialout:c1": dict(dialout(None), last_error=None, previous_error="UNAVAILABLE: ipv4:10.0.0.9:57400: refused"),
+        "dialout:c2": dict(dialout(None), last_error=None, previous_error=None)})
+    text = client.render(doc, client.health_problems(doc))
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("dialout:c1") and "connected" in line)
+    assert "UNAVAILABLE" not in row and row.rstrip().endswith("-"), row  # the last-error column
+    assert "dialout:c1 previous error (before it reconnected): UNAVAILABLE: ipv4:10.0.0.9:57400: refused" in text
+    assert "dialout:c2 previous error" not in text and "health: OK" in text
 
 
 # ---------------------------------------------------------------- idle clients, odd sockets (issue 14)

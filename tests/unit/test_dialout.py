@@ -236,7 +236,9 @@ def _kill_restart(pki, down_s: float, queue: int):
         st = exp.status()
         assert st["reconnects"] == 1 and st["down_since_ns"] is None
         assert st["dropped"] > 0  # the small queue overflowed while down
-        assert "UNAVAILABLE" in st["last_error"] or "CANCELLED" in st["last_error"]
+        # connected again: the outage's error is history, not beside "connected"
+        assert st["last_error"] is None, st
+        assert "UNAVAILABLE" in st["previous_error"] or "CANCELLED" in st["previous_error"]
         return st
     finally:
         exp.stop(1)
@@ -578,4 +580,4 @@ def test_unexpected_error_logged_and_retried():
     downs = [e for e in logs if e["event"] == "destination down"]
     assert [e["error"] for e in downs] == ["RuntimeError: injected fault", "KeyError: 'also injected'"]
     assert all(e["log_level"] == "error" and e["exc_info"] for e in downs)
-    assert exp.status()["last_error"] == "KeyError: 'also injected'"
+    assert (exp.status()["last_error"], exp.status()["previous_error"]) == (None, "KeyError: 'also injected'")

@@ -258,6 +258,43 @@ def test_demo_fec_degrade_predicts_the_failing_link(tmp_path):
     assert float(m.group(2)) >= 8 and float(m.group(1)) + float(m.group(2)) == pytest.approx(22.6, abs=0.11)
 
 
+def _live_and_timeline(out: str) -> tuple[list[str], list[str]]:
+    """(the live RAISED lines, the timeline's event rows) of a demo's output."""
+    live, _, rest = out.partition("event timeline")
+    rows = [r for r in rest.splitlines()[3:] if re.match(r"^\s+[+-]\d+\.\ds ", r)]
+    return [line for line in live.splitlines() if " RAISED " in line], rows
+
+
+def test_demo_prints_a_live_line_for_every_event_of_its_timeline(tmp_path):
+    """pfc-storm (the run that printed no live line while its timeline listed two events):
+    every event in the timeline had its RAISED line before it, at the same time, in the same
+    time base (no wall-clock time in a message)."""
+    proc = demo_until(tmp_path, "--scenario", "pfc-storm", seen=lambda out: _raised(out, "spine-1", "pfc-storm"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    live, rows = _live_and_timeline(proc.stdout)
+    assert rows, proc.stdout
+    for row in rows:
+        raised, _ended, target, _iface, event = row.split()[:5]
+        assert any(line.split()[:2] == [raised, target] and f" {event}: " in line for line in live), (row, live)
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d{3}Z", proc.stdout), proc.stdout
+
+
+def test_demo_shorter_than_its_story_says_how_long_to_run(tmp_path):
+    """fec-degrade's first uncorrectable codeword is at +22.6 s: a 4 s run says so before and
+    after, and gives no verdict on the prediction."""
+    proc = subprocess.run([sys.executable, "-m", "agent", "demo", "--no-tui", "--scenario", "fec-degrade",
+                           "--duration", "4s", "--dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    head, _, tail = out.partition("event timeline")
+    assert "spine-1 fec-degrade@1s-25s:swp13: needs about 25 s, longer than this run; run at least 25 s " \
+           "(--duration 25s)" in head, out
+    assert re.search(r"spine-1 swp13 lane 0: the run ended at \+\d+\.\ds, before the first uncorrectable codeword "
+                     r"\(\+22\.6s\) and without link-degrading: run at least 25 s \(--duration 25s\)", tail), out
+    assert "not raised" not in out and "lead" not in tail, out
+
+
 def test_demo_into_a_closed_pipe_stops_quietly(tmp_path):
     """`swtel demo --no-tui | head -2`: no traceback, exit 0, every agent stopped."""
     proc = subprocess.Popen([sys.executable, "-m", "agent", "demo", "--duration", "30", "--no-tui",

@@ -359,6 +359,31 @@ def test_refused_requests_are_dropped_and_overflow_is_counted():
     assert status["last_error"].startswith("UNAVAILABLE")
 
 
+def test_a_receiver_that_comes_back_moves_the_error_to_previous_error():
+    """Two UNAVAILABLE answers, then the receiver takes the points: connected, ``last_error``
+    empty (nothing is wrong now), the outage's error in ``previous_error``."""
+    answers = ["UNAVAILABLE: not yet", "UNAVAILABLE: not yet"]
+
+    class Flaky(Receiver):
+        def Export(self, request, context):  # noqa: N802 - the service's name
+            if answers:
+                context.abort(grpc.StatusCode.UNAVAILABLE, answers.pop(0).split(": ", 1)[1])
+            return super().Export(request, context)
+
+    rx = Flaky().start()
+    store = Store()
+    store.set_source("netdev", make_table(["swp1"]), array("Q", [1, 2, 3, 4, 5]), 1000)
+    exp = _exporter(rx)
+    try:
+        exp.start(store)
+        status = wait_until(lambda: (st := exp.status())["state"] == "connected" and st, 60, "the receiver reached")
+    finally:
+        exp.stop(0.5)
+        rx.stop()
+    assert status["last_error"] is None and status["down_since_ns"] is None, status
+    assert status["previous_error"] == "UNAVAILABLE: not yet", status
+
+
 def test_partial_success_is_counted():
     def partial(request):
         reply = metrics_service_pb2.ExportMetricsServiceResponse()
@@ -736,8 +761,8 @@ def test_prometheus_exposition_has_the_cumulus_names():
     assert 'nvswitch_interface_ether_stats_octets{interface="swp2",target="leaf01"} 105' in lines
     assert 'nvswitch_interface_if_out_ucast_pkts{interface="swp2",target="leaf01"} 108' in lines
     assert 'nvswitch_interface_hw_in_l3_drops{interface="swp1",target="leaf01"} 5' in lines
-    # the path-named exposition is still there
-    assert 'interfaces_interface_state_counters_in_octets{name="swp1",target="leaf01"} 100' in lines
+    # one naming scheme by default: the path-derived names only with --prometheus-names paths
+    assert not [line for line in lines if line.startswith("interfaces_interface_")], body
     import shutil
 
     if shutil.which("promtool"):

@@ -24,7 +24,7 @@ def test_a_scrape_gets_the_last_body_while_one_render_runs():
         assert gate.wait(WAIT)
         return [("leaf01", "/interfaces/interface[name=swp1]/state/counters/in-octets", len(calls))]
 
-    r = _Renderer(source)
+    r = _Renderer(source, "paths")
     gate.set()
     first = r.body()  # nothing rendered yet: the first scrape waits for its render
     assert b'in_octets{name="swp1",target="leaf01"} 1\n' in first

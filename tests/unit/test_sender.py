@@ -293,3 +293,26 @@ def test_rpc_error_text():
 
     assert sender.rpc_error(WithCode()) == "UNAVAILABLE: connection refused"
     assert sender.rpc_error(RuntimeError("odd")) == "ERROR: odd"
+
+
+def test_a_reconnect_moves_the_outage_error_to_previous_error(no_jitter):
+    """``last_error`` beside ``connected`` read as a current problem: a proven connection makes
+    it ``previous_error`` (why it reconnected), and the next failure is the last error again."""
+    seen: list[tuple[str, str | None, str | None]] = []
+
+    def prove_and_look(s: Scripted) -> str:
+        s._connected()
+        seen.append((s.state, s.last_error, s.previous_error))
+        return "UNAVAILABLE: lost"
+
+    s = Scripted([fail("UNAVAILABLE: refused"), prove_and_look, fail("UNAVAILABLE: again"), prove_and_look])
+    assert s.previous_error is None
+    s._run()
+    assert seen == [("connected", None, "UNAVAILABLE: refused"), ("connected", None, "UNAVAILABLE: again")]
+    assert (s.last_error, s.previous_error) == ("UNAVAILABLE: lost", "UNAVAILABLE: again")
+
+
+def test_a_first_connection_without_an_error_has_no_previous_error():
+    s = ReconnectingSender(log, 0.5, 1.0, state="connecting")
+    s._connected()
+    assert (s.last_error, s.previous_error) == (None, None)
