@@ -37,9 +37,11 @@ Gauge = tuple[str, tuple[tuple[str, str], ...], float, int]
 #: accounting (``swtel:/agent/...``), insight events (``swtel:/insights/...``). The metric
 #: exporters never send them (a state is sent only under a named shape, :func:`gauges`); every
 #: counter table, named or not, is sent. A reader that sees only gNMI paths cannot tell a
-#: counter from a state, so it leaves out unnamed values below these roots, and unnamed leaves
-#: that repeat their list's key (:func:`metric_of_path`); tests/unit/test_collector.py holds
-#: docs/paths.md's states to it.
+#: counter from a state, so it leaves out unnamed values below these roots, unnamed leaves
+#: directly in a ``state`` container (OpenConfig's place for a state leaf: LLDP's ``ttl``, an
+#: RDMA port's ``netdev``; an unnamed counter never sits there) and unnamed leaves that repeat
+#: their list's key (:func:`metric_of_path`). tests/unit/test_collector.py holds every row of
+#: docs/paths.md to this rule, so a new source's states need no entry here.
 UNNAMED_STATE_ROOTS = ("/agent/", "/insights/")
 
 
@@ -57,13 +59,17 @@ def metric_of_path(path: str, value: object) -> otlp_names.Name | None:
 
 
 def _unnamed_state(path: str) -> bool:
-    """Below :data:`UNNAMED_STATE_ROOTS`, or a leaf that repeats its list entry's key (the
-    OpenConfig key leaf: ``rs-num-corr-err[upper-boundary=12]/upper-boundary``): a state."""
+    """Below :data:`UNNAMED_STATE_ROOTS`, a leaf directly in a ``state`` container, or a leaf
+    that repeats its list entry's key (the OpenConfig key leaf:
+    ``rs-num-corr-err[upper-boundary=12]/upper-boundary``): a state (for values without a
+    named shape only: a named counter in a ``state`` container is a counter)."""
     _origin, text = split_origin(path)
     if text.startswith(UNNAMED_STATE_ROOTS):
         return True
     elems = split(text)
-    return len(elems) >= 2 and not elems[-1][1] and elems[-1][0] in elems[-2][1]
+    if len(elems) < 2 or elems[-1][1]:
+        return False
+    return elems[-2] == ("state", {}) or elems[-1][0] in elems[-2][1]
 
 _names: dict[tuple[Container, str], otlp_names.Name | None] = {}
 

@@ -162,12 +162,13 @@ def test_prometheus_text_by_default_under_the_names_remote_write_sends():
         prometheus.render(latest, "otel")
 
 
-def test_every_unnamed_state_of_the_path_list_is_below_the_agent_s_state_roots():
-    """A collector tells the agent's unnamed states from counters by their root
-    (state_gauges.UNNAMED_STATE_ROOTS): every state row of docs/paths.md without a named shape
-    must lie below one, and no counter row without one may."""
+def test_every_unnamed_state_of_the_path_list_is_told_from_the_counters():
+    """A collector tells the agent's unnamed states from counters by their paths
+    (state_gauges._unnamed_state: the roots UNNAMED_STATE_ROOTS, a leaf in a `state`
+    container, a list's key leaf): every state row of docs/paths.md without a named shape must
+    meet the rule, and no counter row without one may (it would be lost)."""
     from agent.exporters import otlp_names
-    from agent.exporters.state_gauges import UNNAMED_STATE_ROOTS
+    from agent.exporters.state_gauges import _unnamed_state
 
     rows = []
     for line in (REPO / "docs" / "paths.md").read_text().splitlines():
@@ -180,8 +181,8 @@ def test_every_unnamed_state_of_the_path_list_is_below_the_agent_s_state_roots()
     states = [t for kind, t, rank in rows if kind == "state" and rank == 0]
     counters = [t for kind, t, rank in rows if kind != "state" and rank == 0]
     assert len(states) >= 8 and len(counters) > 20, (len(states), len(counters))
-    assert all(t.startswith(UNNAMED_STATE_ROOTS) for t in states), states
-    assert not [t for t in counters if t.startswith(UNNAMED_STATE_ROOTS)]  # an unnamed counter there would be lost
+    assert [t for t in states if not _unnamed_state(t)] == []
+    assert [t for t in counters if _unnamed_state(t)] == []  # an unnamed counter there would be lost
 
 
 def test_metric_names_and_labels():
