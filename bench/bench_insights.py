@@ -21,8 +21,9 @@ detectors; the plugin's read itself is bench_sim.py's), measured round-robin in 
 the machine's load falls on every row alike:
 
 * without insights (the change kernel and the batch only);
-* with the default detectors, the feeds' per-change loop in C (agent/_ext/feeds.c) and
-  in its Python twin, side by side as a ratio;
+* with the default detectors, the feeds' per-change loop and the detectors' kernels in C
+  (agent/_ext/feeds.c, detect.c) and the pure-Python backend's (agent/_fallback/), side by
+  side as a ratio;
 * ``sources.asic.buffers: false`` (the source gathers the non-buffer values out of the
   plugin's read, timed here; the buffer levels are not diffed, stored or exported) against
   the layout without any buffer slot (the same table, its values handed over untimed, as a
@@ -30,15 +31,11 @@ the machine's load falls on every row alike:
   data off";
 * with ``--without link_degrading,error_burst,...``: the default detectors with each named one
   turned off, a row each: what each detector costs a tick, in the same run;
-* the anchor of the detectors whose per-port state is in arrays (agent/_ext/detect.c): the
-  default detectors with the old per-port Python ``throughput_dip`` and ``error_burst``
-  (kept by their agreement tests) swapped in;
 * then, in a second run, the default detectors' runner alone in the process (beside the
   tick without insights), as an agent holds one runner: the figure to read against the
-  5 ms target at 1,024 ports (the eight runners of the comparison share the caches);
-* with ``--timed``: every detector's own calls timed inside the tick, now and with the old
-  detectors (less noisy than ``--without``'s differences on a shared machine); ``--off``
-  turns detectors off in every row.
+  5 ms target at 1,024 ports (the runners of the comparison share the caches);
+* with ``--timed``: every detector's own calls timed inside the tick (less noisy than
+  ``--without``'s differences on a shared machine); ``--off`` turns detectors off in every row.
 
 Each tick a different row goes first (the first after the poll's sleep meets cold caches).
 
@@ -165,24 +162,12 @@ WARM = 5  # ticks of the simulated switch before the measured ones
 OFF: tuple[str, ...] = ()
 
 
-def _before(runner: InsightsRunner) -> None:
-    """The detectors whose per-port state moved into arrays (agent/_ext/detect.c), swapped
-    for the per-port Python ones they replaced (kept by their agreement tests): the anchor
-    the kernels are measured against, in the same run."""
-    from tests.unit.test_detect_burst import OldLinkErrors
-    from tests.unit.test_detect_dip import OldThroughputDip
-
-    for name, cls in (("throughput_dip", OldThroughputDip), ("error_burst", OldLinkErrors)):
-        if name in runner.detectors:
-            runner._detectors[name] = cls(getattr(runner.cfg, name), runner)
-
-
 class _Tick:
     """One way of handling the sim's reads: its own table, diff state and (optional) runner."""
 
     def __init__(self, table: CounterTable, keep, insights: bool, feed_add=None,
                  speeds: dict | None = None, gather: bool = False, off: str | None = None,
-                 timed: bool = False, before: bool = False) -> None:
+                 timed: bool = False) -> None:
         from array import array
 
         self.table, self.keep, self.gather = table, keep, gather
@@ -196,13 +181,11 @@ class _Tick:
         for name in OFF:
             getattr(cfg, name).enabled = False
         self.runner = InsightsRunner(cfg, log=_Quiet()) if insights else None
-        if self.runner is not None and before:
-            _before(self.runner)
         if self.runner is not None:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:
                 self.runner._feeds.feed_add = feed_add
-                if feed_add.__module__.startswith("agent._fallback"):  # the twins, the detectors' kernels too
+                if feed_add.__module__.startswith("agent._fallback"):  # the pure-Python backend, the detectors' kernels too
                     from agent import _fallback
 
                     self.runner._feeds.use(_fallback)
@@ -291,8 +274,7 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
     ways = {
         "without insights": _Tick(on.table, None, False),
         "default detectors, C feed": _Tick(on.table, None, True, getattr(_backend.reader, "feed_add", None), speeds),
-        "default detectors, Python twins": _Tick(on.table, None, True, _fallback.feed_add, speeds),
-        "default detectors, before (per port)": _Tick(on.table, None, True, None, speeds, before=True),
+        "default detectors, Python backend": _Tick(on.table, None, True, _fallback.feed_add, speeds),
         "buffers off, without insights": _Tick(off.table, keep, False, gather=True),
         "buffers off, default detectors": _Tick(off.table, keep, True, None, speeds, gather=True),
         "pre-buffer layout, without insights": _Tick(pre, keep, False),
@@ -304,14 +286,12 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
         ways[f"default detectors but {name}"] = _Tick(on.table, None, True, None, speeds, off=name)
     if spent is not None:
         ways["default detectors, timed per detector"] = _Tick(on.table, None, True, None, speeds, timed=True)
-        ways["before (per port), timed per detector"] = _Tick(on.table, None, True, None, speeds, timed=True,
-                                                               before=True)
     raw = array("Q", bytes(8 * len(on.table)))
     threshold = gc.get_threshold()
     try:
         for n in range(ticks):
             if n == WARM:
-                # Seven runners share this process; an agent has one. Past the warm-up their
+                # The comparison's runners share this process; an agent has one. Past the warm-up their
                 # state is frozen out of the cyclic collector, so no row pays for scanning the
                 # others' heaps (each row still pays its own garbage), and the collector is set
                 # as the agent sets it (agent/runner.py freeze_long_lived).
@@ -333,30 +313,26 @@ def sim_rows(ports: int, ticks: int, without: tuple[str, ...] = (),
                      int(statistics.median(way.changed[WARM:])))
         for det, ms in way.spent.items():
             ms = sorted(ms[WARM:])
-            spent[(name.startswith("before"), det)] = (statistics.median(ms),  # type: ignore[index]
-                                                        ms[int(len(ms) * 0.9)])
+            spent[det] = (statistics.median(ms), ms[int(len(ms) * 0.9)])  # type: ignore[index]
     return out
 
 
 def print_sim(ports: int, ticks: int, without: tuple[str, ...] = (), timed: bool = False) -> None:
     from agent import _backend
 
-    spent: dict[tuple[bool, str], tuple[float, float]] | None = {} if timed else None
+    spent: dict[str, tuple[float, float]] | None = {} if timed else None
     rows = sim_rows(ports, ticks, without, spent)
     print(f"\nsim switch, {ports} ports x 251 values, its default load read every 100 ms ({ticks} ticks, "
           f"backend {_backend.NAME}): ms a tick from the read's values to the end of the insights pass")
     for name, (med, p90, changed) in rows.items():
         print(f"  {name:38s} median {med:7.2f} ms, p90 {p90:7.2f} ms, {changed:7d} values changed")
     base = rows["without insights"][0]
-    c_feed, py_feed = rows["default detectors, C feed"][0], rows["default detectors, Python twins"][0]
+    c_feed, py_feed = rows["default detectors, C feed"][0], rows["default detectors, Python backend"][0]
     off, pre = rows["buffers off, without insights"][0], rows["pre-buffer layout, without insights"][0]
     off_ins, pre_ins = rows["buffers off, default detectors"][0], rows["pre-buffer layout, default detectors"][0]
-    print(f"  the detectors add {c_feed - base:.2f} ms; the Python twins (feed, detector kernels) cost "
+    print(f"  the detectors add {c_feed - base:.2f} ms; the pure-Python backend (feed, detector kernels) costs "
           f"{py_feed / c_feed:.2f}x the C ones "
           f"({py_feed - c_feed:+.2f} ms)")
-    before = rows["default detectors, before (per port)"][0]
-    print(f"  the detectors' state in arrays (kernels) vs per-port Python detectors: {c_feed:.2f} vs {before:.2f} ms "
-          f"a tick ({c_feed / before:.2f}x)")
     print(f"  buffer data off vs the pre-buffer layout: {off / pre - 1:+.1%} without insights, "
           f"{off_ins / pre_ins - 1:+.1%} with the default detectors (buffers on: {base / pre - 1:+.1%}, "
           f"{c_feed / pre_ins - 1:+.1%})")
@@ -370,12 +346,10 @@ def print_sim(ports: int, ticks: int, without: tuple[str, ...] = (), timed: bool
         print(f"  {name} costs {c_feed - less:.2f} ms a tick ({(c_feed - less) / c_feed:.0%} of the default detectors' "
               "tick)")
     if spent:
-        print("  per detector, its own calls in the timed rows (sample, run_batch, emit, end_pass, states), "
-              "ms a tick, median (p90): now | before (per-port Python detectors)")
-        for (was, name), (med, p90) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
-            if not was:
-                bmed, bp90 = spent.get((True, name), (0.0, 0.0))
-                print(f"    {name:22s} {med:6.2f} ({p90:6.2f}) | {bmed:6.2f} ({bp90:6.2f})")
+        print("  per detector, its own calls in the timed row (sample, run_batch, emit, end_pass, states), "
+              "ms a tick, median (p90)")
+        for name, (med, p90) in sorted(spent.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {name:22s} {med:6.2f} ({p90:6.2f})")
 
 
 def main() -> None:

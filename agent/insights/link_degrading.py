@@ -33,20 +33,19 @@ window empties (its link down: no samples) reads 0. Each port's buckets end at i
 (a hash of its name), so the ports' fits spread over the bucket instead of landing on one tick.
 When the detector is disabled by a reload, its gauges are deleted (:meth:`LinkDegrading.retire`).
 
-Every sample of the pass goes through a kernel first (agent/_ext/detect.c ``fec_run``, twin
-agent/_fallback/detect.py), over each port's window in one array of i64 (:class:`_Port`: the
-current bucket, a ring of the last ten buckets' sums, bucket b in slot b % 10, leaving once
+Every sample of the pass goes through a kernel first (agent/_ext/detect.c ``fec_run``, the
+rule: bucket close, fit and publish), over each port's window in one array of i64 (:class:`_Port`:
+the current bucket, a ring of the last ten buckets' sums, bucket b in slot b % 10, leaving once
 the current bucket is b + 10 or later, their totals, tails and alarm). The common sample (in
 the current bucket, no uncorrectable codeword, no bin at ``max_bin`` or above, no tail alarm)
 is added into the current bucket there; so is the close of a bucket (a sample in a later
-one, no lane the port lacks, every sum within int64): the ring rolls, the window is judged as
-:meth:`LinkDegrading._judge` judges it (the fits, the same doubles as :func:`fit`; the
-events; the gauges, rounded and compared with those last published, made StateUpdates), and
-Python only raises the events it found, in the sample's turn. Any other sample (lanes that
-came, a count past int64 or not an int, the tail alarm, the fits' counts past 2^53) runs here
-in its turn, the same rule in Python on the same window (a list while a value is not an
-i64), its fits the backend's ``fec_fits``, its gauges' rounding and comparison its
-``fec_changes``.
+one, no lane the port lacks, every sum within int64): the ring rolls, the window is judged (the
+fits; the events; the gauges, rounded and compared with those last published, made
+StateUpdates), and Python only raises the events it found, in the sample's turn. Any other
+sample (lanes that came, a count past int64 or not an int, the tail alarm) runs here in its
+turn, the same rule per port in Python on the same window (a list while a value is not an i64),
+its fits the backend's ``fec_fits``, its gauges' rounding and comparison its ``fec_changes``. The
+pure-Python backend (agent/_fallback/detect.py) leaves every sample to this per-port rule.
 """
 
 from __future__ import annotations
@@ -100,7 +99,27 @@ LANE_PREDICTION = "/phy/channels/channel[id={lane}]/fec/prediction/state"
 GAUGES = ("predicted-flr", "observed-cer", "fit-r2", "max-bin")
 _EMPTY = (0.0, 0.0, 0.0, 0)  # an empty window's gauges
 PUBLISH_NS = NS  # a port's gauges at most once a second
-DIGITS = 4  # significant digits of a published ratio: a fit's last digits are noise, not news
+
+
+@dataclass(frozen=True, slots=True)
+class FecRule:
+    """The rule's settings as the kernel reads them (``fec_run``'s conf, by attribute)."""
+
+    bucket: int  # ns: a tenth of the window
+    max_bin: int
+    max_bin_count: int
+    flr: float
+    min_r2: float
+    scale: float  # FLR = CER x scale: (1 + interleave x MFC) / MFC
+    per_slot: int  # buckets per publishing slot
+    fec_sem: str = c.FEC_BIN
+    unc_sem: str = c.UNCORRECTABLE
+    unc_keys: tuple = _UNC_KEYS
+    unc_bit: int = _UNC_BIT
+    leaves: tuple = GAUGES
+    update: type = StateUpdate  # a gauge's update: update(ts, container, leaf, value, source)
+    source: str = "insights"
+    spill: int = c.SPILL  # a sample's bit: a bin's delta in acc, not in its row
 
 
 def prediction_container(port: str, lane: int | None = None) -> Container:
@@ -124,35 +143,6 @@ def phase_of(port: str, bucket_ns: int) -> int:
     """Where in a bucket the port's buckets end (ns): fixed per name (not Python's salted
     hash), so runs and restarts agree."""
     return zlib.crc32(port.encode()) % bucket_ns
-
-
-def _rounded(x: float) -> float:
-    return float(f"{x:.{DIGITS - 1}e}")
-
-
-def fit(counts: list[int], total: int) -> tuple[float, float, float, int] | None:
-    """(predicted CER, R², slope, points) of the line through log10(counts[i] / total) for
-    the bins i = 1..15 with a count, or None with fewer than MIN_POINTS of them: the
-    fallback's ``fec_line`` (the one fit: the C kernel's fec_fit in Python's numbers).
-    Imported when first needed (counts past the kernel's doubles), as link_errors imports
-    burst_one: importing it loads the whole fallback package."""
-    from agent._fallback.detect import fec_line
-
-    return fec_line(counts, total)
-
-
-def _fits(d_all: list[int], units: int, lanes: bool, codewords: int) -> list:
-    """Per unit, None (no codewords) or (maxT, fit): a lane's fit over its own codewords, a
-    port's over all, uncorrectable ones included (the kernels' ``fec_fits`` in Python's ints)."""
-    out: list = []
-    for u in range(units):
-        d = d_all[u * BINS:(u + 1) * BINS]
-        total = sum(d) if lanes else codewords
-        if total <= 0:
-            out.append(None)
-            continue
-        out.append((max((i for i in range(BINS) if d[i] > 0), default=0), fit(d, total)))
-    return out
 
 
 class _Port:
@@ -315,13 +305,15 @@ class LinkDegrading(Detector):
         self.bucket = max(1, self.span // 10)
         # buckets per publishing slot: the gauges once a bucket, but at most once a second
         self.per_slot = max(1, -(-PUBLISH_NS // self.bucket))
+        self.rule = FecRule(self.bucket, cfg.max_bin, cfg.max_bin_count, float(cfg.flr), float(cfg.min_r2),
+                            (1 + cfg.interleave * MFC) / MFC, self.per_slot, update=StateUpdate)
         self.ports: dict[str, _Port] = {}
         self.pending: list[StateUpdate] = []  # gauges due, taken by the runner (states)
         self.swept_ns = 0  # the last look for ports whose window emptied
         #: ports whose window emptied: the gauges they read 0 on (deleted on retire)
         self.zeroed: dict[str, dict[int | None, dict[str, float | int]]] = {}
         self.batch: list = []
-        #: the kernels (the backend's; tests and bench/ set the twins beside them)
+        #: the kernels (the backend's; tests and bench/ set the fallback's beside them)
         self.kernel = _backend.reader.fec_run
         self.fits = _backend.reader.fec_fits
         self.changes = _backend.reader.fec_changes  # a unit's gauges that changed, rounded
@@ -342,11 +334,7 @@ class LinkDegrading(Detector):
     def run_batch(self) -> list[int]:
         entries, self.batch = self.batch, []
         self._entries = entries
-        cfg = self.cfg
-        conf = (self.bucket, c.FEC_BIN, c.UNCORRECTABLE, _UNC_KEYS, _UNC_BIT, cfg.max_bin, cfg.max_bin_count, cfg.flr,
-                cfg.min_r2, (1 + cfg.interleave * MFC) / MFC, self.per_slot, GAUGES, StateUpdate, "insights",
-                c.SPILL)
-        self._todo = self.kernel(entries, self.fast, conf, self.pending) if entries else {}
+        self._todo = self.kernel(entries, self.fast, self.rule, self.pending) if entries else {}
         return list(self._todo)  # (ascending: the kernel takes the samples in order)
 
     def emit(self, k: int) -> None:
@@ -510,8 +498,6 @@ class LinkDegrading(Detector):
         worst: tuple[float, int, float, float] | None = None  # the port's gauges: its worst lane's
         gauges: list[tuple[int | None, tuple[float, float, float, int]]] = []  # to publish: lanes', the port's
         found = self.fits(d_all, len(st.units), lanes, codewords)
-        if found is None:  # counts past doubles' exact ints: Python's
-            found = _fits(d_all, len(st.units), lanes, codewords)
         for u, unit in enumerate(st.units):
             got = found[u]
             if got is None:  # no codewords
@@ -597,18 +583,7 @@ class LinkDegrading(Detector):
             if unit not in boxes:
                 boxes[unit] = prediction_container(port, unit)
         found = self.changes(sents, [values for _, values in gauges], GAUGES)
-        if found is not None:
-            self.pending += [StateUpdate(ts, boxes[gauges[u][0]], leaf, value, "insights") for u, leaf, value in found]
-            return
-        from agent._fallback.detect import _ABSENT, fec_moved  # (rare: loads the fallback package)
-
-        pending = self.pending  # (a value neither float nor int: Python's rounding)
-        for (unit, values), sent in zip(gauges, sents, strict=True):
-            for i, (leaf, value) in enumerate(zip(GAUGES, values, strict=True)):
-                value = value if isinstance(value, int) else _rounded(value)
-                if fec_moved(sent.get(leaf, _ABSENT), value, i):
-                    sent[leaf] = value
-                    pending.append(StateUpdate(ts, boxes[unit], leaf, value, "insights"))
+        self.pending += [StateUpdate(ts, boxes[gauges[u][0]], leaf, value, "insights") for u, leaf, value in found]
 
     def end_pass(self, ts: int) -> None:
         # A port whose bins stopped moving (its link down) gets no samples, so it would keep its

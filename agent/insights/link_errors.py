@@ -17,14 +17,13 @@ Three event types, all over ``window`` of sample time:
   counts pro rata: it cannot show that its errors came within one window.
 
 The steady part (the bits received and corrected, averaged per port) lives in flat arrays
-updated by a kernel once per pass for every port sampled (agent/_ext/detect.c, twin
-agent/_fallback/detect.py); Python looks only at the samples in which errors moved or whose
+updated by a kernel once per pass for every port sampled (agent/_ext/detect.c ``burst_run``: the
+rule; its plain Python backend agent/_fallback/detect.py); Python looks only at the samples in which errors moved or whose
 corrected bits are over the warning level.
 """
 
 from __future__ import annotations
 
-import functools
 from array import array
 from dataclasses import dataclass
 
@@ -72,14 +71,15 @@ _STEADY_SEMS = (c.RX_BITS, c.CORRECTED)
 _NEW_ROW = array("d", [0.0, 0.0])  # a row of reals (bitrate, corr_rate); ints: ns seen
 
 
-def _exactly(args: tuple, k: int) -> tuple | None:
-    """Sample ``k`` of a pass whose numbers are past the range where the C kernel's doubles
-    are Python's ints exactly: the twin's arithmetic (Python's). Imported here, when first
-    needed (never on a real link's counters), since the fallback package loads the
-    pure-Python encoder and its protobuf stack."""
-    from agent._fallback.detect import burst_one
+@dataclass(frozen=True, slots=True)
+class BurstRule:
+    """The steady part's settings as the kernel reads them (``burst_run``'s conf, by attribute)."""
 
-    return burst_one(*args, k)
+    span: int  # ns: the window
+    warning: float  # pre_fec_ber_warning: a sample's own corrected bits over it are looked at
+    keys: tuple = _STEADY_KEYS
+    sems: tuple = _STEADY_SEMS
+    rare_bits: int = _RARE_BITS
 
 
 @dataclass
@@ -135,6 +135,7 @@ class LinkErrors(Detector):
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)
         self.span = int(cfg.window * NS)
+        self.rule = BurstRule(self.span, float(cfg.pre_fec_ber_warning))
         self.counted = frozenset(x.strip() for x in cfg.counters)
         #: port -> its error windows, from its first error until it goes away
         self.ports: dict[str, _Port] = {}
@@ -143,7 +144,7 @@ class LinkErrors(Detector):
         self.reals = array("d")  # per row: bitrate, corr_rate (per ns)
         self.ints = array("q")  # per row: ns seen
         self.batch: list = []
-        #: the kernel (the backend's; tests and bench/ set the twin beside it)
+        #: the kernel (the backend's; tests and bench/ set the fallback's beside it)
         self.kernel = _backend.reader.burst_run
         self._entries: list = []
         self._found: dict[int, tuple] = {}  # entry index -> (hot, bitrate, corr_rate, seen)
@@ -161,12 +162,7 @@ class LinkErrors(Detector):
         if not entries:
             return []
         self._room(len(self.rows) + len(entries))
-        args = (entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.span, self.cfg.pre_fec_ber_warning,
-                _STEADY_KEYS, _STEADY_SEMS, _RARE_BITS)
-        if self.kernel.__module__.startswith("agent._fallback"):
-            found = self.kernel(*args)
-        else:  # C hands the samples its doubles cannot do exactly to the twin, in their turn
-            found = self.kernel(*args, functools.partial(_exactly, args))
+        found = self.kernel(entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.rule)
         for k, *rest in found:
             self._found[k] = rest
         return list(self._found)  # (the kernel finds them in the samples' order)

@@ -16,8 +16,8 @@ polled every 10 s, the same dip averages into one sample at 98.5 % and is not se
 which is what this detector exists to show.
 
 The per-port state (level, dip in progress) lives in flat arrays updated by a kernel once
-per pass for every port sampled (agent/_ext/detect.c, twin agent/_fallback/detect.py);
-Python words and raises only the dips to report.
+per pass for every port sampled (agent/_ext/detect.c ``dip_run``: the rule; its plain Python
+backend agent/_fallback/detect.py); Python words and raises only the dips to report.
 """
 
 from __future__ import annotations
@@ -42,6 +42,20 @@ _SEMS = (c.RX_OCTETS, c.TX_OCTETS)
 ROW_REALS, ROW_INTS = 6, 8
 _NEW_REALS = array("d", [-1.0, 0.0, 0.0] * 2)
 _NEW_INTS = array("q", bytes(8 * ROW_INTS))
+
+
+@dataclass(frozen=True, slots=True)
+class DipRule:
+    """The rule's settings as the kernel reads them (``dip_run``'s conf, by attribute)."""
+
+    tau: float  # ns: the trailing level's time constant
+    dip_ratio: float
+    min_utilization: float
+    max_ns: int
+    quiet_ns: int  # after a change of load
+    warmup_ns: int = WARMUP_NS
+    keys: tuple = _KEYS
+    sems: tuple = _SEMS
 
 
 @dataclass
@@ -82,15 +96,15 @@ class ThroughputDip(Detector):
 
     def __init__(self, cfg, ctx) -> None:
         super().__init__(cfg, ctx)
-        self.tau = float(cfg.baseline) * NS
-        self.max_ns = int(cfg.max_duration * NS)
-        self.quiet_ns = int(self.tau / 2)  # after a change of load
+        tau = float(cfg.baseline) * NS
+        self.rule = DipRule(tau, float(cfg.dip_ratio), float(cfg.min_utilization), int(cfg.max_duration * NS),
+                            int(tau / 2))
         #: port -> its row of the state arrays (kept, reset, when the port goes away)
         self.rows: dict[str, int] = {}
         self.reals = array("d")
         self.ints = array("q")
         self.batch: list = []
-        #: the kernel (the backend's; tests and bench/ set the twin beside it)
+        #: the kernel (the backend's; tests and bench/ set the fallback's beside it)
         self.kernel = _backend.reader.dip_run
         self._entries: list = []  # the pass's samples, while their dips are reported
         self._edges: dict[int, list] = {}  # entry index -> its dips to report
@@ -109,9 +123,7 @@ class ThroughputDip(Detector):
         if not entries:
             return []
         self._room(len(self.rows) + len(entries))
-        cfg = self.cfg
-        edges = self.kernel(entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.tau, cfg.dip_ratio,
-                            cfg.min_utilization, self.max_ns, self.quiet_ns, WARMUP_NS, _KEYS, _SEMS)
+        edges = self.kernel(entries, self.ctx.speeds, self.rows, self.reals, self.ints, self.rule)
         for edge in edges:
             self._edges.setdefault(edge[0], []).append(edge)
         return list(self._edges)  # (the kernel finds them in the samples' order)

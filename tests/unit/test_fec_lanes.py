@@ -136,13 +136,8 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
     """(fits in each pass, link-degrading events as (interfaces, message head, raised s))."""
     counts: list[int] = []
     calls = [0]
-    real_fit, real_end = ld.fit, InsightsRunner.end_pass
-
+    real_end = InsightsRunner.end_pass
     real_fits = _backend.reader.fec_fits
-
-    def counting_fit(*a):
-        calls[0] += 1
-        return real_fit(*a)
 
     def counting_fits(*a):  # the kernel's: one fit per unit with codewords
         found = real_fits(*a)
@@ -169,7 +164,6 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ld, "fit", counting_fit)
         mp.setattr(_backend.reader, "fec_fits", counting_fits)
         mp.setattr(_backend.reader, "fec_run", counting_run)
         mp.setattr(InsightsRunner, "end_pass", end_pass)

@@ -11,12 +11,12 @@ from array import array
 
 import pytest
 
-from agent import config
+from agent import _backend, config
 from agent.config import Duration, HostPort, Insights
 from agent.counters import COUNTER, GAUGE, OPENCONFIG, Container, CounterSpec
 from agent.exporters import otlp_names
 from agent.insights import InsightsRunner, classify
-from agent.insights.link_degrading import GAUGES, fit, phase_of, prediction_container
+from agent.insights.link_degrading import GAUGES, phase_of, prediction_container
 from agent.pathgrammar import interface_path
 from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
 from agent.store import Store
@@ -151,7 +151,7 @@ def test_fit_matches_the_reference_through_the_scenario():
         port = port_of(config_, name)
         for t in range(12, 76, 4):
             bins, unc = window_deltas(port, (t - 10) * NS, t * NS)
-            got = fit(bins, unc + sum(bins))
+            got = _backend.reader.fec_fits(bins, 1, False, unc + sum(bins))[0][1]  # the port's own histogram
             flr, r2, _ = reference(bins, unc)
             assert got is not None
             assert got[0] * 9 / 8 == pytest.approx(flr, rel=0.01)
