@@ -28,6 +28,7 @@ from __future__ import annotations
 import _signal
 import _socket
 import ctypes
+import gc
 import mmap
 import os
 import struct
@@ -75,8 +76,11 @@ def _fallback_asic() -> object:
 
 
 def _give_back() -> None:
-    """Return the heap a layout's lists used to the kernel (glibc keeps freed pages mapped):
-    after the one large reply, the helper only reads values into the shared file."""
+    """Return the memory a layout's lists used to the kernel: a full collection empties the
+    interpreter's free lists (their tuples keep an arena each), glibc keeps freed heap pages
+    mapped until trimmed. After the one large reply the helper only reads values into the
+    shared file."""
+    gc.collect()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
