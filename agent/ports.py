@@ -82,9 +82,14 @@ def deletes(vanished: set[str], containers: set[Container]) -> list[Container]:
 
 # ---------------------------------------------------------------- one counter, one path
 
-#: a counter's group, the path it stands for: ``origin NUL container-path NUL leaf`` (a
-#: string: its hash is computed once, so the sets below cost no loop per counter)
-Key = str
+#: a counter's group, the path it stands for: ``(origin, container path, leaf)``, a tuple of
+#: strings the table's specs already hold (no string made per counter; a tuple of strings
+#: hashes in C from their cached hashes, so the sets below cost no Python loop per counter)
+Key = tuple[str, str, str]
+#: a key's counters in one table: the index of the one counter on its own path (the common
+#: case: no list, no tuple, the very int of ``table.visible``), ``~index`` of a hardware counter
+#: standing for a standard leaf (an alias), or a list of those when several share the key
+Members = int | list[int]
 #: a table's relabelled counters: index -> (container, leaf) published instead of its own
 Moves = dict[int, tuple[Container, str]]
 
@@ -110,27 +115,41 @@ def standard_key(spec: CounterSpec) -> tuple[Key, bool] | None:
     if std is not None and c.origin == SWTEL_ORIGIN and c.path.endswith(_HW_TAIL):
         base = c.path[:-len(_HW_TAIL)]
         if base == interface_path(spec.port):
-            return f"{OPENCONFIG}\0{base}/state/counters\0{std}", True
-    return f"{c.origin}\0{c.path}\0{spec.leaf}", False
+            return (OPENCONFIG, f"{base}{_STD_TAIL}", std), True
+    return (c.origin, c.path, spec.leaf), False
 
 
 def key_path(key: Key) -> tuple[Container, str]:
     """The (container, leaf) a :func:`standard_key` names."""
-    origin, rest = key.split("\0", 1)
-    path, leaf = rest.rsplit("\0", 1)
+    origin, path, leaf = key
     return Container(origin, path), leaf
 
 
-def keys_of(table: CounterTable) -> dict[Key, list[tuple[int, bool]]]:
-    """Per :func:`standard_key` of ``table``'s reported counters, their (index, alias?);
-    computed once per table (a table is rebuilt, never changed)."""
+def _add(out: dict[Key, Members], key: Key, member: int) -> None:
+    have = out.get(key)
+    if have is None:
+        out[key] = member
+    elif isinstance(have, list):
+        have.append(member)
+    else:
+        out[key] = [have, member]
+
+
+def members(entry: Members) -> list[tuple[int, bool]]:
+    """A :func:`keys_of` entry as (index, alias?) pairs."""
+    return [(~m, True) if m < 0 else (m, False) for m in (entry if isinstance(entry, list) else (entry,))]
+
+
+def keys_of(table: CounterTable) -> dict[Key, Members]:
+    """Per :func:`standard_key` of ``table``'s reported counters, their indices (as
+    :data:`Members`: :func:`members` reads them); computed once per table (a table is
+    rebuilt, never changed)."""
     out = table.cache.get("standard")
     if out is not None:
         return out
     out = {}
     targets: dict[Key, tuple[Container, str]] = {}  # a hardware counter's key -> its standard leaf
-    std: dict[Container, Container] = {}
-    prefix: dict[Container, str] = {}  # the key's start, per container (a port's counters share a few)
+    std: dict[Container, Container] = {}  # a port's hw container -> its standard one
     leaves: list[tuple[int, str]] = []  # (index, port) of counters on a port's standard leaves
     is_std: dict[Container, bool] = {}
     specs = table.specs
@@ -140,19 +159,18 @@ def keys_of(table: CounterTable) -> dict[Key, list[tuple[int, bool]]]:
             continue
         c = spec.container
         if spec.leaf in HW_STANDARD and c.path.endswith(_HW_TAIL):
-            hit = standard_key(spec)
-            if hit is not None and hit[1]:
-                out.setdefault(hit[0], []).append((i, True))
-                to = std.get(c)
+            if c.origin == SWTEL_ORIGIN and c.path[:-len(_HW_TAIL)] == interface_path(spec.port):
+                to = std.get(c)  # (the key standard_key gives, with one string per container)
                 if to is None:
-                    to = std[c] = Container(OPENCONFIG, c.path[:-len(_HW_TAIL)] + "/state/counters")
-                targets[hit[0]] = (to, HW_STANDARD[spec.leaf])
+                    to = std[c] = Container(OPENCONFIG, c.path[:-len(_HW_TAIL)] + _STD_TAIL)
+                leaf = HW_STANDARD[spec.leaf]
+                key = (OPENCONFIG, to.path, leaf)
+                _add(out, key, ~i)
+                targets[key] = (to, leaf)
                 continue
-        start = prefix.get(c)
-        if start is None:
-            start = prefix[c] = f"{c.origin}\0{c.path}\0"
+        if c not in is_std:
             is_std[c] = c.origin == OPENCONFIG and c.path == interface_path(spec.port) + _STD_TAIL
-        out.setdefault(start + spec.leaf, []).append((i, False))
+        _add(out, (c.origin, c.path, spec.leaf), i)
         if spec.leaf in STANDARD_LEAVES and is_std[c]:
             leaves.append((i, spec.port))
     table.cache["standard"] = out
@@ -211,20 +229,23 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
 
     gets = list(enumerate(k.get for k in keyed))
     for key in shared:
-        members = []
+        group = []
         part = []
         for pos, get in gets:
-            for i, alias in get(key, ()):
+            entry = get(key)
+            if entry is None:
+                continue
+            for i, alias in members(entry):
                 m = (pos, i, alias)
-                members.append(m)
+                group.append(m)
                 if ranks[pos] > 0:
                     part.append(m)
         if not part:
             continue
         top = max(part, key=lambda m: (ranks[m[0]], not m[2], m[0])) if len(part) > 1 else part[0]
-        if len(part) < 2 and not top[2] and all(m[2] for m in members if m is not top):
+        if len(part) < 2 and not top[2] and all(m[2] for m in group if m is not top):
             continue  # the one that takes part is on its own path, alone there: as it is
-        for m in members:
+        for m in group:
             pos, i, alias = m
             if m is top:
                 if alias:
@@ -236,9 +257,9 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
             to = table.cache["standard_to"]
             keys = keyed[pos]
             for key in to.keys() - shared:
-                group = keys[key]
-                if len(group) == 1:
-                    moves[pos][group[0][0]] = to[key]
+                entry = keys[key]
+                if not isinstance(entry, list):  # alone: the hardware counter (~index)
+                    moves[pos][~entry] = to[key]
         above = [serves for hold_rank, serves in holds if hold_rank > rank]
         if above:  # kept from this source while one above it opens
             for i, port in table.cache["standard_leaves"]:
@@ -256,4 +277,6 @@ def relabel(table: CounterTable, moves: Moves) -> CounterTable:
     for i, (container, leaf) in moves.items():
         s = specs[i]  # (built directly: dataclasses.replace costs 3x, 12,288 moves on 1,024 ports)
         specs[i] = CounterSpec(container, leaf, s.width, s.kind, s.port)
-    return CounterTable(table.source, specs)
+    out = CounterTable(table.source, specs)
+    out.cache["visible"] = table.visible  # the same kinds: one list of indices for both tables
+    return out

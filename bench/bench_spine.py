@@ -20,7 +20,10 @@ exporter did before), and with ``--memory`` where the agent's Python memory goes
 compare rows of one run as ratios, not with another run's.
 
     python bench/bench_spine.py [--seconds 20] [--warmup 10] [--quick] [--memory] [--rows jsonl,...]
-                                [--json FILE]
+                                [--json FILE] [--baseline TREE]
+
+``--baseline TREE`` runs each row first with another checkout's agent (e.g. ``git archive``
+of the commit before a change, its extension built), printed as ``[baseline]`` above it.
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ class Row:
     insights: bool = True
     quick: bool = True  # run with --quick too
     result: dict[str, Any] = field(default_factory=dict)
+    baseline: dict[str, Any] = field(default_factory=dict)  # --baseline's tree, same row
 
 
 def _dialout(g: GrpcSink, h: HttpSink) -> str:
@@ -200,12 +204,14 @@ def _pss(p) -> int:
         return 0
 
 
-def _agent_env() -> dict[str, str]:
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+def _agent_env(root: Path = ROOT) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, "GRPC_VERBOSITY": "NONE"}
 
 
-def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink) -> dict[str, Any]:
+def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
+            root: Path = ROOT) -> dict[str, Any]:
+    """One row's figures, with the agent of the source tree ``root`` (this one, or --baseline's)."""
     import psutil
 
     workdir = Path(tempfile.mkdtemp(prefix="swtel-spine-"))
@@ -213,10 +219,10 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink) -
     cfg = workdir / "swtel.yaml"
     cfg.write_text(config_text(workdir, row, g, h))
     log = open(workdir / "agent.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT, env=_agent_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=root, env=_agent_env(root),
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a start on a loaded machine (CI beside other work) takes >30 s
         while True:  # the first ticks: the control socket answers and the asic source has read
             if proc.poll() is not None:
                 raise RuntimeError(f"agent exited: {(workdir / 'agent.log').read_text()[-2000:]}")
@@ -227,7 +233,7 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink) -
             except Exception:  # noqa: BLE001 - not up yet
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("agent not up in 30 s")
+                raise RuntimeError("agent not up in 90 s")
             time.sleep(0.2)
         time.sleep(warmup)
         agent = psutil.Process(proc.pid)
@@ -299,13 +305,15 @@ def table(rows: list[Row]) -> str:
              "| gRPC messages a tick | overruns (window / since start) |",
              "|---|---:|---:|---:|---|---:|"]
     for row in rows:
-        r = row.result
-        if "error" in r:
-            lines.append(f"| {row.label} | failed: {r['error'][:80]} | | | | |")
-            continue
-        lines.append(f"| {row.label} | {r['cpu_pct']:.1f} % | {_mib(r['pss_agent'])} + {_mib(r['pss_helper'])} "
-                     f"| {r['bytes_per_value']:,.0f} | {messages_cell(row, r)} "
-                     f"| {r['overruns_window']} / {r['overruns_total']} |")
+        for label, r in ((f"{row.label} [baseline]", row.baseline), (row.label, row.result)):
+            if not r:
+                continue
+            if "error" in r:
+                lines.append(f"| {label} | failed: {r['error'][:80]} | | | | |")
+                continue
+            lines.append(f"| {label} | {r['cpu_pct']:.1f} % | {_mib(r['pss_agent'])} + {_mib(r['pss_helper'])} "
+                         f"| {r['bytes_per_value']:,.0f} | {messages_cell(row, r)} "
+                         f"| {r['overruns_window']} / {r['overruns_total']} |")
     return "\n".join(lines)
 
 
@@ -384,7 +392,10 @@ def memory_inner(cfg: str, after_s: float, out: str) -> int:
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=snap, daemon=True).start()
+    from agent import runner
     from agent.cli import main
+
+    runner.exit_now = lambda code: None  # the agent ends its process with os._exit: here it returns
 
     rc = main(["run", "-c", cfg])
     if not taken:
@@ -461,6 +472,9 @@ def main() -> int:
     ap.add_argument("--memory", action="store_true", help="also tracemalloc's breakdown by module (slow)")
     ap.add_argument("--rows", help="only the rows whose label contains one of these (comma-separated)")
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument("--baseline", type=Path, metavar="TREE",
+                    help="also run each row with the agent of another source tree (its extension built), "
+                         "just before this tree's: before/after side by side in one run")
     ap.add_argument("--memory-inner", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_inner:
@@ -479,10 +493,13 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     try:
         for row in rows:
-            try:
-                row.result = run_row(row, args.seconds, args.warmup, g, h)
-            except Exception as exc:  # noqa: BLE001 - one row's failure is shown, the others still run
-                row.result = {"error": repr(exc)}
+            runs = [("result", ROOT)] if args.baseline is None else [("baseline", args.baseline.resolve()),
+                                                                       ("result", ROOT)]
+            for attr, root in runs:
+                try:
+                    setattr(row, attr, run_row(row, args.seconds, args.warmup, g, h, root))
+                except Exception as exc:  # noqa: BLE001 - one row's failure is shown, the others still run
+                    setattr(row, attr, {"error": repr(exc)})
         report(args, rows, load0)
         if args.memory:
             print("\n" + memory(20.0, g, h))

@@ -22,14 +22,17 @@ The process dies with the agent (``PR_SET_PDEATHSIG``), and exits on EOF.
 
 from __future__ import annotations
 
+# Only what the helper needs, and C modules where the stdlib's wrapper would import more
+# (socket and signal import enum, typing is a megabyte): the helper is a process of its own,
+# its every module is resident memory beside the agent's (docs/PERFORMANCE.md).
+import _signal
+import _socket
 import ctypes
+import gc
 import mmap
 import os
-import signal
-import socket
 import struct
 import sys
-from typing import Any
 
 import msgpack
 
@@ -44,24 +47,47 @@ def _die_with_parent(parent_pid: int) -> None:
     """SIGKILL when the agent (the thread that started us) goes, even while the plugin hangs."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, _signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     if os.getppid() != parent_pid:  # it died before prctl took effect
         os._exit(0)
 
 
-def _reader(backend: str) -> Any:
+def _reader(backend: str) -> object:
     if backend == "python":
-        from agent._fallback import asic as _pyasic
+        return _fallback_asic()
+    from agent import _swtel  # the C extension itself: agent._backend would import more
 
-        return _pyasic
-    from agent import _backend
-
-    return _backend.reader
+    return _swtel
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _fallback_asic() -> object:
+    """agent/_fallback/asic.py alone: the package's __init__ imports every other fallback
+    module (the change kernel, the encoder, ...: ~3 MiB of the helper's memory), none of
+    which the plugin's loader uses."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_fallback", "asic.py")
+    spec = importlib.util.spec_from_file_location("agent._fallback.asic", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _give_back() -> None:
+    """Return the memory a layout's lists used to the kernel: a full collection empties the
+    interpreter's free lists (their tuples keep an arena each), glibc keeps freed heap pages
+    mapped until trimmed. After the one large reply the helper only reads values into the
+    shared file."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _recv_exact(sock: _socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
@@ -72,14 +98,14 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _send(sock: socket.socket, op: bytes, payload: bytes = b"") -> None:
+def _send(sock: _socket.socket, op: bytes, payload: bytes = b"") -> None:
     sock.sendall(HEADER.pack(len(payload), op[0]) + payload)
 
 
 class Host:
-    def __init__(self, sock: socket.socket, shm_fd: int, reader: Any) -> None:
+    def __init__(self, sock: _socket.socket, shm_fd: int, reader: object) -> None:
         self.sock, self.shm_fd, self.reader = sock, shm_fd, reader
-        self.handle: Any = None
+        self.handle: object = None
         self.mm: mmap.mmap | None = None
         self.view: memoryview | None = None  # the n values, as u64
 
@@ -113,8 +139,8 @@ class Host:
                     self._map(U64.unpack(payload)[0])
                     _send(self.sock, b"m")
                 elif op == ord("L"):
-                    gen, ports, counters = r.asic_layout(self.handle)
-                    _send(self.sock, b"l", msgpack.packb([gen, ports, counters], use_bin_type=True))
+                    _send(self.sock, b"l", msgpack.packb(r.asic_layout(self.handle), use_bin_type=True))
+                    _give_back()
                 elif op == ord("O"):
                     path, config = msgpack.unpackb(payload, raw=False)
                     self.handle = r.asic_open(path, config)
@@ -139,9 +165,9 @@ def main(argv: list[str]) -> int:
     sock_fd, shm_fd, parent_pid, backend = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
     _die_with_parent(parent_pid)
     # The agent decides when this process ends (a request, EOF or SIGKILL), not a terminal.
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    sock = socket.socket(fileno=sock_fd)
+    for sig in (_signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE):
+        _signal.signal(sig, _signal.SIG_IGN)
+    sock = _socket.socket(fileno=sock_fd)
     Host(sock, shm_fd, _reader(backend)).serve()
     # Skip interpreter teardown: a plugin's handle may be in any state after an error.
     sys.stdout.flush()

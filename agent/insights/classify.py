@@ -263,13 +263,13 @@ class Layout:
     ``key = (sem, sub)``; ``ports[port_slot]`` is the port name and ``sems[port_slot]``
     the semantics the table has for it."""
 
-    __slots__ = ("slots", "ports", "sems", "mask", "slot_of", "keys", "levels", "bits", "vcols", "vwidth", "vkeys")
+    __slots__ = ("ports", "sems", "mask", "slot_of", "keys", "levels", "bits", "vcols", "vwidth", "vkeys")
 
     def __init__(self, table: CounterTable) -> None:
         where: dict[str, int] = {}
         self.ports: list[str] = []
         self.sems: list[set[str]] = []
-        self.slots: list[tuple[int, tuple[str, str]] | None] = []
+        slots: list[tuple[int, tuple[str, str]] | None] = []  # built here, kept as slot_of and keys
         # one key object per (sem, sub), shared by every port: the per-change loop's dict
         # updates then touch a few hundred hot keys, not one object per counter (250,000 at
         # 1,024 sim ports, each a cache miss when the tick starts cold)
@@ -277,7 +277,7 @@ class Layout:
         for spec in table.specs:
             hit = classify(spec)
             if hit is None:
-                self.slots.append(None)
+                slots.append(None)
                 continue
             port, sem, sub = hit
             slot = where.get(port)
@@ -287,21 +287,27 @@ class Layout:
                 self.sems.append(set())
             self.sems[slot].add(sem)
             key = (sem, sub)
-            self.slots.append((slot, shared.setdefault(key, key)))
+            slots.append((slot, shared.setdefault(key, key)))
         #: 1 where the counter is classified (for a C-speed pre-filter of a batch's indices)
-        self.mask = bytes(0 if s is None else 1 for s in self.slots)
+        self.mask = bytes(0 if s is None else 1 for s in slots)
         # The maps of the feeds' per-change loop (feed_add, agent/_ext/feeds.c), per counter:
         # its port slot (-1: read by no detector), its key, and 0 for a counter, 1 for a
         # queue's level (the per-port highest of which gates detectors: Detector.level_gate),
         # 2 for another level.
-        self.slot_of = array("i", (-1 if s is None else s[0] for s in self.slots))
-        self.keys = [None if s is None else s[1] for s in self.slots]
+        self.slot_of = array("i", (-1 if s is None else s[0] for s in slots))
+        self.keys = [None if s is None else s[1] for s in slots]
         self.levels = bytes(0 if s is None or s[1][0] not in LEVELS else 1 if s[1][0] in QUEUE_LEVELS else 2
-                            for s in self.slots)
-        self.bits = array("I", (0 if s is None else BITS[s[1][0]] for s in self.slots))
-        self._rows()
+                            for s in slots)
+        self.bits = array("I", (0 if s is None else BITS[s[1][0]] for s in slots))
+        self._rows(slots)
 
-    def _rows(self) -> None:
+    @property
+    def slots(self) -> list[tuple[int, tuple[str, str]] | None]:
+        """Per counter None or ``(port_slot, key)``, made when asked (a tuple per counter kept
+        for the table's life cost ~1 MiB on a spine; the per-change maps are slot_of and keys)."""
+        return [None if slot < 0 else (slot, key) for slot, key in zip(self.slot_of, self.keys, strict=True)]
+
+    def _rows(self, slots: list[tuple[int, tuple[str, str]] | None]) -> None:
         """The FEC bins' columns: a port's histogram bins 0..15 (the feeds' ``row`` of i64 per
         port slot, ``vwidth`` wide: agent/insights/feeds.py) at columns 0..15, its lanes' at 16
         on, in lane order, 16 each. Thirteen thousand bins move a tick at 1,024 ports: an add
@@ -311,7 +317,7 @@ class Layout:
         link_degrading maps its bins through."""
         lanes: list[set[int]] = [set() for _ in self.ports]
         bins: list[tuple[int, int, int] | None] = []  # per counter: (slot, lane or -1, bin)
-        for s in self.slots:
+        for s in slots:
             hit = None
             if s is not None and s[1][0] == FEC_BIN:
                 lane, _, b = s[1][1].rpartition("/")

@@ -426,6 +426,10 @@ class AsicSource(Source):
         skipped: list[int] = []  # the plugin's value slots not kept (buffer data off)
         oper: dict[str, tuple[str, str]] = {}
         bounds: list[tuple[Container, int]] = []
+        # one Container object per path, shared by its counters (a port's ~40 counters of
+        # ``state/counters`` are one object, not 40 equal ones: ~170 B a value on a spine)
+        shared: dict[Container, Container] = {}
+        leaves: dict[str, str] = {}  # and one string per leaf name
         for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
             if not self.serves(port):
                 # The plugin fills every counter; these keep their slots but are never reported.
@@ -440,6 +444,8 @@ class AsicSource(Source):
                 speeds[port] = int(speed_mbps) * 1_000_000
             for name, width, kind, _nbins, bins in descs:
                 container, leaf, rule_kind = map_name(port, name, host)
+                container = shared.setdefault(container, container)
+                leaf = leaves.setdefault(leaf, leaf)
                 wanted = counter_wanted(name, sec.counters.include, sec.counters.exclude)
                 if kind == KIND_HISTOGRAM:  # one cumulative counter per bin, in bin order
                     where = [histogram_bin_container(container, leaf, k, low, high)

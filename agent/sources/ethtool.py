@@ -18,6 +18,7 @@ from agent import _backend
 from agent.config import CounterFilter, Duration, setting
 from agent.counters import (
     HIDDEN,
+    Container,
     CounterSpec,
     CounterTable,
 )
@@ -144,10 +145,14 @@ class EthtoolSource(Source):
     def _build(self, order: list[_Port]) -> None:
         sec = self.section
         specs: list[CounterSpec] = []
+        shared: dict[Container, Container] = {}  # one Container and one leaf string per path,
+        leaves: dict[str, str] = {}  # shared by the counters that have it (not one per counter)
         for port in order:
             rules = table_for(port.driver, port.names)
             for name in port.names:
                 container, leaf, kind = map_name(rules, port.link.name, name)
+                container = shared.setdefault(container, container)
+                leaf = leaves.setdefault(leaf, leaf)
                 wanted = counter_wanted(name, sec.counters.include, sec.counters.exclude) and (
                     sec.per_queue or not PER_QUEUE.match(name)
                 )

@@ -27,7 +27,7 @@ from agent.counters import (
 from agent.engine import Engine, SourceRunner
 from agent.exporters import otlp_names
 from agent.listener import Listener
-from agent.ports import elect, key_path, relabel, standard_key, yielded
+from agent.ports import elect, key_path, keys_of, members, relabel, standard_key, yielded
 from agent.sources import drivers
 from agent.sources.asic import map_name as asic_name
 from agent.sources.base import NO_DATA, Source, interface
@@ -123,6 +123,23 @@ def test_without_a_plugin_nothing_moves():
         tables = [_netdev(p), _named("ethtool", p, SWITCHD_NAMES)]
         assert elect([(t.source, t, r) for t, r in zip(tables, (1, 0), strict=True)]) == [{}, {}]
         assert relabel(tables[0], {}) is tables[0]
+
+
+def test_a_tables_keys_are_standard_keys_made_of_its_own_strings():
+    """keys_of holds no string per counter (issue 35, memory a value): a key is the spec's
+    own origin, container path and leaf (a hardware alias: its standard container's path),
+    and an entry lists the counters standard_key gives it, aliases marked."""
+    table = _named("asic", "swp1", ("HwIfInOctets", "carrier_changes", "phy_symbol_errors", "vendor_thing"))
+    keys = keys_of(table)
+    got = {(i, alias): key for key, entry in keys.items() for i, alias in members(entry)}
+    assert got == {(i, standard_key(s)[1]): standard_key(s)[0] for i, s in enumerate(table.specs)}
+    for (i, alias), (origin, path, leaf) in got.items():
+        spec = table.specs[i]
+        if not alias:
+            assert origin is spec.container.origin and path is spec.container.path and leaf is spec.leaf
+    assert table.specs[0].container.origin == SWTEL_ORIGIN  # HwIfInOctets: the alias of in-octets
+    assert got[(0, True)] == (OPENCONFIG, interface("swp1", OPENCONFIG, "state/counters").path, "in-octets")
+    assert members([3, ~0]) == [(3, False), (0, True)] and members(5) == [(5, False)]
 
 
 def test_keys_and_aside_paths_keep_escaped_names_and_every_key():
