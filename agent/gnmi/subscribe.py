@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from agent.counters import Container, StateUpdate
 from agent.gnmi import encode
 from agent.gnmi.get import (
     MAX_PATHS,
+    TURN_WAIT_S,
     Counters,
     PathSet,
     Renderer,
@@ -36,6 +37,7 @@ from agent.gnmi.get import (
     check_encoding,
     read,
     refuse_denied,
+    render_turn,
     request_pattern,
 )
 
@@ -153,14 +155,16 @@ class Subscriber:
 
     # ------------------------------------------------------------ tick thread
 
-    def changed_indices(self, table, changed: list[int]) -> list[int] | None:
+    def changed_indices(self, table, changed: list[int],
+                        changed_mask: Callable[[], bytearray] | None = None) -> list[int] | None:
         """The changes this subscription takes; None if the table is new to it (ports changed):
-        then the tick thread does not match it, :meth:`offer_unmatched` hands the changes on."""
+        then the tick thread does not match it, :meth:`offer_unmatched` hands the changes on.
+        ``changed_mask``: the changes by index, shared by the subscribers (PathSet.filter_changes)."""
         if self.on_change is None:
             return []
         if self.on_change.matched(table) is None:
             return None
-        return self.on_change.filter_changes(table, changed)
+        return self.on_change.filter_changes(table, changed, changed_mask)
 
     def open_pass(self) -> None:
         """The engine starts a pass: per tick, its offers are queued together at close_pass."""
@@ -272,7 +276,9 @@ class Subscriber:
         if self.mode != POLL and not store.wait_primed(lambda: self.closed):
             return
         if self.mode == ONCE:
-            yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+            with render_turn(closed=lambda: self.closed):
+                chunks = self.renderer.snapshot(*read(store, self.all_paths))
+            yield from self._counted(chunks)
             yield from self._counted([_SYNC])
         elif self.mode == POLL:
             yield from self._poll(store, requests)
@@ -294,7 +300,9 @@ class Subscriber:
             if req.HasField("poll"):
                 if not store.wait_primed(lambda: self.closed):
                     return
-                yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+                with render_turn(TURN_WAIT_S):  # a Poll is a Get: refused when no turn comes
+                    chunks = self.renderer.snapshot(*read(store, self.all_paths))
+                yield from self._counted(chunks)
                 yield from self._counted([_SYNC])
             elif req.HasField("subscribe"):
                 raise RequestError(
@@ -304,6 +312,11 @@ class Subscriber:
     def _snapshot(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
         """Current values: packed per tick, or one Notification per container."""
         return (self.renderer.packed if self.per_tick else self.renderer.snapshot)(counters, states)
+
+    def _read_snapshot(self, store: Any, pathset: Any) -> list[bytes]:
+        """:meth:`_snapshot` of what ``pathset`` matches now, read and rendered in its turn."""
+        with render_turn(closed=lambda: self.closed):
+            return self._snapshot(*read(store, pathset))
 
     def _pass(self, items: list[tuple]) -> list[bytes]:
         """One pass's offers, per tick: one Notification per origin, a delete in its turn."""
@@ -329,7 +342,7 @@ class Subscriber:
     def _stream(self, store: Any) -> Iterator[bytes]:
         r = self.renderer
         if not self.updates_only:
-            yield from self._counted(self._snapshot(*read(store, self.all_paths)))
+            yield from self._counted(self._read_snapshot(store, self.all_paths))
         for e in self.entries:  # suppress_redundant compares with the values as of subscribing
             if e.sample_s and e.suppress:
                 self._sample(e, store, force=True)
@@ -358,7 +371,7 @@ class Subscriber:
                 else:
                     yield from self._counted(r.deletes(item[1], item[2]))
             if resync and self.on_change is not None:
-                yield from self._counted(self._snapshot(*read(store, self.on_change)))
+                yield from self._counted(self._read_snapshot(store, self.on_change))
             yield from self._counted(self._timers(store))
 
     def _next_due(self) -> float | None:
@@ -383,14 +396,15 @@ class Subscriber:
             elif heartbeat and not e.sample_s:  # ON_CHANGE heartbeat: everything, changed or not
                 due.append(k)
         if due:  # one read and one rendering for all of them, however many paths the list has
-            out += self._snapshot(*read(store, self.all_paths.member(*due)))
+            out += self._read_snapshot(store, self.all_paths.member(*due))
         return out
 
     def _sample(self, e: Entry, store: Any, force: bool) -> list[bytes]:
-        counters, states = read(store, e.pathset)
-        if e.suppress:
-            counters, states = self._suppress(e, counters, states, force)
-        return self._snapshot(counters, states)
+        with render_turn(closed=lambda: self.closed):
+            counters, states = read(store, e.pathset)
+            if e.suppress:
+                counters, states = self._suppress(e, counters, states, force)
+            return self._snapshot(counters, states)
 
     @staticmethod
     def _suppress(

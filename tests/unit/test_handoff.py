@@ -144,3 +144,24 @@ def test_the_agent_s_status_when_its_tick_loop_is_stuck():
     assert any(p.startswith("tick loop busy") for p in client.health_problems(stale))
     with pytest.raises(TickBusy, match="no earlier answer"):
         agent.ports()
+
+
+def test_work_steps_aside_while_a_tick_pass_runs():
+    """TickPasses.step_aside: returns at once between passes; in a pass, waits for its end;
+    a pass that outlasts the bound is waited for once per thread, not at every call."""
+    from agent.handoff import TickPasses
+
+    passes = TickPasses()
+    passes.step_aside(most_s=30)  # no pass: at once (else this would wait 30 s)
+    passes.begin()
+    stepped = threading.Event()
+    worker = threading.Thread(target=lambda: (passes.step_aside(most_s=30), stepped.set()), daemon=True)
+    worker.start()
+    worker.join(0.2)
+    assert worker.is_alive() and not stepped.is_set()  # waiting for the pass
+    passes.end()
+    assert stepped.wait(30)
+    passes.begin()  # a pass that never ends (a source stuck in a poll)
+    passes.step_aside(most_s=0.01)  # waited out once ...
+    passes.step_aside(most_s=30)  # ... then not again in this pass (else 30 s)
+    passes.end()

@@ -230,3 +230,36 @@ def test_get_and_poll_share_a_rate_per_client_address():
     finally:
         channel.close()
         srv.stop(1)
+
+
+def test_a_get_and_a_poll_wait_their_turn_to_read_then_are_refused(monkeypatch):
+    """Whole-tree reads are rendered one at a time (get.RENDERS_AT_ONCE): a Get or a Poll that
+    does not get its turn within TURN_WAIT_S is RESOURCE_EXHAUSTED, a clear 'server busy'."""
+    from agent.gnmi import get as gnmi_get
+
+    monkeypatch.setattr(gnmi_get, "TURN_WAIT_S", 0.05)
+    monkeypatch.setattr("agent.gnmi.subscribe.TURN_WAIT_S", 0.05)
+    srv = _server()
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")
+    stub = gnmi_pb2_grpc.gNMIStub(channel)
+    request = gnmi_pb2.GetRequest(path=[gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces")])])
+    try:
+        with gnmi_get.render_turn(10):  # another client's read, in progress
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Get(request, timeout=10)
+            assert refused.value.code() == EXHAUSTED and "server busy" in refused.value.details()
+            stream = Idle(srv, _poll_list())
+            try:
+                stream.more = [gnmi_pb2.SubscribeRequest(poll=gnmi_pb2.Poll())]
+                stream.go.set()
+                code, details = stream.outcome()
+                assert code == EXHAUSTED and "server busy" in details
+            finally:
+                stream.close()
+        # the turn is free again: the Get is read (an empty store: NOT_FOUND, past the turn)
+        with pytest.raises(grpc.RpcError) as answered:
+            stub.Get(request, timeout=10)
+        assert answered.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        channel.close()
+        srv.stop(1)
