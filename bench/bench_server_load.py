@@ -1,7 +1,8 @@
 """Client load against the tick loop (issue 33, item 4): does the dial-in server's load reach
 the agent's ticks?
 
-Two agents run side by side, started together on the same machine: the built-in simulated
+Two agents run side by side, started together on the same machine (the clients come once
+both have run ``--settle`` seconds): the built-in simulated
 spine (``sources.asic`` plugin ``sim``, ``role=spine``: 68 ports, ~16,800 values) at 100 ms,
 the gNMI dial-in server on loopback (plaintext, or ``--tls``). One is left **idle**; the other
 gets **40 idle Subscribe streams** (each its own connection, ON_CHANGE on one port's
@@ -21,7 +22,8 @@ status --json``; a missed tick is one the loop skipped because it ran late), the
 Get and Poll answers and refusals. 0 overruns is the goal. Figures only, nothing asserted; the
 machine is shared, so compare the two agents of one round, not runs.
 
-    python bench/bench_server_load.py [--seconds 15] [--quick] [--tls] [--pure]
+    python bench/bench_server_load.py [--seconds 15] [--quick] [--tls] [--pure] [--rounds shipped,lifted]
+                                      [--clients idle,get,poll]
 """
 
 from __future__ import annotations
@@ -123,9 +125,10 @@ class Agent:
 class Load:
     """40 idle streams and 10 flooding clients against one agent, until ``stop``."""
 
-    def __init__(self, port: int, tls: Any) -> None:
+    def __init__(self, port: int, tls: Any, kinds: tuple[str, ...] = ("idle", "get", "poll")) -> None:
         import grpc
 
+        self.kinds = kinds
         self.grpc = grpc
         self.target = f"127.0.0.1:{port}"
         self.creds = grpc.ssl_channel_credentials(tls.ca.read_bytes()) if tls else None
@@ -155,11 +158,11 @@ class Load:
         from pygnmi.spec.v080 import gnmi_pb2, gnmi_pb2_grpc
 
         self.pb, self.stub_of = gnmi_pb2, gnmi_pb2_grpc.gNMIStub
-        for i in range(IDLE_STREAMS):
+        for i in range(IDLE_STREAMS if "idle" in self.kinds else 0):
             self._idle(i)
-        for i in range(GET_CLIENTS):
+        for i in range(GET_CLIENTS if "get" in self.kinds else 0):
             self._thread(self._get_flood, f"get-{i}")
-        for i in range(POLL_CLIENTS):
+        for i in range(POLL_CLIENTS if "poll" in self.kinds else 0):
             self._thread(self._poll_flood, f"poll-{i}")
 
     def _thread(self, fn: Any, name: str) -> None:
@@ -264,13 +267,15 @@ def tick_figures(s0: dict, s1: dict) -> dict[str, Any]:
     }
 
 
-def one_round(label: str, rate: float, seconds: float, warmup: float, tls: Any, pure: bool) -> dict[str, Any]:
+def one_round(label: str, rate: float, seconds: float, warmup: float, tls: Any, pure: bool,
+              kinds: tuple[str, ...], settle: float) -> dict[str, Any]:
     idle, loaded = Agent("idle", rate, tls, pure), Agent("loaded", rate, tls, pure)
     load = None
     try:
         idle.wait_up()
         loaded.wait_up()
-        load = Load(loaded.port, tls)
+        time.sleep(settle)  # a running agent: its ports' leaves all published once
+        load = Load(loaded.port, tls, kinds)
         load.start()
         time.sleep(warmup)  # the streams connected and synced, the flood running
         a0, b0, t0 = idle.status(), loaded.status(), time.monotonic()
@@ -309,13 +314,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=3.0)
-    ap.add_argument("--quick", action="store_true", help="8 s windows, 2 s warm-up")
+    ap.add_argument("--settle", type=float, default=5.0, help="seconds the agents run before the clients come")
+    ap.add_argument("--quick", action="store_true", help="6 s windows, 2 s warm-up, 3 s settling")
     ap.add_argument("--tls", action="store_true", help="the server over TLS (a throw-away CA)")
     ap.add_argument("--pure", action="store_true", help="the agents with SWTEL_PUREPYTHON=1")
     ap.add_argument("--rounds", default="shipped,lifted", help="shipped, lifted or both")
+    ap.add_argument("--clients", default="idle,get,poll",
+                    help="which clients: idle (the 40 streams), get, poll (the flooders); default all")
     args = ap.parse_args()
     if args.quick:
-        args.seconds, args.warmup = 8.0, 2.0
+        args.seconds, args.warmup, args.settle = 6.0, 2.0, 3.0
     tls = None
     pki_dir = None
     if args.tls:
@@ -333,7 +341,8 @@ def main() -> int:
         for name in args.rounds.split(","):
             label, rate = rounds[name]
             try:
-                print_round(one_round(label, rate, args.seconds, args.warmup, tls, args.pure))
+                print_round(one_round(label, rate, args.seconds, args.warmup, tls, args.pure,
+                                      tuple(args.clients.split(",")), args.settle))
             except Exception as exc:  # noqa: BLE001 - a figure missing, never a traceback in CI's log
                 print(f"\n## {label}: failed: {exc}")
             sys.stdout.flush()

@@ -416,6 +416,12 @@ class PathSet:
     def matches_leaf(self, container: Container, leaf: str) -> bool:
         return bool(self._leaf_ids(container, leaf))
 
+    def known_leaf(self, container: Container, leaf: str) -> bool | None:
+        """:meth:`matches_leaf` if already worked out, else None (never walks: the tick thread
+        leaves a leaf it has not seen to the subscriber's own thread)."""
+        ids = self._states.get((container, leaf))
+        return None if ids is None else bool(ids)
+
     def touches(self, container: Container) -> bool:
         """A deleted container concerns us if it lies at, below or above one of our patterns
         (above: some pattern goes on below it)."""

@@ -525,6 +525,32 @@ def test_table_match_is_cached_by_identity_and_filters_per_change(feed):
     assert everything.filter_changes(feed.table, [3, 4]) == [3, 4]
 
 
+def test_a_narrow_subscription_filters_through_the_shared_changes_by_index(feed):
+    """With the batch's changes by index (built once for every subscriber), a subscription
+    matching far fewer counters than changed walks its own counters: the same answer, and
+    the mask is asked for only then."""
+    ps = PathSet([(OPENCONFIG, tuple(paths.split("/interfaces/interface[name=v1]/state/counters/in-errors")))])
+    wanted = feed.index("v1", "in-errors")
+    everything = list(range(len(feed.table)))
+    asked: list[int] = []
+
+    def mask_of(changes: list[int]):
+        def changed_mask() -> bytearray:
+            asked.append(1)
+            mask = bytearray(len(feed.table))
+            for i in changes:
+                mask[i] = 1
+            return mask
+        return changed_mask
+
+    for changes in (everything, [i for i in everything if i != wanted]):
+        assert ps.filter_changes(feed.table, changes, mask_of(changes)) == ps.filter_changes(feed.table, changes)
+    assert ps.filter_changes(feed.table, everything, mask_of(everything)) == [wanted]
+    assert len(asked) == 3
+    ps.filter_changes(feed.table, [wanted], mask_of([wanted]))  # fewer changes than matches: the old walk
+    assert len(asked) == 3
+
+
 # ---------------------------------------------------------------- end to end: swtel run in a namespace
 
 # Runs inside the agent's namespace (127.0.0.1 is per namespace); reports as JSON lines.
@@ -586,3 +612,24 @@ def test_big_containers_split_alike_in_proto_and_json_ietf():
                         for n in notifs for u in n.update}
     assert decoded[gnmi_pb2.PROTO] == decoded[gnmi_pb2.JSON_IETF] == {
         f"q{i}": 10**12 + i for i in range(2500)}
+
+
+def test_the_tick_thread_leaves_unseen_state_leaves_to_the_subscriber(monkeypatch):
+    """offer_states (tick thread) filters by the leaves already matched; a leaf never seen
+    goes to the subscriber's own thread unwalked (``su``), which matches it there: a burst of
+    new ports' leaves never costs the tick thread a walk per leaf and subscriber."""
+    sub = _subscriber("/interfaces", 100)
+    walks: list[tuple] = []
+    real = PathSet.matches_leaf
+
+    def counted(self, container, leaf):
+        walks.append((container, leaf))
+        return real(self, container, leaf)
+
+    monkeypatch.setattr(PathSet, "matches_leaf", counted)
+    sub.offer_states([oper("v0", "UP", 1)])
+    assert walks == [] and [item[0] for item in sub._queue] == ["su"]
+    assert sub._unseen_states(sub._queue[0][1]) == [oper("v0", "UP", 1)]  # the RPC thread's match
+    assert len(walks) == 1
+    sub.offer_states([oper("v0", "DOWN", 2)])  # seen now: filtered on the tick thread, not walked again
+    assert len(walks) == 1 and [item[0] for item in sub._queue] == ["su", "s"]
