@@ -149,6 +149,7 @@ class TickPasses:
         self._lock = threading.Lock()
         self._running = 0  # engines in a pass (tests run more than one per process)
         self._number = 0  # passes begun: a thread that waited one out does not wait again
+        self._tick_threads: set[int] = set()  # threads in a pass: they never wait for themselves
         self._quiet = threading.Event()
         self._quiet.set()
         self._local = threading.local()
@@ -157,17 +158,19 @@ class TickPasses:
         with self._lock:
             self._running += 1
             self._number += 1
+            self._tick_threads.add(threading.get_ident())
             self._quiet.clear()
 
     def end(self) -> None:
         with self._lock:
             self._running = max(0, self._running - 1)
+            self._tick_threads.discard(threading.get_ident())
             if not self._running:
                 self._quiet.set()
 
     def step_aside(self, most_s: float = 0.25) -> None:
-        if self._quiet.is_set():
-            return
+        if self._quiet.is_set() or threading.get_ident() in self._tick_threads:
+            return  # (the tick thread itself, matching a table in its pass, goes on)
         number = self._number
         if getattr(self._local, "waited", -1) == number:
             return
