@@ -297,7 +297,7 @@ def one_round(label: str, rate: float, seconds: float, warmup: float, tls: Any, 
 def print_round(r: dict[str, Any]) -> None:
     w = r["window_s"]
     print(f"\n## {r['label']} ({w:.1f} s window)")
-    print("| agent | missed ticks (overruns) | longest stall | ticks | asic reads |")
+    print("| agent | missed ticks (overruns) | longest stall (since start) | ticks | asic reads |")
     print("|---|---:|---:|---:|---:|")
     for name in ("idle", "loaded"):
         f = r[name]

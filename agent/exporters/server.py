@@ -110,7 +110,7 @@ class _Servicer:
         call.note_paths(request.prefix, request.path)
         self._owner.rate_check(context)
         try:
-            return get.get(self._owner.store, request, self._owner.target, call.access)
+            return get.get_bytes(self._owner.store, request, self._owner.target, call.access)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
 

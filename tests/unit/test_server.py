@@ -633,3 +633,23 @@ def test_the_tick_thread_leaves_unseen_state_leaves_to_the_subscriber(monkeypatc
     assert len(walks) == 1
     sub.offer_states([oper("v0", "DOWN", 2)])  # seen now: filtered on the tick thread, not walked again
     assert len(walks) == 1 and [item[0] for item in sub._queue] == ["su", "s"]
+
+
+@pytest.mark.parametrize("encoding", [gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF, gnmi_pb2.JSON])
+def test_get_bytes_are_the_notifications_of_one_get_response(feed, encoding):
+    """The server sends the rendered SubscribeResponses joined as the GetResponse (field 1 of
+    both): the same notifications as one GetResponse built from each chunk's update."""
+    from agent.gnmi import get as gnmi_get
+
+    request = gnmi_pb2.GetRequest(path=[paths.to_proto("/interfaces")], encoding=encoding)
+    raw = gnmi_get.get_bytes(feed.store, request, TARGET)
+    pattern = request_pattern(request.prefix, request.path[0], TARGET)
+    chunks = gnmi_get.Renderer(TARGET, encoding).snapshot(*gnmi_get.read(feed.store, PathSet([pattern])))
+    built = gnmi_pb2.GetResponse()
+    for chunk in chunks:
+        built.notification.append(gnmi_pb2.SubscribeResponse.FromString(chunk).update)
+    parsed = gnmi_pb2.GetResponse.FromString(raw)
+    assert len(parsed.notification) == len(chunks) > 1
+    assert parsed == built
+    # and a state (oper-status) is among them: counters and states alike
+    assert any(u.path.elem[-1].name == "oper-status" for n in parsed.notification for u in n.update)
