@@ -203,21 +203,21 @@ class Subscriber:
         if self.on_change is None:
             return
         known = self.on_change.known_leaf
-        mine: list[StateUpdate] = []
-        unseen: list[StateUpdate] = []
+        kept: list[StateUpdate] = []  # in their order: two updates of one leaf never swap
+        unseen = False
         for u in updates:
             hit = known(u.container, u.leaf)
             if hit is None:
-                unseen.append(u)
+                unseen = True
+                kept.append(u)
             elif hit:
-                mine.append(u)
-        if mine:
-            self._offer(("s", mine))
-        if unseen:
-            self._offer(("su", unseen))
+                kept.append(u)
+        if kept:
+            self._offer(("su" if unseen else "s", kept))
 
     def _unseen_states(self, updates: list[StateUpdate]) -> list[StateUpdate]:
-        """(RPC thread.) The updates of an ``su`` offer this subscription takes."""
+        """(RPC thread.) The updates of an ``su`` offer this subscription takes (those already
+        matched are looked up again, from the cache)."""
         assert self.on_change is not None
         return [u for u in updates if self.on_change.matches_leaf(u.container, u.leaf)]
 

@@ -633,6 +633,10 @@ def test_the_tick_thread_leaves_unseen_state_leaves_to_the_subscriber(monkeypatc
     assert len(walks) == 1
     sub.offer_states([oper("v0", "DOWN", 2)])  # seen now: filtered on the tick thread, not walked again
     assert len(walks) == 1 and [item[0] for item in sub._queue] == ["su", "s"]
+    # one offer with a seen and an unseen leaf stays one item, in order (never two that could swap)
+    sub.offer_states([oper("v0", "UP", 3), oper("v1", "UP", 3), oper("v0", "DOWN", 4)])
+    assert len(walks) == 1 and sub._queue[-1] == ("su", [oper("v0", "UP", 3), oper("v1", "UP", 3),
+                                                         oper("v0", "DOWN", 4)])
 
 
 @pytest.mark.parametrize("encoding", [gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF, gnmi_pb2.JSON])
