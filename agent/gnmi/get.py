@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,27 +73,63 @@ def shown(text: str) -> str:
 RENDERS_AT_ONCE = 1
 #: how long a Get or a Poll waits for its turn before RESOURCE_EXHAUSTED (a stream waits on)
 TURN_WAIT_S = 5.0
-_turns = threading.BoundedSemaphore(RENDERS_AT_ONCE)
 _TURN_SLICE_S = 0.5  # a waiting stream looks this often whether it was closed
+
+
+class _Turns:
+    """Turns in the order asked (a semaphore lets a thread that comes later take a freed turn
+    first: a client repeating Gets back to back would starve the Polls waiting)."""
+
+    def __init__(self, at_once: int) -> None:
+        self._lock = threading.Lock()
+        self._free = at_once
+        self._waiting: deque[threading.Event] = deque()
+
+    def take(self, wait_s: float | None, closed: Callable[[], bool] | None = None) -> bool:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            mine = threading.Event()
+            self._waiting.append(mine)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            left = _TURN_SLICE_S if deadline is None else min(_TURN_SLICE_S, deadline - time.monotonic())
+            if left > 0 and mine.wait(left):
+                return True
+            if (deadline is not None and time.monotonic() >= deadline) or (closed is not None and closed()):
+                with self._lock:
+                    if mine.is_set():  # handed over just now: it is ours
+                        return True
+                    self._waiting.remove(mine)
+                return False
+
+    def give(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()  # the turn goes straight to the longest waiter
+            else:
+                self._free += 1
+
+
+_turns = _Turns(RENDERS_AT_ONCE)
 
 
 @contextmanager
 def render_turn(wait_s: float | None = None, closed: Callable[[], bool] | None = None) -> Iterator[None]:
-    """Hold the turn to read and render a snapshot. ``wait_s``: RESOURCE_EXHAUSTED when the
-    turn has not come by then (a Get, a Poll); None: wait until it comes or ``closed()``."""
-    if wait_s is not None:
-        if not _turns.acquire(timeout=wait_s):
-            raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                               f"server busy: no turn to read within {wait_s:g} s (other clients' Get, Poll "
-                               f"and subscription snapshots are read {RENDERS_AT_ONCE} at a time)")
-    else:
-        while not _turns.acquire(timeout=_TURN_SLICE_S):
-            if closed is not None and closed():
-                raise RequestError(grpc.StatusCode.CANCELLED, "the stream closed while waiting to read")
+    """Hold the turn to read and render a snapshot, turns given in the order asked. ``wait_s``:
+    RESOURCE_EXHAUSTED when the turn has not come by then (a Get, a Poll); None: wait until
+    it comes or ``closed()``."""
+    if not _turns.take(wait_s, closed):
+        if wait_s is None:
+            raise RequestError(grpc.StatusCode.CANCELLED, "the stream closed while waiting to read")
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"server busy: no turn to read within {wait_s:g} s (other clients' Get, Poll "
+                           f"and subscription snapshots are read {RENDERS_AT_ONCE} at a time)")
     try:
         yield
     finally:
-        _turns.release()
+        _turns.give()
 
 
 class RequestError(Exception):

@@ -263,3 +263,35 @@ def test_a_get_and_a_poll_wait_their_turn_to_read_then_are_refused(monkeypatch):
     finally:
         channel.close()
         srv.stop(1)
+
+
+def test_turns_to_read_go_in_the_order_asked():
+    """A freed turn goes straight to the longest waiter: a client asking again at once (a Get
+    loop) never takes it first, so Polls and streams waiting are served in their turn."""
+    from agent.gnmi.get import _Turns
+
+    turns = _Turns(1)
+    assert turns.take(1)
+    order: list[str] = []
+    release = threading.Event()
+
+    def client(name: str) -> None:
+        if turns.take(30):
+            order.append(name)
+            release.wait(30)
+            turns.give()
+
+    first = threading.Thread(target=client, args=("first",), daemon=True)
+    first.start()
+    wait_until(lambda: len(turns._waiting) == 1, what="the first waiter")
+    second = threading.Thread(target=client, args=("second",), daemon=True)
+    second.start()
+    wait_until(lambda: len(turns._waiting) == 2, what="the second waiter")
+    turns.give()
+    assert not turns.take(0.05)  # handed over: asking again at once does not take it
+    assert len(turns._waiting) == 1  # the one that gave up left the queue
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert order == ["first", "second"]
+    assert turns.take(1)  # free again
