@@ -28,7 +28,7 @@ from agent.counters import (
     StateUpdate,
     escape_key,
 )
-from agent.handoff import Handoff
+from agent.handoff import TICK_PASSES, Handoff
 from agent.links import Link, LinkTracker
 from agent.ports import Moves, PortLedger, deletes, elect, ports_of, relabel
 from agent.sources import REGISTRY, Source
@@ -338,37 +338,42 @@ class Engine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                self._hook("open_pass")  # a listener may pack the pass's output as one (dial-out per tick)
-                self._apply_pending_config()
-                now = self.clock()
-                if self.links.generation != self._seen_gen:
-                    # One view of the links per pass: every source sets up from the same one.
-                    gen, self._links = self.links.snapshot()
-                    # Links changed: every link-based source looks now, in this pass, so a
-                    # removed port leaves all their tables together and gets one delete.
-                    self._seen_gen = gen
+                # other threads' snapshot rendering steps aside while a pass runs (handoff.py)
+                TICK_PASSES.begin()
+                try:
+                    self._hook("open_pass")  # a listener may pack the pass's output as one (dial-out per tick)
+                    self._apply_pending_config()
+                    now = self.clock()
+                    if self.links.generation != self._seen_gen:
+                        # One view of the links per pass: every source sets up from the same one.
+                        gen, self._links = self.links.snapshot()
+                        # Links changed: every link-based source looks now, in this pass, so a
+                        # removed port leaves all their tables together and gets one delete.
+                        self._seen_gen = gen
+                        for runner in self._runners:
+                            if runner.source.uses_links and not runner.failures:  # a faulted one waits
+                                runner.next_due = min(runner.next_due, now)
                     for runner in self._runners:
-                        if runner.source.uses_links and not runner.failures:  # a faulted one waits
-                            runner.next_due = min(runner.next_due, now)
-                for runner in self._runners:
-                    # A source due a hair after this pass is polled in it: two sources whose
-                    # phases differ by microseconds would otherwise take two wake-ups (and
-                    # two insight passes) per interval. Each keeps its own schedule.
-                    if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
-                        self._poll(runner, now)
-                        self._schedule(runner, now)
-                        if runner.failures:  # backed off: the others keep their schedules
-                            runner.next_due = max(runner.next_due, now + runner.backoff_s())
-                self._end_holds()
-                self._flush_drops()
-                self._first_attempt_done()
-                self._end_pass()
-                self.ticks += 1
-                if now >= self._next_health:
-                    self._publish_health(now)
-                self._hook("close_pass")  # every on_* of this pass has been called
-                for hook in self.tick_hooks:
-                    hook()
+                        # A source due a hair after this pass is polled in it: two sources whose
+                        # phases differ by microseconds would otherwise take two wake-ups (and
+                        # two insight passes) per interval. Each keeps its own schedule.
+                        if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
+                            self._poll(runner, now)
+                            self._schedule(runner, now)
+                            if runner.failures:  # backed off: the others keep their schedules
+                                runner.next_due = max(runner.next_due, now + runner.backoff_s())
+                    self._end_holds()
+                    self._flush_drops()
+                    self._first_attempt_done()
+                    self._end_pass()
+                    self.ticks += 1
+                    if now >= self._next_health:
+                        self._publish_health(now)
+                    self._hook("close_pass")  # every on_* of this pass has been called
+                    for hook in self.tick_hooks:
+                        hook()
+                finally:
+                    TICK_PASSES.end()
                 due = min((r.next_due for r in self._runners), default=self.clock() + 1.0)
                 self._idle_until(due)
         except BaseException as exc:  # never die silently: logged once, status and run() see it

@@ -133,3 +133,50 @@ class Handoff:
         """A tick loop (again) owns the structures: asks go to it."""
         with self._lock:
             self._closed = False
+
+
+class TickPasses:
+    """Whether a tick pass is running, for other threads' long Python work to step aside.
+
+    A gNMI snapshot (a Get of a spine's whole tree) is seconds of Python on the interpreter
+    lock the tick thread needs; under the lock's round robin a few of them starve the tick
+    loop (missed ticks: bench/bench_server_load.py). So such work calls :meth:`step_aside`
+    every few hundred values: while a pass runs it waits for the pass to end, lock released,
+    and the tick thread runs alone. A pass that outlasts ``most_s`` (a source stuck in a
+    poll) is waited for once per thread, not at every call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0  # engines in a pass (tests run more than one per process)
+        self._number = 0  # passes begun: a thread that waited one out does not wait again
+        self._tick_threads: set[int] = set()  # threads in a pass: they never wait for themselves
+        self._quiet = threading.Event()
+        self._quiet.set()
+        self._local = threading.local()
+
+    def begin(self) -> None:
+        with self._lock:
+            self._running += 1
+            self._number += 1
+            self._tick_threads.add(threading.get_ident())
+            self._quiet.clear()
+
+    def end(self) -> None:
+        with self._lock:
+            self._running = max(0, self._running - 1)
+            self._tick_threads.discard(threading.get_ident())
+            if not self._running:
+                self._quiet.set()
+
+    def step_aside(self, most_s: float = 0.25) -> None:
+        if self._quiet.is_set() or threading.get_ident() in self._tick_threads:
+            return  # (the tick thread itself, matching a table in its pass, goes on)
+        number = self._number
+        if getattr(self._local, "waited", -1) == number:
+            return
+        if not self._quiet.wait(most_s):
+            self._local.waited = number
+
+
+#: the agent's tick passes (agent/engine.py begins and ends them)
+TICK_PASSES = TickPasses()

@@ -57,20 +57,23 @@ static int ops_complete(const struct swtel_asic_ops *o)
 }
 
 PyDoc_STRVAR(asic_open_doc,
-"asic_open(path: str, config: str) -> handle\n\n"
+"asic_open(path: str, config: str, label: str = path) -> handle\n\n"
 "dlopen the plugin, check its ABI version and open it with the config string.\n"
+"label names the plugin in error messages (the helper loads /proc/self/fd/N).\n"
 "Raises OSError naming the plugin and the reason (cannot load, no entry point,\n"
 "wrong ABI version, or the plugin's own error text).");
 
 static PyObject *asic_open(PyObject *self, PyObject *args)
 {
-    const char *path, *config;
-    if (!PyArg_ParseTuple(args, "ss", &path, &config))
+    const char *path, *config, *label = NULL;
+    if (!PyArg_ParseTuple(args, "ss|s", &path, &config, &label))
         return NULL;
+    if (label == NULL)
+        label = path;
     asic_plugin *p = PyMem_Calloc(1, sizeof(*p));
     if (p == NULL)
         return PyErr_NoMemory();
-    snprintf(p->label, sizeof(p->label), "%s", path);
+    snprintf(p->label, sizeof(p->label), "%s", label);
     char err[512] = "";
     Py_BEGIN_ALLOW_THREADS
     p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -105,7 +108,7 @@ static PyObject *asic_open(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     if (p->h == NULL) {
-        PyErr_Format(PyExc_OSError, "asic plugin %s: %s", path, err);
+        PyErr_Format(PyExc_OSError, "asic plugin %s: %s", label, err);
         plugin_free(p);
         return NULL;
     }

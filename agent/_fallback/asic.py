@@ -102,12 +102,13 @@ def _err_text(err: ctypes.Array) -> str:
     return _text(err.raw[: len(err) - 1].split(b"\0", 1)[0])
 
 
-def asic_open(path: str, config: str) -> _Plugin:
+def asic_open(path: str, config: str, label: str | None = None) -> _Plugin:
     """See agent/_ext/asic.c."""
-    if not isinstance(path, str) or not isinstance(config, str):
-        raise TypeError("asic_open(path: str, config: str)")
+    if not isinstance(path, str) or not isinstance(config, str) or not isinstance(label, (str, type(None))):
+        raise TypeError("asic_open(path: str, config: str, label: str = path)")
+    dl_path, path = path, path if label is None else label
     try:
-        lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+        lib = ctypes.CDLL(dl_path, mode=ctypes.RTLD_LOCAL)
     except OSError as exc:
         raise OSError(f"asic plugin {path}: cannot load: {exc}") from None
     try:

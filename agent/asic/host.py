@@ -2,18 +2,23 @@
 
 A plugin is native code: a segfault in it, or a call that never returns, must not take
 the agent with it. So the agent never loads a plugin itself: it starts this module as a
-small process of its own (``python -P -m agent.asic.host SOCK_FD SHM_FD PARENT_PID BACKEND``)
-that loads the plugin with the agent's own loader (the C extension's ``dlopen`` or the
-ctypes fallback, ``BACKEND`` ``C`` or ``python``, whichever the agent uses) and answers
-the agent's requests on a UNIX stream socket, one at a time:
+small process of its own (``python -I -c HELPER_BOOT ROOT SOCK_FD SHM_FD PARENT_PID BACKEND
+PLUGIN_FD``: isolated, in an environment of its own, agent/asic/proxy.py) that loads the
+plugin with the agent's own loader (the C extension's ``dlopen`` or the ctypes fallback,
+``BACKEND`` ``C`` or ``python``, whichever the agent uses) and answers the agent's
+requests on a UNIX stream socket, one at a time:
 
     frame: <u32 payload length> <u8 op> payload
-    O msgpack [path, config]  -> o                      asic_open
+    O msgpack [path, config]  -> o                      asic_open of PLUGIN_FD
     L                         -> l msgpack [gen, ports, counters]   asic_layout
     M <u64 n>                 -> m                      map n values of the shared file
     R <u64 generation>        -> r <i32 status> <i64 ts_ns>         asic_read
     C                         -> c, then exit 0         asic_close
     any request               -> e msgpack [exception class, message] on an error
+
+The plugin is loaded through ``PLUGIN_FD``, the file the agent checked and passed open
+(``dlopen("/proc/self/fd/N")``): the path, given only to name it in messages, is never
+opened here, so a file swapped in on disk after the check is not the one loaded.
 
 The values never cross the socket: ``SHM_FD`` is a memfd both processes map, and a read
 is the plugin writing straight into it (``asic_read`` on a memoryview of the mapping).
@@ -103,8 +108,8 @@ def _send(sock: _socket.socket, op: bytes, payload: bytes = b"") -> None:
 
 
 class Host:
-    def __init__(self, sock: _socket.socket, shm_fd: int, reader: object) -> None:
-        self.sock, self.shm_fd, self.reader = sock, shm_fd, reader
+    def __init__(self, sock: _socket.socket, shm_fd: int, reader: object, plugin_fd: int) -> None:
+        self.sock, self.shm_fd, self.reader, self.plugin_fd = sock, shm_fd, reader, plugin_fd
         self.handle: object = None
         self.mm: mmap.mmap | None = None
         self.view: memoryview | None = None  # the n values, as u64
@@ -142,8 +147,8 @@ class Host:
                     _send(self.sock, b"l", msgpack.packb(r.asic_layout(self.handle), use_bin_type=True))
                     _give_back()
                 elif op == ord("O"):
-                    path, config = msgpack.unpackb(payload, raw=False)
-                    self.handle = r.asic_open(path, config)
+                    label, config = msgpack.unpackb(payload, raw=False)
+                    self.handle = r.asic_open(f"/proc/self/fd/{self.plugin_fd}", config, label)
                     _send(self.sock, b"o")
                 elif op == ord("C"):
                     if self.handle is not None:
@@ -162,13 +167,14 @@ class Host:
 
 
 def main(argv: list[str]) -> int:
-    sock_fd, shm_fd, parent_pid, backend = int(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    sock_fd, shm_fd, parent_pid, backend, plugin_fd = int(argv[0]), int(argv[1]), int(argv[2]), argv[3], \
+        int(argv[4])
     _die_with_parent(parent_pid)
     # The agent decides when this process ends (a request, EOF or SIGKILL), not a terminal.
     for sig in (_signal.SIGINT, _signal.SIGHUP, _signal.SIGPIPE):
         _signal.signal(sig, _signal.SIG_IGN)
     sock = _socket.socket(fileno=sock_fd)
-    Host(sock, shm_fd, _reader(backend)).serve()
+    Host(sock, shm_fd, _reader(backend), plugin_fd).serve()
     # Skip interpreter teardown: a plugin's handle may be in any state after an error.
     sys.stdout.flush()
     os._exit(0)

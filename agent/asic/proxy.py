@@ -112,14 +112,20 @@ def _backend_name() -> str:
     return "C" if _backend.NAME == "C" else "python"
 
 
-def _pythonpath() -> str:
-    """PYTHONPATH for the child: the directory this agent package was imported from first,
-    so the child finds the very same package (a source tree, a venv or the .deb)."""
+#: the helper's whole environment: none of the agent's (a PYTHONPATH, LD_PRELOAD or
+#: LD_LIBRARY_PATH set for the agent never reaches the plugin's process)
+HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+#: the helper's program: ``python -I`` (isolated: no PYTHON* variables, no user site, no
+#: script directory on the path), told where this agent package is by argument
+HELPER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from agent.asic.host import main; sys.exit(main(sys.argv[2:]))"
+
+
+def _package_root() -> str:
+    """The directory this agent package was imported from, so the child runs the very same
+    package (a source tree, a venv or the .deb)."""
     import agent
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(agent.__file__)))
-    rest = os.environ.get("PYTHONPATH", "")
-    return os.pathsep.join(p for p in (root, rest) if p)
+    return os.path.dirname(os.path.dirname(os.path.abspath(agent.__file__)))
 
 
 def _stderr_fd() -> int:
@@ -153,19 +159,35 @@ class PluginProxy:
         self._read_n = 0  # the values the read in flight was asked for
 
     # ------------------------------------------------------------ the calls
-    def open(self, path: str, config: str) -> None:
-        """Start the helper and open the plugin in it (asic_open); blocks until it answers."""
-        self.start(path, config)
+    def open(self, path: str, config: str, fd: int | None = None) -> None:
+        """Start the helper and open the plugin in it (asic_open); blocks until it answers.
+        ``fd``: as for ``start``."""
+        self.start(path, config, fd)
         self._finish(None)
 
-    def start(self, path: str, config: str) -> None:
+    def start(self, path: str, config: str, fd: int | None = None) -> None:
         """Start the helper and ask it to open the plugin, without waiting: ``poll_open``
-        collects the answer (so the agent's tick thread never waits out a slow ``open``)."""
+        collects the answer (so the agent's tick thread never waits out a slow ``open``).
+
+        ``fd`` is the plugin file, open: the descriptor ``trust.open_checked`` checked. The
+        helper gets a copy and loads ``/proc/self/fd/N``, so the file loaded is the one
+        checked, whatever ``path`` names by then (the caller keeps and closes ``fd``).
+        Without it the proxy opens ``path`` itself, unchecked (tests, benchmarks)."""
         if self.proc is not None:
             raise ValueError("asic plugin proxy is already open")
         self.path = path
         deadline = self.clock() + self.open_timeout_s
-        self._spawn()
+        own = fd is None
+        if own:
+            try:  # O_NONBLOCK: a FIFO does not block here (the helper's dlopen of it does)
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+            except OSError as exc:
+                raise OSError(f"asic plugin {path}: cannot load: {exc.strerror or exc}") from None
+        try:
+            self._spawn(fd)
+        finally:
+            if own:
+                os.close(fd)
         self._request(b"O", msgpack.packb([path, config], use_bin_type=True), "open", deadline)
 
     def poll_open(self, wait_s: float = 0.0) -> bool:
@@ -244,16 +266,16 @@ class PluginProxy:
         return self.proc.pid if self.proc is not None else None
 
     # ------------------------------------------------------------ machinery
-    def _spawn(self) -> None:
+    def _spawn(self, plugin_fd: int) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._shm_fd = os.memfd_create("swtel-asic-values", os.MFD_CLOEXEC)
             os.ftruncate(self._shm_fd, 8)
-            env = {**os.environ, "PYTHONPATH": _pythonpath()}
-            cmd = [sys.executable, "-P", "-m", "agent.asic.host", str(child.fileno()), str(self._shm_fd),
-                   str(os.getpid()), _backend_name()]
+            cmd = [sys.executable, "-I", "-c", HELPER_BOOT, _package_root(), str(child.fileno()),
+                   str(self._shm_fd), str(os.getpid()), _backend_name(), str(plugin_fd)]
             self.proc = subprocess.Popen(
-                cmd, pass_fds=(child.fileno(), self._shm_fd), env=env, cwd="/", stdin=subprocess.DEVNULL,
+                cmd, pass_fds=(child.fileno(), self._shm_fd, plugin_fd), env=dict(HELPER_ENV), cwd="/",
+                stdin=subprocess.DEVNULL,
                 stdout=_stderr_fd(),
                 start_new_session=True)
         except OSError as exc:

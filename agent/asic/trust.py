@@ -97,9 +97,45 @@ def _check_dirs(path: str, real: str) -> None:
         d = parent
 
 
+class CheckedPlugin:
+    """A plugin file that passed the checks, held open: ``fd`` is the very file that was
+    checked (``fstat`` of it, its bytes read through it), ``path`` the resolved name it had.
+    The helper loads it through this descriptor (``dlopen("/proc/self/fd/N")``), never
+    through ``path`` again, so a file swapped in after the check is not the one loaded.
+    The owner closes it (``close()``, or a ``with`` block)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> CheckedPlugin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
 def check_plugin(path: str) -> str:
-    """Check the file ``path`` names (see the module's text); return the resolved path to
-    ``dlopen`` (the one that was checked). Raises :class:`PluginRefused` naming the problem."""
+    """Check the file ``path`` names (see the module's text); return the resolved path it
+    had. Raises :class:`PluginRefused` naming the problem. To load the plugin, use
+    :func:`open_checked` (the path may name another file by then)."""
+    with open_checked(path) as checked:
+        return checked.path
+
+
+def open_checked(path: str) -> CheckedPlugin:
+    """Check the file ``path`` names (see the module's text) and return it open (the
+    descriptor that was checked). Raises :class:`PluginRefused` naming the problem."""
     if not os.path.isabs(path):
         raise PluginRefused(path, "expected an absolute path")
     try:
@@ -128,19 +164,25 @@ def check_plugin(path: str) -> str:
     except OSError as exc:
         raise PluginRefused(path, f"cannot open {shown}: {exc.strerror}") from None
     try:
+        # The verdict is the open file's: its own owner and mode (the path's stat above
+        # only chose the words of a refusal), and the same inode the directories lead to.
         fst = os.fstat(fd)
         if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
             raise PluginRefused(path, f"{shown} changed while it was checked")
+        if not _owner_ok(fst):
+            raise PluginRefused(path, f"{shown} is owned by {_who(fst.st_uid)}, not {_owners()}")
+        if fst.st_mode & 0o022:
+            raise PluginRefused(path, f"{shown} is writable by group or others "
+                                f"(mode {stat.S_IMODE(fst.st_mode):04o}); chmod go-w")
         problem = elf_problem(fd, fst.st_size)
+        if problem:
+            raise PluginRefused(path, problem)
     except OSError as exc:
+        os.close(fd)
         if isinstance(exc, PluginRefused):
             raise
         raise PluginRefused(path, f"cannot read {shown}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if problem:
-        raise PluginRefused(path, problem)
-    return real
+    return CheckedPlugin(real, fd)
 
 
 def _read(fd: int, size: int, offset: int, length: int, what: str) -> bytes:

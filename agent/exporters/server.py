@@ -109,7 +109,7 @@ class _Servicer:
         call.note_paths(request.prefix, request.path)
         self._owner.rate_check(context)
         try:
-            return get.get(self._owner.store, request, self._owner.target, call.access)
+            return get.get_bytes(self._owner.store, request, self._owner.target, call.access)
         except RequestError as exc:
             context.abort(exc.code, exc.message)
 
@@ -722,8 +722,19 @@ class GnmiServer(Exporter):
         # The engine hands listeners a value array of their own (never written again): keep it.
         # Per subscriber this costs per change: a table it has not matched yet (ports changed)
         # is handed on unfiltered and matched on the subscriber's own RPC thread.
+        built: list[bytearray] = []
+
+        def changed_mask() -> bytearray:
+            """The batch's changes by index, built once for whichever subscribers want it."""
+            if not built:
+                mask = bytearray(len(batch.table.specs))
+                for i in batch.indices:
+                    mask[i] = 1
+                built.append(mask)
+            return built[0]
+
         for sub in subs:
-            indices = sub.changed_indices(batch.table, batch.indices)
+            indices = sub.changed_indices(batch.table, batch.indices, changed_mask)
             if indices is None:
                 sub.offer_unmatched(Counters(batch.ts_ns, batch.table, batch.indices, batch.values))
             elif indices:

@@ -14,8 +14,12 @@ JSON are built here, as ``json_ietf_val`` (RFC 7951: counters as JSON strings) a
 from __future__ import annotations
 
 import json
+import threading
+import time
 from array import array
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -33,6 +37,7 @@ from agent.counters import (
     StateUpdate,
 )
 from agent.gnmi import encode, paths
+from agent.handoff import TICK_PASSES
 from agent.pathgrammar import format_path
 
 Elems = tuple[tuple[str, dict[str, str]], ...]
@@ -59,6 +64,72 @@ def shown(text: str) -> str:
     if len(text) > DISPLAY_MAX:
         return f"{text[:DISPLAY_MAX]!r}... ({len(text)} characters)"
     return repr(text)
+
+
+#: Whole-tree reads rendered at once, agent-wide: a Get, a Poll, a stream's first sync, its
+#: resyncs, samples and heartbeats. Each is seconds of Python on a spine's ~17,000 values,
+#: holding the interpreter lock the tick thread needs; one at a time, the tick thread still
+#: gets its share however many clients ask (bench/bench_server_load.py).
+RENDERS_AT_ONCE = 1
+#: how long a Get or a Poll waits for its turn before RESOURCE_EXHAUSTED (a stream waits on)
+TURN_WAIT_S = 5.0
+_TURN_SLICE_S = 0.5  # a waiting stream looks this often whether it was closed
+
+
+class _Turns:
+    """Turns in the order asked (a semaphore lets a thread that comes later take a freed turn
+    first: a client repeating Gets back to back would starve the Polls waiting)."""
+
+    def __init__(self, at_once: int) -> None:
+        self._lock = threading.Lock()
+        self._free = at_once
+        self._waiting: deque[threading.Event] = deque()
+
+    def take(self, wait_s: float | None, closed: Callable[[], bool] | None = None) -> bool:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            mine = threading.Event()
+            self._waiting.append(mine)
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            left = _TURN_SLICE_S if deadline is None else min(_TURN_SLICE_S, deadline - time.monotonic())
+            if left > 0 and mine.wait(left):
+                return True
+            if (deadline is not None and time.monotonic() >= deadline) or (closed is not None and closed()):
+                with self._lock:
+                    if mine.is_set():  # handed over just now: it is ours
+                        return True
+                    self._waiting.remove(mine)
+                return False
+
+    def give(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()  # the turn goes straight to the longest waiter
+            else:
+                self._free += 1
+
+
+_turns = _Turns(RENDERS_AT_ONCE)
+
+
+@contextmanager
+def render_turn(wait_s: float | None = None, closed: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Hold the turn to read and render a snapshot, turns given in the order asked. ``wait_s``:
+    RESOURCE_EXHAUSTED when the turn has not come by then (a Get, a Poll); None: wait until
+    it comes or ``closed()``."""
+    if not _turns.take(wait_s, closed):
+        if wait_s is None:
+            raise RequestError(grpc.StatusCode.CANCELLED, "the stream closed while waiting to read")
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"server busy: no turn to read within {wait_s:g} s (other clients' Get, Poll "
+                           f"and subscription snapshots are read {RENDERS_AT_ONCE} at a time)")
+    try:
+        yield
+    finally:
+        _turns.give()
 
 
 class RequestError(Exception):
@@ -333,10 +404,12 @@ class PathSet:
         indices: list[int] = []
         per: dict[int, list[int]] = {}
         last, whole, states, leaf_ids = None, _NONE, frozenset(), {}
+        step_aside = TICK_PASSES.step_aside  # seconds of Python on a spine: the tick goes first
         for i, spec in enumerate(table.specs):
             c = spec.container
             if c is not last:
                 last = c
+                step_aside()
                 whole, states = self._container(c)
                 leaf_ids = leaf_caches.setdefault(states, {}) if states else {}
             if kinds[i] == HIDDEN:  # read for the layout, never reported
@@ -381,6 +454,12 @@ class PathSet:
     def matches_leaf(self, container: Container, leaf: str) -> bool:
         return bool(self._leaf_ids(container, leaf))
 
+    def known_leaf(self, container: Container, leaf: str) -> bool | None:
+        """:meth:`matches_leaf` if already worked out, else None (never walks: the tick thread
+        leaves a leaf it has not seen to the subscriber's own thread)."""
+        ids = self._states.get((container, leaf))
+        return None if ids is None else bool(ids)
+
     def touches(self, container: Container) -> bool:
         """A deleted container concerns us if it lies at, below or above one of our patterns
         (above: some pattern goes on below it)."""
@@ -389,13 +468,20 @@ class PathSet:
             return False  # a denied subtree's deletes would name what the caller may not read
         return bool(whole) or bool(states)
 
-    def filter_changes(self, table: CounterTable, changed: list[int]) -> list[int]:
-        """The changed indices this set matches: cost per change."""
+    def filter_changes(self, table: CounterTable, changed: list[int],
+                       changed_mask: Callable[[], bytearray] | None = None) -> list[int]:
+        """The changed indices this set matches: cost per change, or per matched counter when
+        those are far fewer and ``changed_mask`` gives the changes by index (built once per
+        batch for every subscriber: 40 narrow subscriptions do not each walk a spine's
+        ~17,000 changes on the tick thread)."""
         m = self.table(table)
         if not m.indices:
             return []
         if m.mask is None:
             return changed
+        if changed_mask is not None and len(m.indices) * 4 < len(changed):
+            was = changed_mask()
+            return [i for i in m.indices if was[i]]
         mask = m.mask
         return [i for i in changed if mask[i]]
 
@@ -453,7 +539,12 @@ def read(store: Any, pathset: PathSet | _Member) -> tuple[list[Counters], list[S
         indices = pathset.table(batch.table).indices
         if indices:
             counters.append(Counters(batch.ts_ns, batch.table, indices, batch.values))
-    states = [u for u in store.states() if pathset.matches_leaf(u.container, u.leaf)]
+    states = []
+    for k, u in enumerate(store.states()):
+        if not k & 255:
+            TICK_PASSES.step_aside()
+        if pathset.matches_leaf(u.container, u.leaf):
+            states.append(u)
     return counters, states
 
 
@@ -496,6 +587,7 @@ class Renderer:
         out = []
         step = encode.MAX_UPDATES  # split big containers as the PROTO encoder does
         for container, members in groups.items():
+            TICK_PASSES.step_aside()
             for start in range(0, len(members), step):
                 notif = self._notification(container, c.ts_ns)
                 for i in members[start : start + step]:
@@ -509,7 +601,9 @@ class Renderer:
         if self.proto:
             return encode.encode_states(updates, self.target)
         groups: dict[tuple[int, Container], gnmi_pb2.Notification] = {}
-        for u in encode.encodable_states(updates):
+        for k, u in enumerate(encode.encodable_states(updates)):
+            if not k & 255:
+                TICK_PASSES.step_aside()
             key = (u.ts_ns, u.container)
             notif = groups.get(key)
             if notif is None:
@@ -593,6 +687,14 @@ def refuse_denied(pattern: Pattern, access: Any) -> None:
 def get(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any = None) -> gnmi_pb2.GetResponse:
     """Latest values under every requested path; a path with no data is NOT_FOUND; ``access``
     (agent/gnmi/authz.py) leaves out what the caller may not read."""
+    return gnmi_pb2.GetResponse.FromString(get_bytes(store, request, target, access))
+
+
+def get_bytes(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any = None) -> bytes:
+    """:func:`get`'s reply, serialized, as the server sends it: a GetResponse's notifications
+    are its field 1, as a SubscribeResponse's update is, so the rendered SubscribeResponses
+    joined are the GetResponse (no message is built, parsed back or serialized again: for a
+    spine's whole tree that was a quarter of a Get's time, the last part outside any turn)."""
     renderer = Renderer(target, check_encoding(request.encoding))
     if request.type == gnmi_pb2.GetRequest.CONFIG:
         raise RequestError(grpc.StatusCode.NOT_FOUND, "this target serves state data only")
@@ -600,7 +702,7 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any = Non
         raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                            f"{len(request.path)} paths in one GetRequest (limit {MAX_PATHS})")
     requested = list(request.path) or [gnmi_pb2.Path()]
-    response = gnmi_pb2.GetResponse()
+    out: list[bytes] = []
     seen: set[tuple] = set()
     for path in requested:
         pattern = request_pattern(request.prefix, path, target)
@@ -609,11 +711,10 @@ def get(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any = Non
         if key in seen:  # the same path asked again is answered once
             continue
         seen.add(key)
-        counters, states = read(store, PathSet([pattern], access))
-        chunks = renderer.snapshot(counters, states)
+        with render_turn(TURN_WAIT_S):
+            counters, states = read(store, PathSet([pattern], access))
+            chunks = renderer.snapshot(counters, states)
         if not chunks:
             raise RequestError(grpc.StatusCode.NOT_FOUND, f"no data at {display(pattern)}")
-        for chunk in chunks:
-            response.notification.append(gnmi_pb2.SubscribeResponse.FromString(chunk).update)
-    return response
-
+        out += chunks
+    return b"".join(out)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from agent.counters import Container, StateUpdate
 from agent.gnmi import encode
 from agent.gnmi.get import (
     MAX_PATHS,
+    TURN_WAIT_S,
     Counters,
     PathSet,
     Renderer,
@@ -36,8 +37,10 @@ from agent.gnmi.get import (
     check_encoding,
     read,
     refuse_denied,
+    render_turn,
     request_pattern,
 )
+from agent.handoff import TICK_PASSES
 
 STREAM, ONCE, POLL = (gnmi_pb2.SubscriptionList.STREAM, gnmi_pb2.SubscriptionList.ONCE,
                       gnmi_pb2.SubscriptionList.POLL)
@@ -145,22 +148,30 @@ class Subscriber:
         self.dropped = 0
 
     def warm(self, store: Any) -> None:
-        """Match the on-change paths against the current tables here, on the RPC thread,
-        so the tick thread only pays for tables rebuilt later."""
+        """Match the on-change paths against the current tables and states here, on the RPC
+        thread, so the tick thread only pays for tables rebuilt later and leaves never seen:
+        a spine's ~6,600 state leaves, walked cold by each of 40 new subscribers at the
+        tick's offers, cost the tick loop missed ticks (bench/bench_server_load.py)."""
         if self.on_change is not None:
             for batch in store.snapshot_batches():
                 self.on_change.table(batch.table)
+            for k, u in enumerate(store.states()):
+                if not k & 255:
+                    TICK_PASSES.step_aside()
+                self.on_change.matches_leaf(u.container, u.leaf)
 
     # ------------------------------------------------------------ tick thread
 
-    def changed_indices(self, table, changed: list[int]) -> list[int] | None:
+    def changed_indices(self, table, changed: list[int],
+                        changed_mask: Callable[[], bytearray] | None = None) -> list[int] | None:
         """The changes this subscription takes; None if the table is new to it (ports changed):
-        then the tick thread does not match it, :meth:`offer_unmatched` hands the changes on."""
+        then the tick thread does not match it, :meth:`offer_unmatched` hands the changes on.
+        ``changed_mask``: the changes by index, shared by the subscribers (PathSet.filter_changes)."""
         if self.on_change is None:
             return []
         if self.on_change.matched(table) is None:
             return None
-        return self.on_change.filter_changes(table, changed)
+        return self.on_change.filter_changes(table, changed, changed_mask)
 
     def open_pass(self) -> None:
         """The engine starts a pass: per tick, its offers are queued together at close_pass."""
@@ -186,11 +197,29 @@ class Subscriber:
         self._offer(("u", counters))
 
     def offer_states(self, updates: list[StateUpdate]) -> None:
+        """The updates this subscription takes, by the leaves already matched; a leaf not yet
+        seen (a new port's, at start or on a ports change: thousands at once, for each
+        subscriber) is matched on the RPC thread (``su``), never walked here."""
         if self.on_change is None:
             return
-        mine = [u for u in updates if self.on_change.matches_leaf(u.container, u.leaf)]
-        if mine:
-            self._offer(("s", mine))
+        known = self.on_change.known_leaf
+        kept: list[StateUpdate] = []  # in their order: two updates of one leaf never swap
+        unseen = False
+        for u in updates:
+            hit = known(u.container, u.leaf)
+            if hit is None:
+                unseen = True
+                kept.append(u)
+            elif hit:
+                kept.append(u)
+        if kept:
+            self._offer(("su" if unseen else "s", kept))
+
+    def _unseen_states(self, updates: list[StateUpdate]) -> list[StateUpdate]:
+        """(RPC thread.) The updates of an ``su`` offer this subscription takes (those already
+        matched are looked up again, from the cache)."""
+        assert self.on_change is not None
+        return [u for u in updates if self.on_change.matches_leaf(u.container, u.leaf)]
 
     def offer_delete(self, ts_ns: int, containers: list[Container]) -> None:
         if self.on_change is None:
@@ -272,7 +301,9 @@ class Subscriber:
         if self.mode != POLL and not store.wait_primed(lambda: self.closed):
             return
         if self.mode == ONCE:
-            yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+            with render_turn(closed=lambda: self.closed):
+                chunks = self.renderer.snapshot(*read(store, self.all_paths))
+            yield from self._counted(chunks)
             yield from self._counted([_SYNC])
         elif self.mode == POLL:
             yield from self._poll(store, requests)
@@ -294,7 +325,9 @@ class Subscriber:
             if req.HasField("poll"):
                 if not store.wait_primed(lambda: self.closed):
                     return
-                yield from self._counted(self.renderer.snapshot(*read(store, self.all_paths)))
+                with render_turn(TURN_WAIT_S):  # a Poll is a Get: refused when no turn comes
+                    chunks = self.renderer.snapshot(*read(store, self.all_paths))
+                yield from self._counted(chunks)
                 yield from self._counted([_SYNC])
             elif req.HasField("subscribe"):
                 raise RequestError(
@@ -304,6 +337,11 @@ class Subscriber:
     def _snapshot(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
         """Current values: packed per tick, or one Notification per container."""
         return (self.renderer.packed if self.per_tick else self.renderer.snapshot)(counters, states)
+
+    def _read_snapshot(self, store: Any, pathset: Any) -> list[bytes]:
+        """:meth:`_snapshot` of what ``pathset`` matches now, read and rendered in its turn."""
+        with render_turn(closed=lambda: self.closed):
+            return self._snapshot(*read(store, pathset))
 
     def _pass(self, items: list[tuple]) -> list[bytes]:
         """One pass's offers, per tick: one Notification per origin, a delete in its turn."""
@@ -321,6 +359,8 @@ class Subscriber:
                     r.pack(packer, [Counters(c.ts_ns, c.table, indices, c.values)], [])
             elif item[0] == "s":
                 r.pack(packer, [], item[1])
+            elif item[0] == "su":
+                r.pack(packer, [], self._unseen_states(item[1]))
             else:  # what came before the delete goes out before it
                 out += packer.messages()
                 out += r.deletes(item[1], item[2])
@@ -329,7 +369,7 @@ class Subscriber:
     def _stream(self, store: Any) -> Iterator[bytes]:
         r = self.renderer
         if not self.updates_only:
-            yield from self._counted(self._snapshot(*read(store, self.all_paths)))
+            yield from self._counted(self._read_snapshot(store, self.all_paths))
         for e in self.entries:  # suppress_redundant compares with the values as of subscribing
             if e.sample_s and e.suppress:
                 self._sample(e, store, force=True)
@@ -355,10 +395,12 @@ class Subscriber:
                         yield from self._counted(r.counters(Counters(c.ts_ns, c.table, indices, c.values)))
                 elif item[0] == "s":
                     yield from self._counted(r.states(item[1]))
+                elif item[0] == "su":
+                    yield from self._counted(r.states(self._unseen_states(item[1])))
                 else:
                     yield from self._counted(r.deletes(item[1], item[2]))
             if resync and self.on_change is not None:
-                yield from self._counted(self._snapshot(*read(store, self.on_change)))
+                yield from self._counted(self._read_snapshot(store, self.on_change))
             yield from self._counted(self._timers(store))
 
     def _next_due(self) -> float | None:
@@ -383,14 +425,15 @@ class Subscriber:
             elif heartbeat and not e.sample_s:  # ON_CHANGE heartbeat: everything, changed or not
                 due.append(k)
         if due:  # one read and one rendering for all of them, however many paths the list has
-            out += self._snapshot(*read(store, self.all_paths.member(*due)))
+            out += self._read_snapshot(store, self.all_paths.member(*due))
         return out
 
     def _sample(self, e: Entry, store: Any, force: bool) -> list[bytes]:
-        counters, states = read(store, e.pathset)
-        if e.suppress:
-            counters, states = self._suppress(e, counters, states, force)
-        return self._snapshot(counters, states)
+        with render_turn(closed=lambda: self.closed):
+            counters, states = read(store, e.pathset)
+            if e.suppress:
+                counters, states = self._suppress(e, counters, states, force)
+            return self._snapshot(counters, states)
 
     @staticmethod
     def _suppress(

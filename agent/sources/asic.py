@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import _backend, logs
-from agent.asic import builtin_path, resolve
+from agent.asic import builtin_path, open_plugin
 from agent.asic.proxy import (
     OPEN_WAIT_S,
     READ_PENDING,
@@ -369,8 +369,12 @@ class AsicSource(Source):
             return False
         try:
             if self._opening is None:  # (checked once per start, not at each pass while it opens)
-                self._path = resolve(sec.plugin)
-            self._handle = self._start_plugin(self._path, sec.config)
+                # checked and loaded through the same open file (agent/asic/trust.py)
+                with open_plugin(sec.plugin) as plugin:
+                    self._path = plugin.path
+                    self._handle = self._start_plugin(self._path, sec.config, plugin.fd)
+            else:
+                self._handle = self._start_plugin(self._path, sec.config)
         except (OSError, ValueError) as exc:
             if isinstance(exc, PluginAborted):
                 return False
@@ -566,19 +570,22 @@ class AsicSource(Source):
                 proxy.abort()
 
     # ------------------------------------------------------------ the plugin's helper process
-    def _start_plugin(self, path: str, config: str) -> PluginProxy | None:
+    def _start_plugin(self, path: str, config: str, fd: int | None = None) -> PluginProxy | None:
         """Open the plugin in a helper process of its own (agent/asic/proxy.py): its crash or
         hang is a fault of this source, never of the agent. None while the helper is still
-        starting or opening the plugin: the tick thread waits at most OPEN_WAIT_S per pass."""
+        starting or opening the plugin: the tick thread waits at most OPEN_WAIT_S per pass.
+        ``fd``, the checked file held open, starts a helper; without it, the one opening."""
         if self._interrupted:
             raise PluginAborted(f"asic plugin {path}: not started (the agent is stopping)")
         proxy = self._opening
-        if proxy is None or proxy.path != path:
+        if fd is not None or proxy is None or proxy.path != path:
             if proxy is not None:
                 proxy.close()
+            if fd is None:
+                raise ValueError(f"asic plugin {path}: no checked file to start its helper with")
             self._opening = proxy = PluginProxy(read_timeout(self.cfg.interval_of(self.name)))
             try:
-                proxy.start(path, config)
+                proxy.start(path, config, fd)
             except BaseException:
                 self._opening = None
                 proxy.close()

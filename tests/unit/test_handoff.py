@@ -144,3 +144,44 @@ def test_the_agent_s_status_when_its_tick_loop_is_stuck():
     assert any(p.startswith("tick loop busy") for p in client.health_problems(stale))
     with pytest.raises(TickBusy, match="no earlier answer"):
         agent.ports()
+
+
+def _returns_soon(fn) -> bool:
+    """fn() in a thread returned within a bound far below the 60 s it would wait if it waited."""
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    t.join(20)
+    return not t.is_alive()
+
+
+def test_work_steps_aside_while_a_tick_pass_runs():
+    """TickPasses.step_aside: returns at once between passes; in a pass, waits for its end;
+    a pass that outlasts the bound is waited for once per thread, not at every call."""
+    from agent.handoff import TickPasses
+
+    passes = TickPasses()
+    assert _returns_soon(lambda: passes.step_aside(most_s=60))  # no pass
+    passes.begin()
+    stepped = threading.Event()
+    worker = threading.Thread(target=lambda: (passes.step_aside(most_s=60), stepped.set()), daemon=True)
+    worker.start()
+    worker.join(0.2)
+    assert worker.is_alive() and not stepped.is_set()  # waiting for the pass
+    passes.end()
+    assert stepped.wait(30)
+
+    def own_pass() -> None:  # the tick thread itself, matching a table in its pass
+        passes.begin()
+        passes.step_aside(most_s=60)
+        passes.end()
+
+    assert _returns_soon(own_pass)
+    begun = threading.Event()
+    threading.Thread(target=lambda: (passes.begin(), begun.set()), daemon=True).start()
+    assert begun.wait(30)  # a pass that never ends (a source stuck in a poll)
+
+    def twice() -> None:
+        passes.step_aside(most_s=0.01)  # waited out once ...
+        passes.step_aside(most_s=60)  # ... then not again in this pass
+
+    assert _returns_soon(twice)

@@ -32,7 +32,8 @@ import pytest
 
 from agent import _backend, config
 from agent.asic import HEADER, builtin_path, resolve
-from agent.asic.trust import PluginRefused, check_plugin
+from agent.asic.proxy import HELPER_ENV, PluginProxy
+from agent.asic.trust import PluginRefused, check_plugin, open_checked
 from agent.control.validate import validate_main
 from agent.sources.asic import AsicSource
 from tests.helpers import asic_yaml, status_json, wait_until
@@ -444,3 +445,78 @@ def _faulted(tmp_path: Path):
     return None
 
 
+
+
+# ---------------------------------------------------------------- checked and loaded through one open file
+
+
+def _swap_for_text(path: Path) -> None:
+    """Replace ``path`` on disk (a rename, as an attacker with the directory would) by a
+    file that is no library at all: loading the path now fails."""
+    fake = path.with_name(path.name + ".new")
+    fake.write_text("swapped in after the check\n")
+    fake.chmod(0o755)
+    os.replace(fake, path)
+
+
+def test_a_plugin_swapped_after_the_check_is_not_the_one_loaded(lab, tmp_path):
+    path = tmp_path / "plugin.so"
+    shutil.copyfile(lab["good"], path)
+    path.chmod(0o755)
+    with open_checked(str(path)) as checked:
+        _swap_for_text(path)
+        with pytest.raises(OSError, match="cannot load"):  # the path now names the swapped-in file
+            PluginProxy().open(str(path), "ports=2")
+        proxy = PluginProxy()
+        proxy.open(str(path), "ports=2", checked.fd)  # the file that was checked
+    try:
+        _, ports, _ = proxy.layout()
+        assert [p[0] for p in ports] == ["h0", "h1"]
+    finally:
+        proxy.close()
+
+
+def test_the_source_loads_the_file_it_checked(lab, tmp_path, monkeypatch):
+    """The swap comes between the agent's check and its helper's start: the helper still
+    loads the checked file (it never opens the path)."""
+    path = tmp_path / "plugin.so"
+    shutil.copyfile(lab["good"], path)
+    path.chmod(0o755)
+    real_start = PluginProxy.start
+
+    def swap_then_start(self: PluginProxy, *args: object) -> None:
+        _swap_for_text(path)
+        real_start(self, *args)
+
+    monkeypatch.setattr(PluginProxy, "start", swap_then_start)
+    src = _source(tmp_path, str(path))
+    try:
+        def opened() -> bool:
+            src.setup({})
+            return src._handle is not None or src.errors > 0
+
+        wait_until(opened, 30, "the plugin to open", interval=0.01)
+        assert src.fault is None and src.ports == ["h0", "h1"], (src.fault, src.last_error)
+        assert path.read_text() == "swapped in after the check\n"
+    finally:
+        src.close()
+
+
+def test_the_helper_runs_isolated_in_an_environment_of_its_own(lab, monkeypatch):
+    """Nothing of the agent's environment reaches the plugin's process: not a PYTHONPATH
+    (the helper runs ``python -I``), not an LD_PRELOAD, not any other variable."""
+    monkeypatch.setenv("PYTHONPATH", "/swtel-canary/pythonpath")
+    monkeypatch.setenv("LD_PRELOAD", "/swtel-canary/preload.so")
+    monkeypatch.setenv("SWTEL_CANARY", "set in the agent")
+    proxy = PluginProxy()
+    proxy.open(lab["good"], "ports=1")
+    try:
+        raw = Path(f"/proc/{proxy.pid}/environ").read_bytes()
+        env = dict(item.split("=", 1) for item in raw.decode().split("\0") if item)
+        assert env == HELPER_ENV
+        argv = Path(f"/proc/{proxy.pid}/cmdline").read_bytes().decode().split("\0")
+        assert argv[1] == "-I", argv
+        _, ports, _ = proxy.layout()  # and it works: the package found without PYTHONPATH
+        assert [p[0] for p in ports] == ["h0"]
+    finally:
+        proxy.close()

@@ -525,6 +525,32 @@ def test_table_match_is_cached_by_identity_and_filters_per_change(feed):
     assert everything.filter_changes(feed.table, [3, 4]) == [3, 4]
 
 
+def test_a_narrow_subscription_filters_through_the_shared_changes_by_index(feed):
+    """With the batch's changes by index (built once for every subscriber), a subscription
+    matching far fewer counters than changed walks its own counters: the same answer, and
+    the mask is asked for only then."""
+    ps = PathSet([(OPENCONFIG, tuple(paths.split("/interfaces/interface[name=v1]/state/counters/in-errors")))])
+    wanted = feed.index("v1", "in-errors")
+    everything = list(range(len(feed.table)))
+    asked: list[int] = []
+
+    def mask_of(changes: list[int]):
+        def changed_mask() -> bytearray:
+            asked.append(1)
+            mask = bytearray(len(feed.table))
+            for i in changes:
+                mask[i] = 1
+            return mask
+        return changed_mask
+
+    for changes in (everything, [i for i in everything if i != wanted]):
+        assert ps.filter_changes(feed.table, changes, mask_of(changes)) == ps.filter_changes(feed.table, changes)
+    assert ps.filter_changes(feed.table, everything, mask_of(everything)) == [wanted]
+    assert len(asked) == 3
+    ps.filter_changes(feed.table, [wanted], mask_of([wanted]))  # fewer changes than matches: the old walk
+    assert len(asked) == 3
+
+
 # ---------------------------------------------------------------- end to end: swtel run in a namespace
 
 # Runs inside the agent's namespace (127.0.0.1 is per namespace); reports as JSON lines.
@@ -586,3 +612,48 @@ def test_big_containers_split_alike_in_proto_and_json_ietf():
                         for n in notifs for u in n.update}
     assert decoded[gnmi_pb2.PROTO] == decoded[gnmi_pb2.JSON_IETF] == {
         f"q{i}": 10**12 + i for i in range(2500)}
+
+
+def test_the_tick_thread_leaves_unseen_state_leaves_to_the_subscriber(monkeypatch):
+    """offer_states (tick thread) filters by the leaves already matched; a leaf never seen
+    goes to the subscriber's own thread unwalked (``su``), which matches it there: a burst of
+    new ports' leaves never costs the tick thread a walk per leaf and subscriber."""
+    sub = _subscriber("/interfaces", 100)
+    walks: list[tuple] = []
+    real = PathSet.matches_leaf
+
+    def counted(self, container, leaf):
+        walks.append((container, leaf))
+        return real(self, container, leaf)
+
+    monkeypatch.setattr(PathSet, "matches_leaf", counted)
+    sub.offer_states([oper("v0", "UP", 1)])
+    assert walks == [] and [item[0] for item in sub._queue] == ["su"]
+    assert sub._unseen_states(sub._queue[0][1]) == [oper("v0", "UP", 1)]  # the RPC thread's match
+    assert len(walks) == 1
+    sub.offer_states([oper("v0", "DOWN", 2)])  # seen now: filtered on the tick thread, not walked again
+    assert len(walks) == 1 and [item[0] for item in sub._queue] == ["su", "s"]
+    # one offer with a seen and an unseen leaf stays one item, in order (never two that could swap)
+    sub.offer_states([oper("v0", "UP", 3), oper("v1", "UP", 3), oper("v0", "DOWN", 4)])
+    assert len(walks) == 1 and sub._queue[-1] == ("su", [oper("v0", "UP", 3), oper("v1", "UP", 3),
+                                                         oper("v0", "DOWN", 4)])
+
+
+@pytest.mark.parametrize("encoding", [gnmi_pb2.PROTO, gnmi_pb2.JSON_IETF, gnmi_pb2.JSON])
+def test_get_bytes_are_the_notifications_of_one_get_response(feed, encoding):
+    """The server sends the rendered SubscribeResponses joined as the GetResponse (field 1 of
+    both): the same notifications as one GetResponse built from each chunk's update."""
+    from agent.gnmi import get as gnmi_get
+
+    request = gnmi_pb2.GetRequest(path=[paths.to_proto("/interfaces")], encoding=encoding)
+    raw = gnmi_get.get_bytes(feed.store, request, TARGET)
+    pattern = request_pattern(request.prefix, request.path[0], TARGET)
+    chunks = gnmi_get.Renderer(TARGET, encoding).snapshot(*gnmi_get.read(feed.store, PathSet([pattern])))
+    built = gnmi_pb2.GetResponse()
+    for chunk in chunks:
+        built.notification.append(gnmi_pb2.SubscribeResponse.FromString(chunk).update)
+    parsed = gnmi_pb2.GetResponse.FromString(raw)
+    assert len(parsed.notification) == len(chunks) > 1
+    assert parsed == built
+    # and a state (oper-status) is among them: counters and states alike
+    assert any(u.path.elem[-1].name == "oper-status" for n in parsed.notification for u in n.update)

@@ -230,3 +230,68 @@ def test_get_and_poll_share_a_rate_per_client_address():
     finally:
         channel.close()
         srv.stop(1)
+
+
+def test_a_get_and_a_poll_wait_their_turn_to_read_then_are_refused(monkeypatch):
+    """Whole-tree reads are rendered one at a time (get.RENDERS_AT_ONCE): a Get or a Poll that
+    does not get its turn within TURN_WAIT_S is RESOURCE_EXHAUSTED, a clear 'server busy'."""
+    from agent.gnmi import get as gnmi_get
+
+    monkeypatch.setattr(gnmi_get, "TURN_WAIT_S", 0.05)
+    monkeypatch.setattr("agent.gnmi.subscribe.TURN_WAIT_S", 0.05)
+    srv = _server()
+    channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")
+    stub = gnmi_pb2_grpc.gNMIStub(channel)
+    request = gnmi_pb2.GetRequest(path=[gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces")])])
+    try:
+        with gnmi_get.render_turn(10):  # another client's read, in progress
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Get(request, timeout=10)
+            assert refused.value.code() == EXHAUSTED and "server busy" in refused.value.details()
+            stream = Idle(srv, _poll_list())
+            try:
+                stream.more = [gnmi_pb2.SubscribeRequest(poll=gnmi_pb2.Poll())]
+                stream.go.set()
+                code, details = stream.outcome()
+                assert code == EXHAUSTED and "server busy" in details
+            finally:
+                stream.close()
+        # the turn is free again: the Get is read (an empty store: NOT_FOUND, past the turn)
+        with pytest.raises(grpc.RpcError) as answered:
+            stub.Get(request, timeout=10)
+        assert answered.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        channel.close()
+        srv.stop(1)
+
+
+def test_turns_to_read_go_in_the_order_asked():
+    """A freed turn goes straight to the longest waiter: a client asking again at once (a Get
+    loop) never takes it first, so Polls and streams waiting are served in their turn."""
+    from agent.gnmi.get import _Turns
+
+    turns = _Turns(1)
+    assert turns.take(1)
+    order: list[str] = []
+    release = threading.Event()
+
+    def client(name: str) -> None:
+        if turns.take(30):
+            order.append(name)
+            release.wait(30)
+            turns.give()
+
+    first = threading.Thread(target=client, args=("first",), daemon=True)
+    first.start()
+    wait_until(lambda: len(turns._waiting) == 1, what="the first waiter")
+    second = threading.Thread(target=client, args=("second",), daemon=True)
+    second.start()
+    wait_until(lambda: len(turns._waiting) == 2, what="the second waiter")
+    turns.give()
+    assert not turns.take(0.05)  # handed over: asking again at once does not take it
+    assert len(turns._waiting) == 1  # the one that gave up left the queue
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert order == ["first", "second"]
+    assert turns.take(1)  # free again
