@@ -44,7 +44,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config import Duration, setting
-from agent.counters import COUNTER, GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.counters import (
+    COUNTER,
+    GAUGE,
+    OPENCONFIG,
+    SWTEL_ORIGIN,
+    Container,
+    CounterSpec,
+    CounterTable,
+)
 from agent.pathgrammar import escape_key, interface_path, qos_interface_path
 from agent.sources.base import NO_DATA, Source, SourceConfig, rank_setting, register
 
