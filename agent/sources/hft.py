@@ -28,7 +28,9 @@ only takes the newest reading: a 100 ms tick over ten 10 ms samples publishes on
 path (the octets' newest total, so no byte is lost, only the shape within; the occupancy of the
 newest sample on ``current-occupancy``, the highest of the ten on ``peak-occupancy``). A missing
 directory or no job file is a status note, not an error; a garbage, truncated or oversized file
-costs that read (an error in status) and keeps the last values.
+costs that read (an error in status) and keeps the last values. Once the newest published
+sample is over 5 s old the table is dropped, and the paths HFT took by ``rank`` go back to the
+sources that still move.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import threading
 import time
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,41 +114,87 @@ def _stamp(metadata: Any) -> int | None:
     return sec * 1_000_000_000 + nsec
 
 
-def parse_samples(document: Any) -> tuple[list[tuple[int, dict[Key, int]]], int]:
-    """The samples of an HFT job file, oldest first: (timestamp ns, {key: value}); and how many
-    values or samples were not of the documented shape (each skipped alone). Raises ValueError
-    only when the document is not an HFT file at all (no sample in it)."""
-    if not isinstance(document, dict):
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def members(data: bytes) -> Iterator[tuple[str, Any]]:
+    """The members of a job file's top-level object, decoded one at a time: the C decoder holds
+    the GIL for one sample, not the whole file, and a sample's objects are dropped once folded,
+    so the tick thread is not stalled for the length of one ``json.loads`` of the file (nor
+    the garbage collector's passes over all of it): bench/bench_hft.py measures both. What
+    ``json.loads`` refuses raises ValueError (a truncated file too, once the decoder reaches
+    its end); a document that is not an object raises ValueError."""
+    text = data.decode("utf-8")
+    decoder = json.JSONDecoder()
+    i = _WS.match(text, 0).end()
+    if not text.startswith("{", i):
+        json.loads(text)  # the decoder's own error for what is not JSON
         raise ValueError("not a JSON object")
-    out: list[tuple[int, dict[Key, int]]] = []
-    skipped = 0
-    ports_seen: set[str] = set()
-    for name, sample in document.items():
+    try:
+        i = _WS.match(text, i + 1).end()
+        if text[i] == "}":
+            _end(text, i)
+            return
+        while True:
+            if text[i] != '"':
+                raise ValueError(f"expected a member name at {i}")
+            key, i = decoder.raw_decode(text, i)
+            i = _WS.match(text, i).end()
+            if text[i] != ":":
+                raise ValueError(f"expected ':' at {i}")
+            value, i = decoder.raw_decode(text, _WS.match(text, i + 1).end())
+            i = _WS.match(text, i).end()
+            if text[i] == "}":
+                _end(text, i)
+                yield key, value
+                return
+            if text[i] != ",":
+                raise ValueError(f"expected ',' or '}}' at {i}")
+            yield key, value
+            i = _WS.match(text, i + 1).end()
+    except IndexError:
+        raise ValueError("truncated: the document ends inside its top-level object") from None
+
+
+def _end(text: str, i: int) -> None:
+    if _WS.match(text, i + 1).end() != len(text):
+        raise ValueError(f"extra data after the top-level object at {i + 1}")
+
+
+class SampleParser:
+    """One job file's samples, one member at a time: ``sample(name, obj)`` gives (timestamp ns,
+    {key: value}) or None (``hostname``, or not of the documented shape: counted in
+    ``skipped``, as is each value that is not). ``samples``: how many were read."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.samples = 0
+        self._ports: set[str] = set()
+
+    def sample(self, name: str, sample: Any) -> tuple[int, dict[Key, int]] | None:
         if name == "hostname":
-            continue
-        if not isinstance(sample, dict) or "port_data" not in sample:
-            skipped += 1
-            continue
-        ts = _stamp(sample.get("metadata"))
-        port_data = sample.get("port_data")
+            return None
+        ts = _stamp(sample.get("metadata")) if isinstance(sample, dict) else None
+        port_data = sample.get("port_data") if isinstance(sample, dict) else None
         if ts is None or not isinstance(port_data, dict):
-            skipped += 1
-            continue
+            self.skipped += 1
+            return None
+        self.samples += 1
         values: dict[Key, int] = {}
         for port, data in port_data.items():
-            if not isinstance(port, str) or not port or len(port) > MAX_NAME or not isinstance(data, dict):
-                skipped += 1
+            if not port or len(port) > MAX_NAME or not isinstance(data, dict):
+                self.skipped += 1
                 continue
-            if port not in ports_seen:
-                if len(ports_seen) >= MAX_PORTS:
-                    skipped += 1
+            if port not in self._ports:
+                if len(self._ports) >= MAX_PORTS:
+                    self.skipped += 1
                     continue
-                ports_seen.add(port)
+                self._ports.add(port)
             for counter, (_o, _t, leaf, _k) in PORT_COUNTERS.items():
                 if counter in data:
                     v = _u64(data[counter])
                     if v is None:
-                        skipped += 1
+                        self.skipped += 1
                     else:
                         values[(port, counter, "", leaf)] = v
             tcs = data.get("tc_data")
@@ -152,32 +202,45 @@ def parse_samples(document: Any) -> tuple[list[tuple[int, dict[Key, int]]], int]
                 for tc, entry in list(tcs.items())[:MAX_TCS]:
                     v = _u64(entry.get(TC_COUNTER)) if isinstance(entry, dict) else None
                     if v is None or not tc.isdigit() or int(tc) >= MAX_TCS:
-                        skipped += 1
+                        self.skipped += 1
                     else:
                         values[(port, TC_COUNTER, str(int(tc)), TC_LEAVES[0])] = v
-        out.append((ts, values))
+        return ts, values
+
+
+def parse_samples(document: Any) -> tuple[list[tuple[int, dict[Key, int]]], int]:
+    """Every sample of a decoded job file, oldest first, and how many values or samples were
+    not of the documented shape (each skipped alone). ValueError: no sample in it at all."""
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    parser = SampleParser()
+    out = [s for name, obj in document.items() if (s := parser.sample(name, obj)) is not None]
     if not out:
         raise ValueError("no HFT sample (an object with metadata and port_data)")
-    out.sort(key=lambda s: s[0])
-    return out, skipped
+    return sorted(out, key=lambda s: s[0]), parser.skipped
 
 
-def fold(samples: list[tuple[int, dict[Key, int]]], after_ns: int) -> tuple[int, dict[Key, int], int]:
-    """The samples newer than ``after_ns`` folded into one read: (the newest one's timestamp,
-    each key's newest value plus each queue's ``peak-occupancy`` over them, how many were
-    folded). Timestamp 0: no new sample."""
-    newest_ts, values, peaks, n = 0, {}, {}, 0
+def fold(samples: Iterable[tuple[int, dict[Key, int]]], after_ns: int) -> tuple[int, dict[Key, int], int]:
+    """The samples newer than ``after_ns`` (in any order) folded into one read: (the newest
+    one's timestamp, each key's value in the newest sample that has it plus each queue's
+    ``peak-occupancy`` over them, how many were folded). Timestamp 0: no new sample."""
+    newest_ts, n = 0, 0
+    latest: dict[Key, tuple[int, int]] = {}  # key -> (ts, value) of the newest sample with it
+    peaks: dict[Key, int] = {}
     for ts, sample in samples:
         if ts <= after_ns:
             continue
         n += 1
-        newest_ts = ts
-        values.update(sample)
+        newest_ts = max(newest_ts, ts)
         for key, v in sample.items():
+            have = latest.get(key)
+            if have is None or ts >= have[0]:
+                latest[key] = (ts, v)
             if key[1] == TC_COUNTER:
                 peak_key = (key[0], key[1], key[2], TC_LEAVES[1])
                 if v > peaks.get(peak_key, -1):
                     peaks[peak_key] = v
+    values = {key: v for key, (_ts, v) in latest.items()}
     values.update(peaks)
     return newest_ts, values, n
 
@@ -309,11 +372,15 @@ class Worker:
         self.files_read += 1
         if len(data) > int(sec.max_bytes):
             return self._reading("error", f"{path}: over max_bytes {sec.max_bytes} (grew while read)", file=path)
+        parser = SampleParser()
         try:
-            samples, skipped = parse_samples(json.loads(data))
+            stream = (s for name, obj in members(data) if (s := parser.sample(name, obj)) is not None)
+            ts, values, n = fold(stream, self._after_ns)
+            if not parser.samples:
+                raise ValueError("no HFT sample (an object with metadata and port_data)")
         except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return self._reading("error", f"{path}: not an HFT job file: {str(exc)[:120]}", file=path)
-        ts, values, n = fold(samples, self._after_ns)
+        skipped = parser.skipped
         if n == 0:
             return self._reading("idle", f"{path}: no sample newer than the last published", file=path)
         self._after_ns = ts
@@ -350,9 +417,11 @@ class HftConfig(SourceConfig):
     refresh: Duration = setting(Duration(1.0), type="duration (100ms–1h)", doc=(
         "how often the directory is looked at; a file is parsed again only when its size, mtime or "
         "inode change"))
-    max_bytes: int = setting(64 << 20, type="integer (4096–268435456)", doc=(
-        "the largest job file read (NVIDIA: one counter on one port at 100 µs is about 90 MB in "
-        "10 s); a larger one is an error in status, not read"))
+    max_bytes: int = setting(32 << 20, type="integer (4096–268435456)", doc=(
+        "the largest job file read; a larger one is an error in status, not read. Reading holds "
+        "about twice the file in memory for the moment it is parsed (a 20 s job at 5 ms on 8 ports "
+        "with 8 TCs is about 30 MiB; NVIDIA: one counter on one port at 100 µs is about 90 MB in "
+        "10 s: keep jobs short and narrow)"))
     rank: int = rank_setting(3)  # HFT's own ASIC samples over the asic plugin's, the kernel's and the driver's
 
 
@@ -402,6 +471,8 @@ class HftSource(Source):
         self._want: tuple[Key, ...] | None = None  # a new layout, built at the next setup
         self._state, self._note = "starting", "no look at the HFT directory yet"
         self.folded = 0
+        self.clock = time.time_ns  # the agent's clock, for the age of the values held (tests inject one)
+        self.released = 0  # tables dropped because their newest sample grew old
 
     @property
     def needs_setup(self) -> bool:
@@ -422,6 +493,12 @@ class HftSource(Source):
     def read(self) -> int:
         reading = self._worker.latest if self._worker is not None else None
         if reading is None or reading.generation == self._seen:
+            if self._layout and self.clock() - self.sample_ts_ns > STALE_NS:
+                # the job's values are old: drop the table, so that the election gives the
+                # paths back to the sources that still move (netdev, asic)
+                self._want = ()
+                self.released += 1
+                self._state, self._note = "idle", f"{self._note} (values released: newest sample over 5 s old)"
             return NO_DATA
         self._state, self._note = reading.state, reading.note
         if reading.state == "error":
@@ -450,7 +527,9 @@ class HftSource(Source):
     def info(self) -> dict[str, Any]:
         w = self._worker
         return {"note": f"hft {self._state}: {self._note}", "hft_state": self._state,
-                "samples_folded": self.folded, "files_read": w.files_read if w else 0}
+                "samples_folded": self.folded, "files_read": w.files_read if w else 0,
+                "released": self.released}
 
 
-__all__ = ["HftConfig", "HftSource", "Reading", "Worker", "fold", "newest_job_file", "parse_samples"]
+__all__ = ["HftConfig", "HftSource", "Reading", "Worker", "SampleParser", "fold", "members", "newest_job_file",
+           "parse_samples"]
