@@ -1,9 +1,10 @@
 """hft source: Cumulus Linux's High Frequency Telemetry (HFT) job files, read off the tick thread.
 
-HFT (Cumulus 5.9+ as JSON jobs; Spectrum-4 and later; not on ports that use 8 lanes) samples
-ASIC counters every 100–12,750 µs (multiples of 50, default 5,000) during a scheduled *job*
-(`nv action schedule system telemetry hft job ...`, at most one at a time, 20 s by default) and,
-with `nv set system telemetry hft target local`, writes them as JSON in ``/var/run/cumulus/hft``.
+HFT (JSON job files since Cumulus 5.9, OTLP streaming since 5.15; Spectrum-4 and later; not on
+ports that use 8 lanes) samples ASIC counters every 100–12,750 µs (multiples of 50, default
+5,000) during a scheduled *job* (`nv action schedule system telemetry hft job ...`, at most one
+at a time, 20 s by default) and, with `nv set system telemetry hft target local`, writes them as
+JSON in ``/var/run/cumulus/hft``.
 NVIDIA's documentation, which this reader follows (not a captured file: see
 tests/fixtures/hft/README.md):
 
@@ -450,8 +451,8 @@ class HftSource(Source):
                "From the newest HFT job file in `/var/run/cumulus/hft` (`sources.hft`, off by default), per "
                "port X and traffic class N: the samples the file holds that were not yet published, folded "
                "into one read stamped with the newest sample's own time; `peak-occupancy` is the highest "
-               "occupancy of those samples. Same paths as the asic source's, so the election (`rank`, "
-               "default 3) puts HFT's values on them while a job file is fresh "
+               "occupancy of those samples. Same paths as netdev's and the asic source's, so the election (`rank`, "
+               "default 3) puts HFT's values on them until 5 s after the newest sample "
                "([cadence.md](cadence.md)).", "", "| source | value | path | kind |", "|---|---|---|---|"]
         for counter in PORT_COUNTERS:
             spec = spec_for(("X", counter, "", ""))
