@@ -1,6 +1,6 @@
 """hft source: Cumulus Linux's High Frequency Telemetry (HFT) job files, read off the tick thread.
 
-HFT (JSON job files since Cumulus 5.9, OTLP streaming since 5.15; Spectrum-4 and later; not on
+HFT (JSON job files since Cumulus 5.10, OTLP streaming since 5.15; Spectrum-4 and later; not on
 ports that use 8 lanes) samples ASIC counters every 100–12,750 µs (multiples of 50, default
 5,000) during a scheduled *job* (`nv action schedule system telemetry hft job ...`, at most one
 at a time, 20 s by default) and, with `nv set system telemetry hft target local`, writes them as
@@ -10,8 +10,10 @@ tests/fixtures/hft/README.md):
 
 - https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-515/Monitoring-and-Troubleshooting/High-Frequency-Telemetry/
   (the directory, profiles, jobs; counters ``if_in_octets``, ``if_out_octets``, ``tc_curr_occupancy``)
-- https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-59/Monitoring-and-Troubleshooting/ASIC-Monitoring/
-  ("example json file": ``{"hostname": H, "0": {"sample_index": 1, "metadata": {"sec": S, "nsec": N},
+- https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-510/Monitoring-and-Troubleshooting/ASIC-Monitoring/
+  ("example json file", in the page as published in 2024: CumulusNetworks/docs commit e4804b8,
+  content/cumulus-linux-510/Monitoring-and-Troubleshooting/ASIC-Monitoring.md; later revisions
+  dropped it): ``{"hostname": H, "0": {"sample_index": 1, "metadata": {"sec": S, "nsec": N},
   "port_data": {"swp1": {"if_out_octets": V, "if_in_octets": V, "tc_data": {"0":
   {"tc_curr_occupancy": V}}}}}, ...}``, one numbered object per sample)
 
