@@ -165,8 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     fab.add_argument("--spines", type=int, default=None, metavar="N",
                      help="a Clos fabric of N spines (spine-1...), with --leaves and --hosts; default: the "
                           "field cases' spine-1, leaf-3 and host-1")
-    fab.add_argument("--leaves", type=int, default=None, metavar="N", help="leaves (leaf-1...), uplinks spread over the spines")
-    fab.add_argument("--hosts", type=int, default=None, metavar="N", help="hosts (host-1...) on the leaves' server ports")
+    fab.add_argument("--leaves", type=int, default=None, metavar="N",
+                     help="leaves (leaf-1...), uplinks spread over the spines")
+    fab.add_argument("--hosts", type=int, default=None, metavar="N",
+                     help="hosts (host-1...) on the leaves' server ports")
     fab.add_argument("--uplinks", type=int, choices=(4, 8), default=None,
                      help="uplinks per leaf (default 4, 8 with more than 4 spines)")
     fab.add_argument("--fault", action="append", default=[], metavar="DEVICE:SCENARIO",

@@ -1,5 +1,6 @@
 """What running an ASIC plugin in its helper process costs per read (agent/asic/proxy.py,
-agent/asic/host.py): the simulated switch (``sim``, 256 ports x 187 values (100 counters and gauges, 13 drop reasons, 8 TC peaks, 50 PG and pool gauges and peaks, 16 FEC bins) by default)
+agent/asic/host.py): the simulated switch (``sim``, 256 ports x 187 values (100 counters and gauges,
+13 drop reasons, 8 TC peaks, 50 PG and pool gauges and peaks, 16 FEC bins) by default)
 read in process (``asic_read`` of the agent's backend) and through the helper (one request
 and reply on a socketpair, the values written by the plugin into shared memory and copied
 into the source's buffer), measured side by side in one run: the two alternate in blocks,
@@ -89,7 +90,8 @@ def main() -> None:
         g1 = reader.asic_layout(h1)[0]
         rt_local, rt_remote = [], []
         for _ in range(max(1, args.iterations // BLOCK)):
-            for out, fn in ((rt_local, lambda: reader.asic_read(h1, g1, small)), (rt_remote, lambda: ipc.read(g1, small))):
+            for out, fn in ((rt_local, lambda: reader.asic_read(h1, g1, small)),
+                            (rt_remote, lambda: ipc.read(g1, small))):
                 for _ in range(BLOCK):
                     t = time.perf_counter()
                     fn()

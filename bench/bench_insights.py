@@ -185,7 +185,8 @@ class _Tick:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:
                 self.runner._feeds.feed_add = feed_add
-                if feed_add.__module__.startswith("agent._fallback"):  # the pure-Python backend, the detectors' kernels too
+                # the pure-Python backend, the detectors' kernels too
+                if feed_add.__module__.startswith("agent._fallback"):
                     from agent import _fallback
 
                     self.runner._feeds.use(_fallback)

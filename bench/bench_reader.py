@@ -195,11 +195,13 @@ def inside(args) -> None:
     print("\nratios against the budgets (DESIGN.md):")
     print(f"  C netdev+ethtool read+diff / floor          = {c_total / floor_total:6.2f}  "
           f"(target <= 1.5x floor + 2 ms: {c_total:.0f} us vs {1.5 * floor_total + 2000:.0f} us)")
-    print(f"  pyroute2 get_links / C netdev read+diff     = {v['pyroute2 get_links() (stats64)'] / v['swtel C netdev read + diff']:6.0f}  (target >= 100)")
+    print(f"  pyroute2 get_links / C netdev read+diff     = "
+          f"{v['pyroute2 get_links() (stats64)'] / v['swtel C netdev read + diff']:6.0f}  (target >= 100)")
     if ne is not None:
         print(f"  node_exporter scrape / C read+diff          = {ne / c_total:6.0f}  (target >= 50)")
+    fallback_total = v["swtel Python fallback netdev read + diff"] + v["swtel Python fallback ethtool read + diff"]
     print(f"  Python fallback / C (netdev + ethtool)      = "
-          f"{(v['swtel Python fallback netdev read + diff'] + v['swtel Python fallback ethtool read + diff']) / c_total:6.1f}")
+          f"{fallback_total / c_total:6.1f}")
 
 
 def main() -> None:

@@ -94,7 +94,8 @@ class Lingering:
             return iter(())
 
         _, service, method = NOKIA_METHOD.split("/")
-        handler = grpc.method_handlers_generic_handler(service, {method: grpc.stream_stream_rpc_method_handler(publish)})
+        handler = grpc.method_handlers_generic_handler(
+            service, {method: grpc.stream_stream_rpc_method_handler(publish)})
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self.server.add_generic_rpc_handlers([handler])
         self.port = self.server.add_insecure_port("127.0.0.1:0")

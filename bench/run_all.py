@@ -375,7 +375,8 @@ def main_table(r: dict, args: argparse.Namespace) -> list[str]:
             row(f"end-to-end dial-out {key}", "failed", val["error"][:80])
             continue
         row(f"end-to-end dial-out, {key}, full churn {args.ports} ports: p50 / p99 change→collector",
-            f"{val['p50']:.0f} / {val['p99']:.0f} ms", f"budget p99 ≤ 110 ms: {'met' if val['p99'] <= 110 else 'missed'}")
+            f"{val['p50']:.0f} / {val['p99']:.0f} ms",
+            f"budget p99 ≤ 110 ms: {'met' if val['p99'] <= 110 else 'missed'}")
         row("  agent CPU; RSS", f"{val['cpu_pct']:.1f} % of a core; {val['rss_mib']:.0f} MiB",
             f"{val['overruns']} overruns, {val['probes']} probes")
     st = r.get("stop")
@@ -505,8 +506,10 @@ def main() -> int:
     print(f"Machine: {r['machine']}. One run; every ratio is measured side by side in it.\n")
     print("\n".join(main_table(r, args)))
     if sc:
-        print(f"\n### Scaling (agent: netdev + ethtool at 100 ms on veth ports, idle ports' ethtool read once per 1 s, the default; sim: `sources.asic` "
-              f"plugin sim `ports=N` only, its default load (every counter moves), no exporter; {args.agent_seconds:.0f} s each)\n")
+        print(f"\n### Scaling (agent: netdev + ethtool at 100 ms on veth ports, idle ports' ethtool read once "
+              f"per 1 s, the default; sim: `sources.asic` "
+              f"plugin sim `ports=N` only, its default load (every counter moves), no exporter; "
+              f"{args.agent_seconds:.0f} s each)\n")
         print("\n".join(scaling_table(sc)))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))

@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_inputs  # noqa: E402
 
-INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c", "ethnl.c", "devlink.c")  # the parsers; the rest only gets the sanitizers
+# the parsers; the rest only gets the sanitizers
+INSTRUMENTED = ("netdev.c", "ethtool.c", "links.c", "ethnl.c", "devlink.c")
 BUILD_ENV = "SWTEL_FUZZ_BUILD"
 
 

@@ -111,5 +111,6 @@ def seeds() -> list[bytes]:
     out.append(bytes([2]) + table)
     out.append(bytes([3]) + link_msg(RTM_NEWLINK, 3, b"swp1") + link_msg(RTM_DELLINK, 4, b"swp2s1", b"")
                + nlmsg(NLMSG_DONE, 1, b"\0\0\0\0"))
-    out.append(bytes([3]) + link_msg(RTM_NEWLINK, 5, b"eth0", b"bond", 2) + nlmsg(NLMSG_ERROR, 1, struct.pack("=i", -1)))
+    out.append(bytes([3]) + link_msg(RTM_NEWLINK, 5, b"eth0", b"bond", 2)
+               + nlmsg(NLMSG_ERROR, 1, struct.pack("=i", -1)))
     return out

@@ -181,7 +181,8 @@ class AgentProcess:
         def alive_and():
             result = predicate()
             if not result and self.proc.poll() is not None:
-                raise AssertionError(f"agent exited ({self.proc.returncode}) waiting for {what}:\n{self.log.read_text()}")
+                raise AssertionError(f"agent exited ({self.proc.returncode}) waiting for {what}:\n"
+                                     f"{self.log.read_text()}")
             return result
 
         return wait_until(alive_and, timeout, what, interval=0.05,

@@ -1,7 +1,8 @@
 """Reference model of the simulated Spectrum switch (``agent/asic/sim/``), the test oracle.
 
 Every value is a pure function of (config, t), t = read time - ``start`` in ns (t < 0 reads
-as 0), except the peaks, which also depend on the previous read's t. Integer arithmetic only, so this file and the C plugin agree bit for bit; C truncates
+as 0), except the peaks, which also depend on the previous read's t. Integer arithmetic only, so this
+file and the C plugin agree bit for bit; C truncates
 to 64 (or 32) bits at the very end of each counter, so does :meth:`Model.values`.
 
 The model
@@ -163,7 +164,8 @@ DROP_REASONS = (
     ("l1", "link-down"), ("l2", "ingress-vlan-filter"), ("l2", "source-mac-is-multicast"),
     ("l2", "ingress-spanning-tree-filter"), ("l3", "blackhole-route"), ("l3", "ttl-value-is-too-small"),
     ("l3", "unresolved-neigh"), ("tunnel", "decap-error"), ("tunnel", "overlay-smac-is-mc"),
-    ("buffer", "tail-drop"), ("buffer", "early-drop"), ("acl", "ingress-flow-action-drop"), ("acl", "egress-flow-action-drop"))
+    ("buffer", "tail-drop"), ("buffer", "early-drop"), ("acl", "ingress-flow-action-drop"),
+    ("acl", "egress-flow-action-drop"))
 REASON_NAMES = [r for _, r in DROP_REASONS]
 #: the port drop counters and the reasons each is the sum of (``drop_sums``)
 DROP_SUMS = {

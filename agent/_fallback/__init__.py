@@ -72,7 +72,8 @@ from agent.counters import F_CHANGED, F_JUMP, F_NEW, F_RESET, F_WRAP
 
 __all__ = [
     "ASIC_ABI_VERSION", "ASIC_ECHANGED", "ASIC_ERROR", "ASIC_MAX_BINS", "ASIC_MAX_COUNTERS",
-    "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHNL_FEC_GET", "ETHNL_STATS_GET", "ETHTOOL_SKIPPED", "F_CHANGED", "F_JUMP", "F_NEW",
+    "ASIC_MAX_PORTS", "ASIC_MAX_VALUES", "ASIC_OK", "ETHNL_FEC_GET", "ETHNL_STATS_GET", "ETHTOOL_SKIPPED", "F_CHANGED",
+    "F_JUMP", "F_NEW",
     "F_RESET", "F_WRAP", "NETDEV_FIELDS", "asic_close", "asic_layout", "asic_open", "asic_read", "diff",
     "encode_fields", "encode_updates", "ethnl_family",
     "DEVLINK_PORT_GET", "DEVLINK_SB_GET", "DEVLINK_SB_OCC_MAX_CLEAR", "DEVLINK_SB_OCC_SNAPSHOT",

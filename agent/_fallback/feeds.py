@@ -48,7 +48,8 @@ class Feed:
 
 
 def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: list, hashes=None,
-             vcols=None, rows=None, width: int = 0, spill: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
+             vcols=None, rows=None, width: int = 0,
+             spill: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
     """See agent/_ext/feeds.c; same rules, same results (``hashes``, the keys' hashes that
     spare C a hash per change, changes nothing here: a dict hashes its key anyway)."""
     if (vcols is None) != (rows is None) or (rows is not None and width <= 0):

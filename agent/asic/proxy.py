@@ -117,7 +117,8 @@ def _backend_name() -> str:
 HELPER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 #: the helper's program: ``python -I`` (isolated: no PYTHON* variables, no user site, no
 #: script directory on the path), told where this agent package is by argument
-HELPER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from agent.asic.host import main; sys.exit(main(sys.argv[2:]))"
+HELPER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.asic.host import main; "
+               "sys.exit(main(sys.argv[2:]))")
 
 
 def _package_root() -> str:

@@ -2,7 +2,8 @@
 
 Requests look like ``{"cmd": "status"}``; replies are ``{"ok": true, "result": ...}``
 or ``{"ok": false, "error": "...", "kind": ...}``, the kind saying whose the error is
-(:data:`KIND_AGENT`, :data:`KIND_REQUEST`, :data:`KIND_BUSY`; an agent before kinds sent none). Requests are capped at :data:`MAX_REQUEST`;
+(:data:`KIND_AGENT`, :data:`KIND_REQUEST`, :data:`KIND_BUSY`; an agent before kinds sent none).
+Requests are capped at :data:`MAX_REQUEST`;
 replies (a status of many ports) at :data:`MAX_REPLY`.
 """
 

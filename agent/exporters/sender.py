@@ -292,7 +292,8 @@ class PeriodicSender(ReconnectingSender):
                     self.retries += 1
                     delay = self.backoff.next()
                     if self.retry_after_s is not None:
-                        delay, self.last_retry_after_s, self.retry_after_s = self.retry_after_s, self.retry_after_s, None
+                        delay, self.last_retry_after_s = self.retry_after_s, self.retry_after_s
+                        self.retry_after_s = None
                     retry_at = time.monotonic() + delay
                 continue
             wait = next_export - now

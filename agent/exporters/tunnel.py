@@ -261,7 +261,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
             if not 1 <= t.outbox <= MAX_OUTBOX:
                 problems.append(f"{item}.outbox: must be at least 1 and at most {MAX_OUTBOX}, got {t.outbox}")
             check_tls(problems, item, t.insecure, t.tls)
-            check_plaintext(problems, f"{item}.address", what="tunnel (insecure: true), which carries the gNMI service,",
+            check_plaintext(problems, f"{item}.address",
+                            what="tunnel (insecure: true), which carries the gNMI service,",
                             host=host, plaintext=t.insecure, opt_in=t.insecure_remote)
 
     @classmethod
@@ -465,7 +466,8 @@ class TunnelExporter(ReconnectingSender, Exporter):
                     if t.target != self.target_name or t.op != pb.TARGET_UNKNOWN:
                         continue  # an announcement about another target (we subscribe to none)
                     if t.error:
-                        raise _Refused(logs.remote_text(f"tunnel server refused target {self.target_name!r}: {t.error}"))
+                        raise _Refused(logs.remote_text(
+                            f"tunnel server refused target {self.target_name!r}: {t.error}"))
                     if t.accept and not registered:
                         registered = True
                         unanswered.cancel()

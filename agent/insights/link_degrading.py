@@ -553,7 +553,8 @@ class LinkDegrading(Detector):
                 "symbols). docs/gnmi.md has the mapping leaf by leaf.", "",
                 "Per lane where a port reports lanes' histograms (else per port), over the detector's "
                 "`window` (10 s), judged once a bucket (`window` / 10) and at most once a second, each "
-                "leaf sent when it moved by more than its resolution (docs/insights.md): states, as events are (gNMI Get/Subscribe, dial-out, `swtel collect`), "
+                "leaf sent when it moved by more than its resolution (docs/insights.md): states, as events are "
+                "(gNMI Get/Subscribe, dial-out, `swtel collect`), "
                 "and in OTLP and remote write (the lanes' under the port's names with `_lane`). The port's "
                 "leaves are its worst lane's (the highest "
                 "predicted FLR, then maxT), so one per port still answers \"which links\"; the observed CER "

@@ -18,7 +18,8 @@ Three event types, all over ``window`` of sample time:
 
 The steady part (the bits received and corrected, averaged per port) lives in flat arrays
 updated by a kernel once per pass for every port sampled (agent/_ext/detect.c ``burst_run``: the
-rule; its plain Python backend agent/_fallback/detect.py); Python looks only at the samples in which errors moved or whose
+rule; its plain Python backend agent/_fallback/detect.py); Python looks only at the samples in which
+errors moved or whose
 corrected bits are over the warning level.
 """
 

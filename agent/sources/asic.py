@@ -110,7 +110,8 @@ _TOP = 2**64 - 1  # a bin without an upper bound (bin_info's UINT64_MAX)
 
 def bin_container(container: Container, leaf: str, index: int, low: int, high: int) -> Container:
     """Where bin ``index`` of histogram ``leaf`` goes: a list below the histogram's own
-    container, keyed by the bin's index and inclusive bounds (``upper=inf``: none; the keys sort in this order, as gNMI renders them), its value
+    container, keyed by the bin's index and inclusive bounds (``upper=inf``: none; the keys sort in this
+    order, as gNMI renders them), its value
     the leaf ``count`` (docs/paths.md, "Histograms")."""
     top = "inf" if high >= _TOP else str(high)
     return Container(container.origin, f"{container.path}/{leaf}/bin[index={index}][lower={low}][upper={top}]")

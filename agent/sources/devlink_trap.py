@@ -197,7 +197,8 @@ class DevlinkTrapSource(GenlDiscoverySource):
         """The selected devices' drop traps set to action drop (whatever ``types`` streams)."""
         self._dropping = sorted(
             (f"{m[BUS]}/{m[DEV]}", m[GROUP], m[TRAP]) for m in traps
-            if m[CMD] == TRAP_NEW and m[TYPE] == 0 and m[ACTION] == 0 and None not in (m[BUS], m[DEV], m[GROUP], m[TRAP])
+            if m[CMD] == TRAP_NEW and m[TYPE] == 0 and m[ACTION] == 0
+            and None not in (m[BUS], m[DEV], m[GROUP], m[TRAP])
             and any(fnmatch.fnmatchcase(f"{m[BUS]}/{m[DEV]}", g) for g in self.section.devices))
 
     def poll(self) -> int:

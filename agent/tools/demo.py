@@ -56,7 +56,8 @@ class EventFeed:
             for line in lines:
                 m = EVENT_PATH.match(line.get("path", ""))
                 if m and not line.get("delete"):
-                    self._events.setdefault((line.get("target", ""), int(m.group(1))), {})[m.group(2)] = line.get("value")
+                    event_key = (line.get("target", ""), int(m.group(1)))
+                    self._events.setdefault(event_key, {})[m.group(2)] = line.get("value")
 
     def events(self) -> dict[tuple[str, int], dict[str, Any]]:
         """(target, id) -> {leaf: value} of every event seen so far."""
@@ -286,7 +287,8 @@ def incast_lines(fabric: Fabric, timeline: Timeline, jsonl: Path, high: int,
                 out.append(f"\n{sw.name} {port} queue {tc}: no readings reached the collector")
                 continue
             # the 1 s poller: the level last read at or before each whole second of the run
-            seconds = range(-(-(levels[0][0] - fabric.start_ns) // NS_PER_S), (levels[-1][0] - fabric.start_ns) // NS_PER_S + 1)
+            seconds = range(-(-(levels[0][0] - fabric.start_ns) // NS_PER_S),
+                            (levels[-1][0] - fabric.start_ns) // NS_PER_S + 1)
             polled, i = [], 0
             for k in seconds:
                 while i + 1 < len(levels) and levels[i + 1][0] <= fabric.start_ns + k * NS_PER_S:

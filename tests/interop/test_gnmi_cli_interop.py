@@ -175,7 +175,8 @@ def test_get_equals_the_kernels_count_on_a_veth(gnmi_cli, tmp_path):
             return value
 
         def kernel() -> int:
-            out = subprocess.run(["ip", "netns", "exec", pair.b, "cat", f"/sys/class/net/{pair.b_if}/statistics/rx_packets"],
+            out = subprocess.run(["ip", "netns", "exec", pair.b, "cat",
+                                  f"/sys/class/net/{pair.b_if}/statistics/rx_packets"],
                                  capture_output=True, text=True, check=True)
             return int(out.stdout)
 

@@ -116,7 +116,8 @@ class _Run:
         self.vm = Engine("victoria-metrics", tmp_path).start() if victoria else None
         self.col = Collector(f"127.0.0.1:{port}", insecure=True, prometheus=f"127.0.0.1:{self.mport}",
                              keep_messages=False).start()
-        self.fabric = Fabric(tmp_path / "fabric", f"127.0.0.1:{port}", scenario, start_ns=time.time_ns() + 1_500_000_000,
+        self.fabric = Fabric(tmp_path / "fabric", f"127.0.0.1:{port}", scenario,
+                             start_ns=time.time_ns() + 1_500_000_000,
                              remote_write={"url": self.vm.write_url, "resend": "5s"} if self.vm else None,
                              faults=faults)
         (tmp_path / "prometheus.yml").write_text(
@@ -297,7 +298,8 @@ def test_flr_alert_fires_on_a_good_fit_only(tmp_path):
                                 "description": alert["annotations"]["description"]}}
     test = {"rule_files": [str(RULES)], "evaluation_interval": "1s", "tests": [{
         "interval": "1s",
-        "input_series": [series("predicted_flr", "swp1", "1e-12 3e-9 3e-9 8e-10x3"), series("fec_fit_r2", "swp1", "0.99x6"),
+        "input_series": [series("predicted_flr", "swp1", "1e-12 3e-9 3e-9 8e-10x3"),
+                         series("fec_fit_r2", "swp1", "0.99x6"),
                          series("predicted_flr", "swp2", "3e-9x6"), series("fec_fit_r2", "swp2", "0.5x6"),
                          series("predicted_flr", "swp3", "1e-18x6"), series("fec_fit_r2", "swp3", "0.99x6"),
                          series("predicted_flr", "swp4", "0x6"), series("fec_fit_r2", "swp4", "0x6")],

@@ -16,7 +16,8 @@ from agent.tools.collect import NOKIA_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_table, publish
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed (.ci/setup-test installs it)")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None,
+                                reason="Debian's prometheus is not installed (.ci/setup-test installs it)")
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
 

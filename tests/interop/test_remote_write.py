@@ -71,7 +71,8 @@ def test_config_defaults_and_rules(tmp_path):
         "interval: must be at least the agent's interval (100ms), got 50ms")
     has(_rw("url: 'http://h/w', resend: 5m"), "resend: must be at least the interval (1s) and at most 4m")
     has(_rw("url: 'http://h/w', interval: 2s, resend: 1s"), "resend: must be at least the interval (2s)")
-    has(_rw("url: 'http://h/w', queue: 0, timeout: 10ms"), "queue: must be at least 1", "timeout: must be at least 100ms")
+    has(_rw("url: 'http://h/w', queue: 0, timeout: 10ms"),
+        "queue: must be at least 1", "timeout: must be at least 100ms")
     has(_rw("url: 'http://h/w', tls: {server_name: x}"), "tls: only with an https:// url")
     has(_rw("url: 'https://h/w', tls: {cert: /nonexistent.pem}"), "tls.cert: no such file", "cert and key go together")
     has(_rw("url: 'http://h/w', labels: {'1x': a, __y: b, target: c, interface: d, ok: ''}"),
@@ -459,7 +460,8 @@ def test_tls_client_certificate_server_name_and_a_bearer_token(tmp_path):
 def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed: Debian's package ({'prometheus' if name == 'prometheus' else 'victoria-metrics'}) "
+        pytest.fail(f"{name} is not installed: Debian's package "
+                    f"({'prometheus' if name == 'prometheus' else 'victoria-metrics'}) "
                     "is needed here, and .ci/setup-test installs it")
     return path
 

@@ -117,7 +117,8 @@ def test_gnmi_limits_huge_and_many(gnmi_agent):
     stub = gnmi_pb2_grpc.gNMIStub(channel)
     proc = psutil.Process(agent.proc.pid)
     rss0 = proc.memory_info().rss
-    any_path = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces"), gnmi_pb2.PathElem(name="interface", key={"name": "*"})])
+    any_path = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name="interfaces"),
+                                   gnmi_pb2.PathElem(name="interface", key={"name": "*"})])
     many = gnmi_pb2.SubscriptionList(mode=gnmi_pb2.SubscriptionList.ONCE, subscription=[
         gnmi_pb2.Subscription(path=any_path) for _ in range(5000)])
     assert _subscribe(stub, [gnmi_pb2.SubscribeRequest(subscribe=many)], timeout=20) not in BAD_CODES

@@ -170,7 +170,8 @@ def test_a_failing_exporter_does_not_stop_polling(tmp_path):
 
         def on_state(self, updates): ...
 
-    cfg = config.parse("interval: 20ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false}}\n")
+    cfg = config.parse("interval: 20ms\n"
+                       "sources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false}}\n")
     engine = Engine(cfg, [Broken(), Counting()])
     engine.start()
     try:

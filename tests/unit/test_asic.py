@@ -109,19 +109,22 @@ def test_names_map_through_the_driver_tables():
         "HwIfInDot3FrameErrors": "/interfaces/interface[name=swp1]/ethernet/state/counters/in-crc-errors",
         "HwIfInPfc3Pkt": "swtel:/interfaces/interface[name=swp1]/pfc/priority[id=3]/state/in-pause-pkts",
         "rx_pause_duration_prio_3": "swtel:/interfaces/interface[name=swp1]/pfc/priority[id=3]/state/in-pause-duration",
-        "HwIfOutQ5WredDrops": "swtel:/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=5]/state/wred-dropped-pkts",
+        "HwIfOutQ5WredDrops":
+            "swtel:/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=5]/state/wred-dropped-pkts",
         "phy_symbol_errors": "/interfaces/interface[name=swp1]/phy/state/symbol-errors",
         "phy_corrected_bits": "/interfaces/interface[name=swp1]/phy/fec/state/corrected-bits",
         "phy_raw_errors_lane7": "/interfaces/interface[name=swp1]/phy/channels/channel[id=7]/fec/state/raw-errors",
         "carrier_changes": "/interfaces/interface[name=swp1]/state/counters/carrier-transitions",
-        "ecn_marked_tc_2": "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=2]/state/ecn-marked-pkts",
+        "ecn_marked_tc_2":
+            "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=2]/state/ecn-marked-pkts",
         "vendor_thing": "swtel:/interfaces/interface[name=swp1]/asic/vendor-thing",
     }
     for name, path in cases.items():
         container, leaf, _kind = map_name("swp1", name)
         assert container.full(leaf) == path, name
     container, leaf, _ = map_name("mlx5_0", "roce_adp_retrans", host=True)
-    assert container.full(leaf) == "swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters/roce-adp-retrans"
+    assert container.full(leaf) == ("swtel:/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters/"
+                                    "roce-adp-retrans")
 
 
 def test_a_spine_table_holds_one_container_and_one_leaf_string_per_path():

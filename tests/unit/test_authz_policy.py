@@ -82,7 +82,8 @@ def test_empty_rule_matches_everything_and_multivalued_headers_join():
      "deny_rules[0].request: unknown field 'methods'"),
     ('{"name": "p", "allow_rules": [{"name": "r", "request": {"headers": [{"key": ":path", "values": ["x"]}]}}]}',
      "allow_rules[0].request.headers[0].key: ':path' cannot be matched"),
-    ('{"name": "p", "allow_rules": [{"name": "r", "request": {"headers": [{"key": "grpc-timeout", "values": ["1"]}]}}]}',
+    ('{"name": "p", '
+     '"allow_rules": [{"name": "r", "request": {"headers": [{"key": "grpc-timeout", "values": ["1"]}]}}]}',
      "cannot be matched"),
     ('{"name": "p", "allow_rules": [{"name": "r", "request": {"headers": [{"key": "Host", "values": ["h"]}]}}]}',
      "'host' cannot be matched"),

@@ -54,7 +54,8 @@ BAD = [
      "exporters.dialout[0].protocol: expected one of nokia, sonic, got 'cisco'"),
     ("exporters:\n  dialout:\n    - {address: 'h:1', tls: {ca: /nonexistent/ca.pem}}\n",
      "exporters.dialout[0].tls.ca: no such file '/nonexistent/ca.pem'"),
-    ("exporters:\n  dialout:\n    - {name: a, address: 'h:1', insecure: true}\n    - {name: a, address: 'h:2', insecure: true}\n",
+    ("exporters:\n  dialout:\n    - {name: a, address: 'h:1', insecure: true}\n"
+     "    - {name: a, address: 'h:2', insecure: true}\n",
      "exporters.dialout[1].name: duplicate destination name 'a'"),
     ("exporters:\n  dialout:\n    - {address: 'h:1', insecure: true, queue: 0}\n",
      "exporters.dialout[0].queue: must be at least 1"),
@@ -193,7 +194,8 @@ def test_optional_sections_turn_on_by_presence():
     assert cfg.exporters.server is not None and cfg.exporters.server.enabled
 
 
-@pytest.mark.parametrize("text,mode", [("0660", 0o660), ("'0640'", 0o640), ("600", 0o600), ("'0444'", 0o444), ("444", 0o444)])
+@pytest.mark.parametrize("text,mode", [("0660", 0o660), ("'0640'", 0o640), ("600", 0o600), ("'0444'", 0o444),
+                                       ("444", 0o444)])
 def test_file_mode_as_yaml_writes_it(text, mode):
     # YAML 1.1 would read a bare 0660 as the octal integer 432; the loader keeps the digits.
     assert config.parse(f"control: {{mode: {text}}}\n").control.mode == mode
@@ -676,7 +678,7 @@ def test_validate_looks_ports_up_among_this_hosts_interfaces(tmp_path):
     assert warnings(cfg, str(net)) == []
 
 
-# ---------------------------------------------------------------- issue 33, item 7: what the YAML loader raises, the socket mode
+# ------------------------------------------------------- issue 33, item 7: what the YAML loader raises, the socket mode
 
 
 @pytest.mark.parametrize("text,problem", [
@@ -684,7 +686,8 @@ def test_validate_looks_ports_up_among_this_hosts_interfaces(tmp_path):
     ("sources:\n  netdev:\n    interval: 0x" + "f" * 5000 + "\n",
      "line 3, column 15: integer too large (5002 characters)"),
     ("exporters:\n  dialout: [{queue: 0x" + "f" * 900 + "}]\n", "line 2, column 21: integer too large (3600 bits)"),
-    ("exporters:\n  dialout: [{address: 'h:1', insecure: true, insecure_remote: true, queue: 99999999999999999999999}]\n",
+    ("exporters:\n  dialout: [{address: 'h:1', insecure: true, insecure_remote: true, "
+     "queue: 99999999999999999999999}]\n",
      "exporters.dialout[0].queue: out of range, got 99999999999999999999999"),
     ("target: 2024-02-30\n", "line 1, column 9: cannot read this value: day is out of range for month"),
 ])

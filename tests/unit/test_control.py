@@ -490,7 +490,8 @@ def test_summary_lists_every_section():
     doc["config"]["last_reload"] = {"ok": False, "ts_ns": NOW - 10 * S, "error": "a: bad\nb: worse"}
     text = client.render(doc, client.health_problems(doc))
     for fragment in ("pid 42", "reader C", "REJECTED: a: bad; b: worse", "netdev", "1250", "35.2us",
-                     "dialout:c1", "down 90s ago", "UNAVAILABLE", "rss 31.0 MiB", "open events (1)", "critical symbol-ber: swp11s1: symbol BER 3.1e-10",
+                     "dialout:c1", "down 90s ago", "UNAVAILABLE", "rss 31.0 MiB", "open events (1)",
+                     "critical symbol-ber: swp11s1: symbol BER 3.1e-10",
                      "recently cleared (1", "cleared 30s ago",
                      "health: UNHEALTHY", "every dial-out destination"):
         assert fragment in text, (fragment, text)

@@ -147,7 +147,8 @@ def test_bad_input_is_refused_not_written_past(name):
     with pytest.raises(ValueError):  # a sample of no length
         kernel([("swp1", 10 * NS, 0, {}, frozenset())], {"swp1": 1}, {}, reals, ints, RULE)
     with pytest.raises(TypeError):  # settings without rx's and tx's keys
-        kernel([e], {"swp1": 1}, {}, reals, ints, SimpleNamespace(**{**vars(_settings()), "keys": ((c.RX_OCTETS, ""),)}))
+        kernel([e], {"swp1": 1}, {}, reals, ints,
+               SimpleNamespace(**{**vars(_settings()), "keys": ((c.RX_OCTETS, ""),)}))
     with pytest.raises(AttributeError):  # settings are read by name: one missing is an error, not a default
         kernel([e], {"swp1": 1}, {}, reals, ints, SimpleNamespace(tau=1.0))
 

@@ -268,7 +268,8 @@ def test_status_lists_traps_set_to_drop_with_the_command_and_changes_nothing():
                          "note": src.NOT_BY_DEVLINK["buffer_drops"]}]
     assert source.needs_setup  # early_drop is a trap the layout lacks
     # a group without a policer: the command says where to find one
-    assert src.group_command(MLXSW, "g", None).startswith(f"devlink trap group set {MLXSW} group g action trap policer ")
+    assert src.group_command(MLXSW, "g", None).startswith(
+        f"devlink trap group set {MLXSW} group g action trap policer ")
 
 
 def test_source_states_are_not_errors():

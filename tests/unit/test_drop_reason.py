@@ -16,7 +16,8 @@ from tests.unit.test_insights_sim import NS, T0, Stream
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 
 STEP = NS // 10
-REASONS = [("l2", "ingress-vlan-filter"), ("l3", "blackhole-route"), ("buffer", "tail-drop"), ("acl", "ingress-port-acl")]
+REASONS = [("l2", "ingress-vlan-filter"), ("l3", "blackhole-route"), ("buffer", "tail-drop"),
+           ("acl", "ingress-port-acl")]
 PORTS = ["swp1", "swp2", "swp3"]
 
 
@@ -29,7 +30,8 @@ def _rig(ins: Insights | None = None):
                                      port=port))
         # the egress queue's peak, for the buffer reason's pointer to a congestion event
         where[(port, "peak")] = len(specs)
-        specs.append(CounterSpec(Container(SWTEL_ORIGIN, qos_interface_path(port) + "/output/queues/queue[name=3]/state"),
+        specs.append(CounterSpec(Container(SWTEL_ORIGIN,
+                                           qos_interface_path(port) + "/output/queues/queue[name=3]/state"),
                                  "peak-occupancy", 64, GAUGE, port))
     stream = Stream(CounterTable("asic", specs), where)
     runner = InsightsRunner(ins or Insights(), log=None)

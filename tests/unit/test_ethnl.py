@@ -351,7 +351,8 @@ def test_config_defaults_and_checks():
     section = config.parse("").sources.ethnl
     assert section.enabled is False and float(section.interval) == 1.0
     assert section.groups == ["eth-phy", "eth-mac", "eth-ctrl", "rmon"] and section.fec is True
-    for bad, text in (("groups: [eth-phy, phy]", "unknown group 'phy'"), ("groups: [rmon, rmon]", "names a group more than once")):
+    for bad, text in (("groups: [eth-phy, phy]", "unknown group 'phy'"),
+                      ("groups: [rmon, rmon]", "names a group more than once")):
         with pytest.raises(config.ConfigError) as exc:
             config.parse(f"sources: {{ethnl: {{{bad}}}}}\n")
         assert f"sources.ethnl.groups: {text}" in str(exc.value)

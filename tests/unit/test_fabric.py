@@ -64,7 +64,8 @@ def test_every_value_equals_the_model(tmp_path):
     agent = AgentProcess(None, _config(tmp_path, sim), tmp_path)
 
     def counters() -> list[dict]:  # agent health and insight events are states, not ASIC values
-        return [r for r in agent.records() if "delta" in r and not r["path"].startswith(("swtel:/agent/", "swtel:/insights/"))]
+        return [r for r in agent.records()
+                if "delta" in r and not r["path"].startswith(("swtel:/agent/", "swtel:/insights/"))]
 
     try:
         agent.wait_ready(60)
@@ -190,7 +191,8 @@ def test_events_reach_dialout_pygnmi_and_status(tmp_path):
     port = free_port()
     start = time.time_ns() + NS
     sim = f"role=spine seed=1 start={start} scenario=symbol-errors@1s:swp11s1"
-    extra = (f"  dialout: [{{name: c, address: '127.0.0.1:{collector.port}', insecure: true, notifications: per-tick}}]\n"
+    extra = (f"  dialout: [{{name: c, address: '127.0.0.1:{collector.port}', insecure: true, "
+             f"notifications: per-tick}}]\n"
              f"  server: {{listen: '127.0.0.1:{port}', insecure: true}}\n")
     text = _config(tmp_path, sim, exporters=extra)
     agent = AgentProcess(None, text, tmp_path)
@@ -407,7 +409,8 @@ def test_top_plain_lines_when_not_a_terminal(tmp_path):
         # the plugin's ports in the store (ready is the first poll of any source)
         agent.wait_for(lambda: status_doc(tmp_path)["sources"]["asic"]["reads"] >= 2, 60, "two ASIC reads")
         proc = subprocess.run([sys.executable, "-m", "agent", "top", "--socket", str(tmp_path / "swtel.sock"),
-                               "-n", "2", "--interval", "0.5", "--limit", "100"], cwd=ROOT, capture_output=True, text=True,
+                               "-n", "2", "--interval", "0.5", "--limit", "100"],
+                              cwd=ROOT, capture_output=True, text=True,
                               timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
     finally:
         assert agent.stop() == 0

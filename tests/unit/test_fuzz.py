@@ -74,7 +74,8 @@ def test_netdev_parse_bounds(impl):
     # an RTM_NEWSTATS too short for its if_stats_msg, and an attribute longer than its message
     short = struct.pack("=IHHII", 20, 92, 0, 1, 0) + struct.pack("=i", 3)
     assert _parse(impl, short) == (0, [0] * 25, b"\0")
-    long_attr = struct.pack("=IHHII", 36, 92, 0, 1, 0) + struct.pack("=BBHiI", 0, 0, 0, 3, 1) + struct.pack("=HH", 200, 1) + bytes(4)
+    long_attr = (struct.pack("=IHHII", 36, 92, 0, 1, 0) + struct.pack("=BBHiI", 0, 0, 0, 3, 1)
+                 + struct.pack("=HH", 200, 1) + bytes(4))
     assert _parse(impl, long_attr)[0] == 0
     # NLMSG_ERROR: too short, positive or INT_MIN are EIO; a real one is its errno
     for payload, code in ((b"", 5), (struct.pack("=i", 7), 5), (struct.pack("=i", -(2**31)), 5),

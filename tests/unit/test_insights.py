@@ -482,7 +482,8 @@ def test_a_removed_rdma_device_is_forgotten():
     rig = Rig()
     rig.run(1.0, host=lambda t, dt: {("mlx5_0/1", "roce-adp-retrans"): 500})
     assert rig.events("roce-retrans")[0]["state"] == "open"
-    rig.runner.on_delete(rig.ts, [Container(SWTEL_ORIGIN, "/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters")])
+    rig.runner.on_delete(rig.ts, [Container(SWTEL_ORIGIN,
+                                            "/rdma/devices/device[name=mlx5_0]/ports/port[id=1]/hw-counters")])
     rig.runner.end_pass(rig.ts + 1)
     assert rig.events("roce-retrans")[0]["state"] == "cleared"
 

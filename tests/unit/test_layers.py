@@ -18,7 +18,8 @@ PACKAGE = ROOT / "agent"
 #: floors, lowest first: a module matches the longest prefix listed
 FLOORS: list[tuple[str, ...]] = [
     # 0 ground: the data model, the path grammar, logging, the hot path and its fallback, TLS files
-    ("agent", "agent.counters", "agent.listener", "agent.pathgrammar", "agent.logs", "agent._backend", "agent._fallback",
+    ("agent", "agent.counters", "agent.listener", "agent.pathgrammar", "agent.logs", "agent._backend",
+     "agent._fallback",
      "agent.tls", "agent.sdnotify", "agent.yamlsafe", "agent.handoff",
      "agent.caps", "agent.credentials"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
@@ -152,7 +153,8 @@ def test_parsing_a_config_leaves_the_grpc_stack_unloaded():
     import sys
 
     code = ("import sys, agent.plugins, agent.config as c; c.parse('exporters: {jsonl: {path: \"-\"}}'); "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'grpc', 'pygnmi', 'opentelemetry', 'google', 'snappy'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules}"
+            " & {'grpc', 'pygnmi', 'opentelemetry', 'google', 'snappy'}))")
     # both backends here (this test runs once): the fallback loads whole with agent._backend,
     # which the detectors' kernels bring into a parse
     for pure in ("", "1"):

@@ -200,7 +200,8 @@ def test_the_histogram_bins_classify_by_upper_boundary():
     other = Container(OPENCONFIG, interface_path("swp10") + "/phy/channels/channel[id=2]/fec/state")
     assert classify.classify(CounterSpec(histogram_bin_container(other, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
                                          COUNTER, "swp1")) is None  # another port's
-    old = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")
+    old = Container(OPENCONFIG,
+                    interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")
     assert classify.classify(CounterSpec(old, "count", 64, COUNTER, "swp1")) is None  # no longer streamed
 
 

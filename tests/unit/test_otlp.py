@@ -34,7 +34,8 @@ NS = 1_000_000_000
 # (X = the interface, N = the traffic class or switch priority).
 CUMULUS = {
     "nvswitch_interface_ether_stats_octets": "/interfaces/interface[name=X]/state/counters/in-octets",
-    "nvswitch_interface_ether_stats_multicast_pkts": "swtel:/interfaces/interface[name=X]/hw/state/counters/in-mcast-pkts",
+    "nvswitch_interface_ether_stats_multicast_pkts":
+        "swtel:/interfaces/interface[name=X]/hw/state/counters/in-mcast-pkts",
     "nvswitch_interface_ether_stats_broadcast_pkts": "/interfaces/interface[name=X]/state/counters/in-broadcast-pkts",
     "nvswitch_interface_shared_buffer_port_tc_curr_occupancy":
         "swtel:/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/current-occupancy",
@@ -48,19 +49,28 @@ CUMULUS = {
     "nvswitch_interface_if_out_ucast_pkts": "swtel:/interfaces/interface[name=X]/hw/state/counters/out-ucast-pkts",
     "nvswitch_interface_if_out_discards": "/interfaces/interface[name=X]/state/counters/out-discards",
     "nvswitch_interface_if_out_errors": "/interfaces/interface[name=X]/state/counters/out-errors",
-    "nvswitch_interface_dot3_stats_symbol_errors": "/interfaces/interface[name=X]/ethernet/state/counters/in-symbol-error",
+    "nvswitch_interface_dot3_stats_symbol_errors":
+        "/interfaces/interface[name=X]/ethernet/state/counters/in-symbol-error",
     "nvswitch_interface_dot3_stats_fcs_errors": "/interfaces/interface[name=X]/ethernet/state/counters/in-crc-errors",
-    "nvswitch_interface_dot3_in_pause_frames": "/interfaces/interface[name=X]/ethernet/state/counters/in-mac-pause-frames",
+    "nvswitch_interface_dot3_in_pause_frames":
+        "/interfaces/interface[name=X]/ethernet/state/counters/in-mac-pause-frames",
     "nvswitch_interface_carrier_changes_total": "/interfaces/interface[name=X]/state/counters/carrier-transitions",
-    "nvswitch_interface_tc_tx_frames": "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/transmit-pkts",
-    "nvswitch_interface_tc_tx_octet": "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/transmit-octets",
-    "nvswitch_interface_tc_tx_wred_discard": "swtel:/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/wred-dropped-pkts",
-    "nvswitch_interface_tc_tx_ecn_marked_tc": "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/ecn-marked-pkts",
-    "nvswitch_interface_tc_tx_no_buffer_discard_uc": "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/dropped-pkts",
+    "nvswitch_interface_tc_tx_frames":
+        "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/transmit-pkts",
+    "nvswitch_interface_tc_tx_octet":
+        "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/transmit-octets",
+    "nvswitch_interface_tc_tx_wred_discard":
+        "swtel:/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/wred-dropped-pkts",
+    "nvswitch_interface_tc_tx_ecn_marked_tc":
+        "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/ecn-marked-pkts",
+    "nvswitch_interface_tc_tx_no_buffer_discard_uc":
+        "/qos/interfaces/interface[interface-id=X]/output/queues/queue[name=N]/state/dropped-pkts",
     "nvswitch_interface_sp_rx_pause": "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/in-pause-pkts",
-    "nvswitch_interface_sp_rx_pause_duration": "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/in-pause-duration",
+    "nvswitch_interface_sp_rx_pause_duration":
+        "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/in-pause-duration",
     "nvswitch_interface_sp_tx_pause": "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/out-pause-pkts",
-    "nvswitch_interface_sp_tx_pause_duration": "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/out-pause-duration",
+    "nvswitch_interface_sp_tx_pause_duration":
+        "swtel:/interfaces/interface[name=X]/pfc/priority[id=N]/state/out-pause-duration",
     "nvswitch_interface_phy_stats_phy_received_bits": "/interfaces/interface[name=X]/phy/state/received-bits",
     "nvswitch_interface_phy_stats_phy_symbol_errors": "/interfaces/interface[name=X]/phy/state/symbol-errors",
     "nvswitch_interface_phy_stats_phy_effective_errors": "/interfaces/interface[name=X]/phy/state/effective-errors",
@@ -176,7 +186,8 @@ def _hw_table():
     from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 
     c = Container(SWTEL_ORIGIN, "/interfaces/interface[name=swp1]/hw/state/counters")
-    return CounterTable("ethtool", [CounterSpec(c, "in-octets", port="swp1"), CounterSpec(c, "in-l3-drops", port="swp1")])
+    return CounterTable("ethtool", [CounterSpec(c, "in-octets", port="swp1"),
+                                    CounterSpec(c, "in-l3-drops", port="swp1")])
 
 
 def test_resource_types_and_the_hardware_source_wins_a_name_two_sources_give():
@@ -247,7 +258,8 @@ def _queue_table():
     from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 
     def q(port, tc):
-        return Container(SWTEL_ORIGIN, f"/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={tc}]/state")
+        return Container(SWTEL_ORIGIN,
+                         f"/qos/interfaces/interface[interface-id={port}]/output/queues/queue[name={tc}]/state")
 
     return CounterTable("asic", [
         CounterSpec(q("swp1", 3), "current-occupancy", kind=GAUGE, port="swp1"),

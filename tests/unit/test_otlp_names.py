@@ -53,8 +53,10 @@ NAMES = {
     f"{SB}/pool[index=4]/state/threshold":
         (P + "devlink_pool_threshold", (("interface", "swp7"), ("sb", "0"), ("pool", "4"))),
     # Cumulus 5.15 retired if_in_multicast_pkts and if_in_broadcast_pkts for these
-    "/interfaces/interface[name=swp7]/state/counters/in-multicast-pkts": (P + "ether_stats_multicast_pkts", TC_ATTRS[:1]),
-    "/interfaces/interface[name=swp7]/state/counters/in-broadcast-pkts": (P + "ether_stats_broadcast_pkts", TC_ATTRS[:1]),
+    "/interfaces/interface[name=swp7]/state/counters/in-multicast-pkts":
+        (P + "ether_stats_multicast_pkts", TC_ATTRS[:1]),
+    "/interfaces/interface[name=swp7]/state/counters/in-broadcast-pkts":
+        (P + "ether_stats_broadcast_pkts", TC_ATTRS[:1]),
     "swtel:/interfaces/interface[name=swp7]/hw/state/counters/in-mcast-pkts":
         (P + "ether_stats_multicast_pkts", TC_ATTRS[:1]),
     "swtel:/interfaces/interface[name=swp7]/hw/state/counters/in-bcast-pkts":
@@ -66,7 +68,8 @@ NAMES = {
         (P + "sp_out_pkts", (("interface", "swp7"), ("priority", "3"))),
     # drop reasons: Cumulus' discard counter where it has one, else one metric for every reason
     "swtel:/interfaces/interface[name=swp7]/drops/group[name=l2]/reason[name=ingress-vlan-filter]/state/packets":
-        (P + "discards_ingress_vlan_membership", (("interface", "swp7"), ("group", "l2"), ("reason", "ingress-vlan-filter"))),
+        (P + "discards_ingress_vlan_membership",
+         (("interface", "swp7"), ("group", "l2"), ("reason", "ingress-vlan-filter"))),
     "swtel:/interfaces/interface[name=swp7]/drops/group[name=buffer]/reason[name=head-of-queue-timeout]/state/packets":
         (P + "discards_egress_hoq", (("interface", "swp7"), ("group", "buffer"), ("reason", "head-of-queue-timeout"))),
     "swtel:/interfaces/interface[name=swp7]/drops/group[name=l3]/reason[name=blackhole-route]/state/packets":
@@ -150,8 +153,10 @@ def test_drop_reasons_name_from_the_path_builders():
            for g, r in (("l2", "ingress-vlan-filter"), ("l3", "ipv4-lpm-miss"), ("buffer", "tail-drop"))}
     assert got == {(P + "discards_ingress_vlan_membership", (("interface", "swp[1]"), ("group", "l2"),
                                                               ("reason", "ingress-vlan-filter")), 1),
-                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "l3"), ("reason", "ipv4-lpm-miss")), 1),
-                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "buffer"), ("reason", "tail-drop")), 1)}
+                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "l3"),
+                                                 ("reason", "ipv4-lpm-miss")), 1),
+                   (P + "drops_reason_packets", (("interface", "swp[1]"), ("group", "buffer"),
+                                                 ("reason", "tail-drop")), 1)}
     trap = trap_container("pci/0000:03:00.0", "l3_exceptions", "unresolved_neigh")
     assert trap.path == devlink_drop_reason_path("pci/0000:03:00.0", "l3", "unresolved-neigh")
     assert otlp_names.metric_name(trap.path, "packets") == (

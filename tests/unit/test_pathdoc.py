@@ -18,13 +18,20 @@ def test_paths_doc_is_current():
 
 def test_driver_tables_map_design_names():
     cases = [
-        (MLXSW, "a_symbol_error_during_carrier", "openconfig", "/interfaces/interface[name=swp1]/ethernet/state/counters", "in-symbol-error"),
-        (MLXSW, "rx_pause_prio_3", "swtel", "/interfaces/interface[name=swp1]/pfc/priority[id=3]/state", "in-pause-pkts"),
-        (MLXSW, "tc_no_buffer_discard_uc_tc_12", "openconfig", "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=12]/state", "dropped-pkts"),
-        (MLX5, "rx_prio5_pause_duration", "swtel", "/interfaces/interface[name=swp1]/pfc/priority[id=5]/state", "in-pause-duration"),
-        (MLX5, "rx_symbol_err_phy", "openconfig", "/interfaces/interface[name=swp1]/ethernet/state/counters", "in-symbol-error"),
-        (SWITCHD, "HwIfInPfc7Pkt", "swtel", "/interfaces/interface[name=swp1]/pfc/priority[id=7]/state", "in-pause-pkts"),
-        (SWITCHD, "HwIfInBufferDrops", "swtel", "/interfaces/interface[name=swp1]/hw/state/counters", "in-buffer-drops"),
+        (MLXSW, "a_symbol_error_during_carrier", "openconfig",
+         "/interfaces/interface[name=swp1]/ethernet/state/counters", "in-symbol-error"),
+        (MLXSW, "rx_pause_prio_3", "swtel",
+         "/interfaces/interface[name=swp1]/pfc/priority[id=3]/state", "in-pause-pkts"),
+        (MLXSW, "tc_no_buffer_discard_uc_tc_12", "openconfig",
+         "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=12]/state", "dropped-pkts"),
+        (MLX5, "rx_prio5_pause_duration", "swtel",
+         "/interfaces/interface[name=swp1]/pfc/priority[id=5]/state", "in-pause-duration"),
+        (MLX5, "rx_symbol_err_phy", "openconfig",
+         "/interfaces/interface[name=swp1]/ethernet/state/counters", "in-symbol-error"),
+        (SWITCHD, "HwIfInPfc7Pkt", "swtel",
+         "/interfaces/interface[name=swp1]/pfc/priority[id=7]/state", "in-pause-pkts"),
+        (SWITCHD, "HwIfInBufferDrops", "swtel",
+         "/interfaces/interface[name=swp1]/hw/state/counters", "in-buffer-drops"),
         (SWITCHD, "SoftInErrors", "swtel", "/interfaces/interface[name=swp1]/ethtool", "soft-in-errors"),
         ([], "some_new_counter", "swtel", "/interfaces/interface[name=swp1]/ethtool", "some-new-counter"),
     ]

@@ -368,7 +368,8 @@ def test_a_password_file_must_hold_the_users_hash_not_the_password(tmp_path):
     plain.chmod(0o600)
     srv = GnmiServer(ServerConfig(listen=HostPort("127.0.0.1:0"), insecure=True, username="nvue",
                                   password_file=str(plain)), TARGET)
-    with pytest.raises(RuntimeError, match="password file .* line 1: expected name:.* plaintext password is never read"):
+    with pytest.raises(RuntimeError,
+                       match="password file .* line 1: expected name:.* plaintext password is never read"):
         srv.start(Store())
     assert srv.status()["state"] == "failed"
 

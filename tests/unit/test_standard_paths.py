@@ -337,7 +337,8 @@ def test_a_reload_that_turns_the_plugin_off_deletes_its_leaf_before_the_kernel_s
     engine, rec, kernel, asic = _engine()
     _passes(engine, 2)
     rec.events.clear()
-    engine.reload(config.parse("sources: {asic: {enabled: false}, ethtool: {enabled: false}, system: {enabled: false}}\n"))
+    engine.reload(config.parse(
+        "sources: {asic: {enabled: false}, ethtool: {enabled: false}, system: {enabled: false}}\n"))
     engine._runners[0].source.section = engine._pending_cfg.sources.netdev  # (the same section: kept)
     engine._apply_pending_config()
     engine._flush_drops()
@@ -473,7 +474,7 @@ def test_holds_move_only_standard_leaves_of_served_ports_of_lower_ranks():
     assert elect(named, [(1, lambda port: True)]) == [{}, {}]  # not above: nothing kept
 
 
-# ---------------------------------------------------------------- the agent: a kernel port and a plugin port of one name
+# ------------------------------------------------------- the agent: a kernel port and a plugin port of one name
 
 
 

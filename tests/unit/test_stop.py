@@ -307,7 +307,8 @@ def test_the_runner_leaves_an_exporter_that_does_not_stop_behind():
 
 
 def test_stop_all_signals_together_and_kills_what_ignores_sigterm():
-    ignore = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
+    ignore = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+              "time.sleep(600)")
     obey = "import sys, time; print(1, flush=True); time.sleep(600)"
     procs = {name: subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
              for name, code in (("a", obey), ("stubborn", ignore), ("b", obey))}

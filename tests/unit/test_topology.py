@@ -108,7 +108,8 @@ def test_a_clos_fabric_streams_every_device_and_port_to_one_collector(tmp_path):
 
 
 def test_cli_refuses_an_impossible_fabric():
-    proc = subprocess.run([sys.executable, "-m", "agent", "fabric", "--spines", "3", "--leaves", "2", "--duration", "1"],
+    proc = subprocess.run([sys.executable, "-m", "agent", "fabric", "--spines", "3", "--leaves", "2",
+                           "--duration", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "must divide a leaf's 4 uplinks" in proc.stderr, proc.stderr
 
