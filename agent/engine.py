@@ -1,5 +1,5 @@
 """Tick engine: polls each source at its own interval, diffs in the change kernel,
-and hands what changed to the listeners (the exporters and the insights runner, through
+and hands what changed to the listeners (the exporters and the insights pipeline, through
 one contract: agent/listener.py).
 
 Scheduling uses the monotonic clock; a tick that overruns is counted and the
@@ -71,8 +71,9 @@ def _rank(source: Source) -> int:
     return int(getattr(source.section, "rank", 0) or 0)
 
 
-class SourceRunner:
-    """One source plus its change-kernel state and its statistics."""
+class PolledSource:
+    """A source as the engine polls it: its schedule (interval, next due, backoff), its
+    change-kernel state and its statistics."""
 
     def __init__(self, source: Source, interval_s: float) -> None:
         self.source = source
@@ -157,8 +158,8 @@ class SourceRunner:
         self.out_flags = bytearray(n)
         return gone, ports
 
-    def inherit(self, old: SourceRunner) -> None:
-        """Take over a replaced runner's counter state (config reload): adopt_table then
+    def inherit(self, old: PolledSource) -> None:
+        """Take over a replaced one's counter state (config reload): adopt_table then
         maps it onto the new table by path, so reloading causes no resets."""
         self.table, self.prev, self.acc, self.known = old.table, old.prev, old.acc, old.known
         self.published, self.moves, self.announce_from = old.published, old.moves, old.announce_from
@@ -232,10 +233,10 @@ class Engine:
         #: the schedule's clock (monotonic seconds): a test drives the schedule with its own
         self.clock = clock
         #: everything that takes the engine's output, through one contract (agent/
-        #: listener.py): the exporters, and the insights runner, whose end_pass returns
+        #: listener.py): the exporters, and the insights pipeline, whose end_pass returns
         #: the events it raised or cleared (states, handed on like any other)
         self.listeners: list[Listener] = list(listeners or [])
-        #: the insights runner (also among the listeners), or None: handed to the sources that
+        #: the insights pipeline (also among the listeners), or None: handed to the sources that
         #: read it (Source.bind_insights; the events source counts its open events)
         self.insights: Any = None
         self._speeds: dict[str, dict[str, int]] = {}  # source -> port -> link speed (bits/s)
@@ -246,7 +247,7 @@ class Engine:
         self.tick_hooks: list[Callable[[], None]] = []  # run once per loop pass (watchdog)
         self.ticks = 0
         self.overruns = 0
-        self._runners: list[SourceRunner] = []
+        self._polled: list[PolledSource] = []
         self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
         self.listener_errors = 0
         self._next_health = 0.0
@@ -268,7 +269,7 @@ class Engine:
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self.links.start()
-        self._runners = self._make_runners(self.cfg)
+        self._polled = self._make_polled(self.cfg)
         for listener in self.listeners:
             listener.start(self.store)
         self.handoff.reopen()
@@ -283,7 +284,7 @@ class Engine:
         the thread still reading them."""
         self._stop.set()
         self.handoff.wake.set()  # the idle loop waits on it
-        for r in list(self._runners):
+        for r in list(self._polled):
             # a plugin call in flight returns now, not at its timeout
             self._guard(r, "interrupt", r.source.interrupt)
         if self._thread is not None:
@@ -292,7 +293,7 @@ class Engine:
                 log.warning("tick loop still in a pass at stop; not waiting for it", waited_s=timeout)
                 return False
         self.links.stop()
-        for r in self._runners:
+        for r in self._polled:
             self._guard(r, "close", r.source.close)
         return True
 
@@ -301,17 +302,17 @@ class Engine:
         with self._lock:
             self._pending_cfg = cfg
 
-    def _make_runners(self, cfg: Config, keep: dict[str, SourceRunner] | None = None) -> list[SourceRunner]:
-        runners = []
+    def _make_polled(self, cfg: Config, keep: dict[str, PolledSource] | None = None) -> list[PolledSource]:
+        made = []
         for name, cls in REGISTRY.items():
             section = getattr(cfg.sources, name, None)
             if section is None or not section.enabled:
                 continue
-            runner = (keep or {}).get(name)
-            if runner is not None and section == runner.source.section and not isinstance(runner.source, _Failed):
-                runner.interval_s = cfg.interval_of(name)
-                runner.source.cfg = cfg
-                runners.append(runner)
+            kept = (keep or {}).get(name)
+            if kept is not None and section == kept.source.section and not isinstance(kept.source, _Failed):
+                kept.interval_s = cfg.interval_of(name)
+                kept.source.cfg = cfg
+                made.append(kept)
                 continue
             try:
                 source = cls(cfg)
@@ -323,16 +324,16 @@ class Engine:
                 log.error("source failed to start", source=name, error=repr(exc), where=where)
                 source = _Failed(cfg, name, f"start: {exc!r} at {where}")
             source.bind_insights(lambda: self.insights)  # a no-op but for a source that reads it
-            fresh = SourceRunner(source, cfg.interval_of(name))
-            if runner is not None:
+            fresh = PolledSource(source, cfg.interval_of(name))
+            if kept is not None:
                 try:
-                    fresh.inherit(runner)
+                    fresh.inherit(kept)
                 except Exception as exc:  # noqa: BLE001 - the reloaded source starts afresh instead
                     log.error("source could not take over its state on reload", source=name, error=repr(exc),
                               where=_where(exc))
-                    fresh = SourceRunner(source, cfg.interval_of(name))
-            runners.append(fresh)
-        return runners
+                    fresh = PolledSource(source, cfg.interval_of(name))
+            made.append(fresh)
+        return made
 
     # ------------------------------------------------------------ the loop
     def _loop(self) -> None:
@@ -350,18 +351,18 @@ class Engine:
                         # Links changed: every link-based source looks now, in this pass, so a
                         # removed port leaves all their tables together and gets one delete.
                         self._seen_gen = gen
-                        for runner in self._runners:
-                            if runner.source.uses_links and not runner.failures:  # a faulted one waits
-                                runner.next_due = min(runner.next_due, now)
-                    for runner in self._runners:
+                        for polled in self._polled:
+                            if polled.source.uses_links and not polled.failures:  # a faulted one waits
+                                polled.next_due = min(polled.next_due, now)
+                    for polled in self._polled:
                         # A source due a hair after this pass is polled in it: two sources whose
                         # phases differ by microseconds would otherwise take two wake-ups (and
                         # two insight passes) per interval. Each keeps its own schedule.
-                        if runner.next_due <= now + min(_COALESCE_S, runner.interval_s * 0.05):
-                            self._poll(runner, now)
-                            self._schedule(runner, now)
-                            if runner.failures:  # backed off: the others keep their schedules
-                                runner.next_due = max(runner.next_due, now + runner.backoff_s())
+                        if polled.next_due <= now + min(_COALESCE_S, polled.interval_s * 0.05):
+                            self._poll(polled, now)
+                            self._schedule(polled, now)
+                            if polled.failures:  # backed off: the others keep their schedules
+                                polled.next_due = max(polled.next_due, now + polled.backoff_s())
                     self._end_holds()
                     self._flush_drops()
                     self._first_attempt_done()
@@ -374,7 +375,7 @@ class Engine:
                         hook()
                 finally:
                     TICK_PASSES.end()
-                due = min((r.next_due for r in self._runners), default=self.clock() + 1.0)
+                due = min((r.next_due for r in self._polled), default=self.clock() + 1.0)
                 self._idle_until(due)
         except BaseException as exc:  # never die silently: logged once, status and run() see it
             self.loop_error = f"{type(exc).__name__}: {exc}"[:500]
@@ -399,36 +400,36 @@ class Engine:
         t = self._thread
         return t is not None and not t.is_alive() and not self._stop.is_set()
 
-    def _schedule(self, runner: SourceRunner, pass_start: float) -> None:
+    def _schedule(self, polled: PolledSource, pass_start: float) -> None:
         now = self.clock()
-        if runner.next_due == 0.0:
-            # Anchor on the pass, not on this runner's end: sources polled in one pass stay
+        if polled.next_due == 0.0:
+            # Anchor on the pass, not on this source's end: sources polled in one pass stay
             # in phase, so the loop wakes once per interval rather than once per source.
-            runner.next_due = pass_start
-        runner.next_due += runner.interval_s
-        if runner.next_due <= now:
-            missed = int((now - runner.next_due) // runner.interval_s) + 1
-            runner.overruns += missed
-            runner.longest_stall = max(runner.longest_stall, missed)
+            polled.next_due = pass_start
+        polled.next_due += polled.interval_s
+        if polled.next_due <= now:
+            missed = int((now - polled.next_due) // polled.interval_s) + 1
+            polled.overruns += missed
+            polled.longest_stall = max(polled.longest_stall, missed)
             self.overruns += missed
-            runner.next_due += missed * runner.interval_s
+            polled.next_due += missed * polled.interval_s
 
     def _apply_pending_config(self) -> None:
         with self._lock:
             cfg, self._pending_cfg = self._pending_cfg, None
         if cfg is None:
             return
-        old = {r.name: r for r in self._runners}
-        self._runners = self._make_runners(cfg, keep=old)
-        still = {r.name for r in self._runners}
+        old = {r.name: r for r in self._polled}
+        self._polled = self._make_polled(cfg, keep=old)
+        still = {r.name for r in self._polled}
         ts_ns = time.time_ns()
         retired = []
-        for name, runner in old.items():
-            if not any(r is runner for r in self._runners):
-                self._guard(runner, "close", runner.source.close)
+        for name, polled in old.items():
+            if not any(r is polled for r in self._polled):
+                self._guard(polled, "close", polled.source.close)
             if name not in still:
-                self._retire(runner, ts_ns)
-                retired.append(runner)
+                self._retire(polled, ts_ns)
+                retired.append(polled)
         gone = self._elect(ts_ns, retired)  # ranks may have changed, a source may be gone
         if gone:
             self._drops.append(("", ts_ns, gone, set()))
@@ -437,54 +438,54 @@ class Engine:
         self.cfg = cfg
         self._rate = logs.RateLimiter(float(cfg.log.rate_limit))
 
-    def _retire(self, runner: SourceRunner, ts_ns: int) -> None:
+    def _retire(self, polled: PolledSource, ts_ns: int) -> None:
         """A source was turned off: its data is gone, so collectors get deletes."""
-        self.store.drop_source(runner.name)
-        if runner.table is not None:
+        self.store.drop_source(polled.name)
+        if polled.table is not None:
             # containers another source also publishes stay (their counters go on)
             others = set()
-            for r in self._runners:
-                if r is not runner and r.published is not None:
+            for r in self._polled:
+                if r is not polled and r.published is not None:
                     others |= _containers(r.published)
-            mine = _containers(runner.published or runner.table) - others
-            self._drops.append((runner.name, ts_ns, mine, ports_of(runner.table)))
-        health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(runner.name)}]")
+            mine = _containers(polled.published or polled.table) - others
+            self._drops.append((polled.name, ts_ns, mine, ports_of(polled.table)))
+        health = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(polled.name)}]")
         self._health_sent = {k: v for k, v in self._health_sent.items() if not k[0].path.startswith(health.path)}
-        self._drops.append((runner.name, ts_ns, {health}, set()))
+        self._drops.append((polled.name, ts_ns, {health}, set()))
 
-    def _poll(self, runner: SourceRunner, mono: float) -> None:
-        source = runner.source
+    def _poll(self, polled: PolledSource, mono: float) -> None:
+        source = polled.source
         t0 = time.perf_counter()
         ts_ns = time.time_ns()
         gen = self._seen_gen
         try:
-            wants_setup = not runner.link_gen_valid or source.needs_setup or (
-                source.uses_links and gen != runner.link_gen)
+            wants_setup = not polled.link_gen_valid or source.needs_setup or (
+                source.uses_links and gen != polled.link_gen)
         except Exception as exc:  # noqa: BLE001 - needs_setup is the source's code too
-            self._source_failed(runner, "setup", exc, self._links_context(source))
+            self._source_failed(polled, "setup", exc, self._links_context(source))
             return
         if wants_setup:
             try:
                 source.setup(self._links)
             except Exception as exc:  # noqa: BLE001 - isolate the source: the others keep polling
-                runner.attempts += 1  # a reported failure: the first snapshot does not wait on it
-                self._source_failed(runner, "setup", exc, self._links_context(source))
+                polled.attempts += 1  # a reported failure: the first snapshot does not wait on it
+                self._source_failed(polled, "setup", exc, self._links_context(source))
                 return
-            runner.link_gen = gen
-            runner.link_gen_valid = True
+            polled.link_gen = gen
+            polled.link_gen_valid = True
             if source.uses_links and not source.ports and self._rate.allow(("no-ports", source.name)):
                 log.warning("source selects no interface", source=source.name,
                             interfaces=list(getattr(source.section, "interfaces", [])))
-        if source.table is not runner.table:
-            _own_gone, gone_ports = runner.adopt_table()
-            runner.republish = True  # the store gets the new table with the next good read
-            self._ledger.hold(source.name, runner.table)
+        if source.table is not polled.table:
+            _own_gone, gone_ports = polled.adopt_table()
+            polled.republish = True  # the store gets the new table with the next good read
+            self._ledger.hold(source.name, polled.table)
             self._note_speeds(source)
             gone = self._elect(ts_ns)  # what each path carries, across the sources' new tables
             if gone or gone_ports:
                 # The layout lost them whatever this read brings: their deletes go out now.
                 self._drops.append((source.name, ts_ns, set(gone), gone_ports))
-        runner.attempts += 1
+        polled.attempts += 1
         try:
             got = source.read()
         except OSError as exc:
@@ -492,7 +493,7 @@ class Engine:
             self._rate.log(log, "warning", ("read", source.name), "read failed", source=source.name, error=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - isolate the source: the others keep polling
-            self._source_failed(runner, "read", exc, {"ports": _few(source.ports)})
+            self._source_failed(polled, "read", exc, {"ports": _few(source.ports)})
             return
         if got == NO_DATA:
             # Nothing was read (a plugin whose layout changed again): the buffer may be freshly
@@ -500,72 +501,72 @@ class Engine:
             return
         ts_ns = self._sample_time(source, ts_ns)
         try:
-            n = runner.diff(time.monotonic())
+            n = polled.diff(time.monotonic())
         except (ValueError, TypeError, OverflowError) as exc:  # values that do not fit the source's table
-            self._source_failed(runner, "read", exc, {"ports": _few(source.ports), "values": len(source.values),
-                                                      "counters": len(runner.table or ())})
+            self._source_failed(polled, "read", exc, {"ports": _few(source.ports), "values": len(source.values),
+                                                      "counters": len(polled.table or ())})
             return
-        runner.reads += 1
-        runner.last_ok_ns = ts_ns
-        rebuilt, runner.republish = runner.republish, False
+        polled.reads += 1
+        polled.last_ok_ns = ts_ns
+        rebuilt, polled.republish = polled.republish, False
         if n or rebuilt:
             # Listeners may hold the batch past this tick: give them a copy.
-            values = array("Q", runner.acc)
-            self.store.set_source(source.name, runner.published, values, ts_ns)
-            if rebuilt and runner.announce_from is not None:
-                self._announce(runner, values, ts_ns, set(runner.out_idx[:n].tolist()))
+            values = array("Q", polled.acc)
+            self.store.set_source(source.name, polled.published, values, ts_ns)
+            if rebuilt and polled.announce_from is not None:
+                self._announce(polled, values, ts_ns, set(polled.out_idx[:n].tolist()))
         else:
             self.store.touch_source(source.name, ts_ns)
         try:
             states = source.states(ts_ns)
         except Exception as exc:  # noqa: BLE001 - the read's values still go out, below
             states = None
-            self._source_failed(runner, "states", exc, {"ports": _few(source.ports)})
+            self._source_failed(polled, "states", exc, {"ports": _few(source.ports)})
         else:
-            if runner.failures:  # a whole good poll: the fault is over, the schedule is its own again
-                self._source_recovered(runner)
+            if polled.failures:  # a whole good poll: the fault is over, the schedule is its own again
+                self._source_recovered(polled)
         if states:
             self.store.set_states(states)
             self._tell("on_state", states)
         if n:
-            idx = runner.out_idx[:n]  # (copies: the runner's arrays are reused by the next read)
-            flags = bytes(runner.out_flags[:n])
-            batch = Batch(source.name, ts_ns, runner.published, idx, values, runner.out_delta[:n], flags)
+            idx = polled.out_idx[:n]  # (copies: these arrays are reused by the next read)
+            flags = bytes(polled.out_flags[:n])
+            batch = Batch(source.name, ts_ns, polled.published, idx, values, polled.out_delta[:n], flags)
             # The first read of a counter is its baseline, not a change seen on the wire.
             fresh = flags.translate(_IS_NEW).count(1)
             jumps = flags.translate(_IS_JUMP).count(1)
-            runner.note_changes(n - fresh, mono)
+            polled.note_changes(n - fresh, mono)
             if jumps:
-                self._note_jumps(runner, batch, jumps)
+                self._note_jumps(polled, batch, jumps)
             self._tell("on_batch", batch)
-        runner.last_duration_us = (time.perf_counter() - t0) * 1e6
+        polled.last_duration_us = (time.perf_counter() - t0) * 1e6
         if not self.ready.is_set():
             self.ready.set()
 
-    def _source_failed(self, runner: SourceRunner, what: str, exc: Exception, context: dict[str, Any]) -> None:
+    def _source_failed(self, polled: PolledSource, what: str, exc: Exception, context: dict[str, Any]) -> None:
         """An unexpected exception from a call into a source (a bug, or input it did not
         expect): counted, logged with what it was given, the source faulted and backed off."""
         where = _where(exc)
         message = f"{what}: {exc!r} at {where}"[:500]
-        runner.source.note_error(message)
-        runner.fault = message
-        runner.failures += 1
-        self._rate.log(log, "error", ("fault", runner.name, what), "source failed", source=runner.name,
-                       call=what, error=repr(exc)[:300], where=where, retry_in_s=round(runner.backoff_s(), 3),
+        polled.source.note_error(message)
+        polled.fault = message
+        polled.failures += 1
+        self._rate.log(log, "error", ("fault", polled.name, what), "source failed", source=polled.name,
+                       call=what, error=repr(exc)[:300], where=where, retry_in_s=round(polled.backoff_s(), 3),
                        **context)
 
-    def _source_recovered(self, runner: SourceRunner) -> None:
-        log.info("source recovered", source=runner.name, after_failures=runner.failures)
-        runner.fault, runner.failures = None, 0
+    def _source_recovered(self, polled: PolledSource) -> None:
+        log.info("source recovered", source=polled.name, after_failures=polled.failures)
+        polled.fault, polled.failures = None, 0
         for what in ("setup", "read", "states"):
-            self._rate.forget(("fault", runner.name, what))
+            self._rate.forget(("fault", polled.name, what))
 
-    def _guard(self, runner: SourceRunner, what: str, call: Callable[[], Any]) -> None:
+    def _guard(self, polled: PolledSource, what: str, call: Callable[[], Any]) -> None:
         """``close`` or ``interrupt``: a source's exception there is its fault, not the agent's."""
         try:
             call()
         except Exception as exc:  # noqa: BLE001 - the other sources still close
-            self._source_failed(runner, what, exc, {})
+            self._source_failed(polled, what, exc, {})
 
     def _links_context(self, source: Source) -> dict[str, Any]:
         """What a link-based source's setup was given: the links' names (printable: escaped)."""
@@ -573,19 +574,19 @@ class Engine:
             return {}
         return {"links": _few(sorted(link.name for link in self._links.values()))}
 
-    def _elect(self, ts_ns: int, retired: list[SourceRunner] | None = None) -> set[Container]:
+    def _elect(self, ts_ns: int, retired: list[PolledSource] | None = None) -> set[Container]:
         """Elect again what each path carries (agent/ports.py elect) after a source's table or
         the config changed; a source whose published table changes has it stored and its
         moved counters announced under their new paths (their value, delta 0, flagged new),
         now or with its next good read. Returns the containers no source publishes any more;
         leaves that left a container that stays are deleted one by one (in ``_drops``).
         ``retired``: sources a reload turned off (a path of theirs another takes changes source)."""
-        runners = [r for r in self._runners if r.table is not None]
-        holds = [(_rank(r.source), r.source.serves) for r in self._runners
+        tabled = [r for r in self._polled if r.table is not None]
+        holds = [(_rank(r.source), r.source.serves) for r in self._polled
                  if r.holds and not (r.table is not None and len(r.table))]
-        all_moves = elect([(r.name, r.table, _rank(r.source)) for r in runners], holds)
-        changed: list[tuple[SourceRunner, CounterTable | None, Moves]] = []
-        for r, moves in zip(runners, all_moves, strict=True):
+        all_moves = elect([(r.name, r.table, _rank(r.source)) for r in tabled], holds)
+        changed: list[tuple[PolledSource, CounterTable | None, Moves]] = []
+        for r, moves in zip(tabled, all_moves, strict=True):
             if r.published is not None and r.published_of is r.table and moves == r.moves:
                 continue
             old, old_moves = r.published, r.moves
@@ -595,7 +596,7 @@ class Engine:
             return set()
         self._resourced(changed, ts_ns, retired or [])
         now: set[Container] = set()
-        for r in runners:
+        for r in tabled:
             now |= _containers(r.published)
         gone: set[Container] = set()
         # leaves no longer there in a container that stays: one an election had moved, or one
@@ -617,7 +618,7 @@ class Engine:
                 self.store.set_source(r.name, r.published, values, r.last_ok_ns)
                 self._announce(r, values, r.last_ok_ns, set())
         if stale:
-            for r in runners:
+            for r in tabled:
                 specs = r.published.specs
                 for i in r.published.visible:
                     stale.discard((specs[i].container, specs[i].leaf))
@@ -627,8 +628,8 @@ class Engine:
                 self._drops.append(("", ts_ns, set(leaves), set()))
         return gone
 
-    def _resourced(self, changed: list[tuple[SourceRunner, CounterTable | None, Moves]], ts_ns: int,
-                   retired: list[SourceRunner]) -> None:
+    def _resourced(self, changed: list[tuple[PolledSource, CounterTable | None, Moves]], ts_ns: int,
+                   retired: list[PolledSource]) -> None:
         """A path whose counter comes from another source from now on is deleted at once,
         before the new source's first value on it (announced after this, or with its next
         read): a collector never sees one path's counter jump from one source's total to
@@ -660,7 +661,7 @@ class Engine:
         ended without one (a failed open, its helper's open deadline): the lower-ranked
         counters then take those leaves, and the log says so."""
         ended = []
-        for r in self._runners:
+        for r in self._polled:
             if not r.holds:
                 continue
             if r.table is not None and len(r.table):
@@ -678,31 +679,31 @@ class Engine:
         if gone:
             self._drops.append(("", ts_ns, gone, set()))
 
-    def _announce(self, runner: SourceRunner, values: array, ts_ns: int, sent: set[int]) -> None:
+    def _announce(self, polled: PolledSource, values: array, ts_ns: int, sent: set[int]) -> None:
         """The counters an election moved, under their new paths: their current value, delta
         0, flagged new (a collector holds the path from now on). ``sent``: already in this
         read's batch."""
-        before, runner.announce_from = runner.announce_from or set(), None
-        table = runner.published
-        idx = [i for i in table.visible if runner.known[i] and i not in sent
+        before, polled.announce_from = polled.announce_from or set(), None
+        table = polled.published
+        idx = [i for i in table.visible if polled.known[i] and i not in sent
                and (table.specs[i].container, table.specs[i].leaf) not in before]
         if idx:
             n = len(idx)
-            self._tell("on_batch", Batch(runner.name, ts_ns, table, idx, values, [0] * n, bytes([F_NEW]) * n))
+            self._tell("on_batch", Batch(polled.name, ts_ns, table, idx, values, [0] * n, bytes([F_NEW]) * n))
 
-    def _note_jumps(self, runner: SourceRunner, batch: Batch, jumps: int) -> None:
+    def _note_jumps(self, polled: PolledSource, batch: Batch, jumps: int) -> None:
         """Moves larger than a counter can make (port speed x time since the last read): not
         credited (the change kernel flags them RESET and JUMP); counted and logged."""
-        runner.jumps += jumps
+        polled.jumps += jumps
         example = next(path for (_s, path, _v, _d, f) in batch.items() if f & F_JUMP)
-        self._rate.log(log, "warning", ("jump", runner.name), "counter moved more than its limit",
-                       source=runner.name, counters=jumps, example=example,
+        self._rate.log(log, "warning", ("jump", polled.name), "counter moved more than its limit",
+                       source=polled.name, counters=jumps, example=example,
                        hint="not credited; the counter's total restarts from its new value")
 
     def _first_attempt_done(self) -> None:
         """Once every source has tried its first read (with data or a reported failure), the
         store holds the initial state: snapshots and ``sync_response`` may go out."""
-        if not self.store.primed.is_set() and all(r.attempts and not r.source.starting for r in self._runners):
+        if not self.store.primed.is_set() and all(r.attempts and not r.source.starting for r in self._polled):
             self.store.primed.set()
 
     def _sample_time(self, source: Source, agent_ns: int) -> int:
@@ -734,7 +735,7 @@ class Engine:
 
     def source_names(self) -> list[str]:
         """The sources polled (a copy: safe from any thread)."""
-        return [r.name for r in list(self._runners)]
+        return [r.name for r in list(self._polled)]
 
     def port_speeds(self) -> dict[str, int]:
         """Link speed (bits/s) of every port a source knows it for (the ASIC plugin's)."""
@@ -797,7 +798,7 @@ class Engine:
         self._note_portless()
         ts_ns = time.time_ns()
         updates = []
-        for r in self._runners:
+        for r in self._polled:
             c = Container(SWTEL_ORIGIN, f"/agent/sources/source[name={escape_key(r.name)}]/state")
             cadence = r.refresh_cadence_s
             for leaf, value in (
@@ -825,7 +826,7 @@ class Engine:
         """One log line for every source that has read but selects no port (an interface
         glob matching nothing, a plugin with no port), and one when it has ports again;
         ``swtel status`` turns it red after the health grace (agent/control/client.py)."""
-        for r in self._runners:
+        for r in self._polled:
             source = r.source
             if not source.selects_ports or not r.attempts or source.starting:
                 continue
@@ -846,7 +847,7 @@ class Engine:
             "overruns": self.overruns,
             "listener_errors": self.listener_errors,
             "loop_error": self.loop_error,
-            "sources": {r.name: r.status() for r in self._runners},
+            "sources": {r.name: r.status() for r in self._polled},
             "escaped_names": self.escaped_names(),
             "unencodable": UNENCODABLE.count,
         }

@@ -1,6 +1,6 @@
-"""What the engine feeds: the one contract of every exporter and of the insights runner.
+"""What the engine feeds: the one contract of every exporter and of the insights pipeline.
 
-Floor 0 so that both the exporters (floor 4) and the insights runner (floor 3) can subclass
+Floor 0 so that both the exporters (floor 4) and the insights pipeline (floor 3) can subclass
 it. Every hook is declared here with a no-op default: the engine calls each on every
 listener, never asks ``hasattr``; a listener overrides the ones it takes.
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class Listener:
-    """What the engine feeds: every exporter, and the insights runner. Besides the data
+    """What the engine feeds: every exporter, and the insights pipeline. Besides the data
     (``on_batch``, ``on_state``, ``on_delete``), five hooks whose defaults do nothing:
     ``end_pass(ts_ns)`` once per pass, returning state updates derived from it (the detectors'
     events), which go to the store and every listener; ``on_port_speeds(speeds)`` when a

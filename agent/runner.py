@@ -53,12 +53,12 @@ def _exporter_class(key: str) -> Any:
 
 
 def _insights(cfg: config.Config) -> Any:
-    """The detectors' runner, or None when ``insights.enabled`` is false."""
+    """The insights pipeline (the detectors), or None when ``insights.enabled`` is false."""
     if not cfg.insights.enabled:
         return None
-    from agent.insights import InsightsRunner
+    from agent.insights import InsightsPipeline
 
-    return InsightsRunner(cfg.insights, log=logs.get("insights"))
+    return InsightsPipeline(cfg.insights, log=logs.get("insights"))
 
 
 def _exporter_config(cfg: config.Config, key: str) -> Any:
@@ -186,7 +186,7 @@ class Agent:
             if new.control != self.cfg.control:
                 log.warning("control socket settings change at the next restart")
             if new.insights.enabled != self.cfg.insights.enabled:
-                # on/off: a fresh runner (or none); otherwise the engine hands the new config
+                # on/off: a fresh pipeline (or none); otherwise the engine hands the new config
                 # to the running one on its tick thread (on_config), as to every listener
                 fresh = _insights(new)
                 if fresh is not None:
@@ -259,7 +259,7 @@ class Agent:
         self._feed_engine()
 
     def _feed_engine(self) -> None:
-        """The engine's listeners and insights runner, after either changed."""
+        """The engine's listeners and insights pipeline, after either changed."""
         self.engine.insights = self.insights
         self.engine.listeners = self._listeners()
 

@@ -57,7 +57,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import agent.plugins  # noqa: E402, F401  (fills the config registries)
 from agent.config import Insights  # noqa: E402
 from agent.counters import GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable  # noqa: E402
-from agent.insights import InsightsRunner  # noqa: E402
+from agent.insights import InsightsPipeline  # noqa: E402
 from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path  # noqa: E402
 from agent.runner import freeze_long_lived  # noqa: E402
 from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
@@ -106,7 +106,7 @@ def run(ports: int, passes: int, groups: bool, buffers: bool = False, fec: bool 
     ins = Insights()
     if groups:
         ins.imbalance.groups = {"uplinks": names[-8:]}
-    runner = InsightsRunner(ins, log=_Quiet())
+    runner = InsightsPipeline(ins, log=_Quiet())
     runner.set_port_speeds(dict.fromkeys(names, 400_000_000_000))
     table, where = port_table("asic", names, ASIC, filler=FILLER)
     for p in names:
@@ -180,7 +180,7 @@ class _Tick:
             getattr(cfg, off).enabled = False
         for name in OFF:
             getattr(cfg, name).enabled = False
-        self.runner = InsightsRunner(cfg, log=_Quiet()) if insights else None
+        self.runner = InsightsPipeline(cfg, log=_Quiet()) if insights else None
         if self.runner is not None:
             self.runner.set_port_speeds(speeds or {})
             if feed_add is not None:

@@ -306,7 +306,7 @@ out:
 
 PyDoc_STRVAR(burst_run_doc,
 "burst_run(entries, speeds, rows, reals, ints, conf) -> found\n\n"
-"One engine pass of the error-burst rule's steady part (agent/insights/link_errors.py): per\n"
+"One engine pass of the error-burst rule's steady part (agent/insights/error_burst.py): per\n"
 "sample (port, ts, dt, acc, owned, changed) the bits received (acc's keys[0] where sems[0]\n"
 "is owned, else link speed x dt) and corrected (keys[1] where sems[1] is owned) per ns,\n"
 "averaged over about span ns into reals (f64, 2 a row: bitrate, corr_rate) and ints (i64,\n"

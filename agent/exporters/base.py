@@ -1,5 +1,5 @@
 """The exporters' base class, the registry they add themselves to, and the rules they share.
-The contract the engine feeds them by (and the insights runner) is agent/listener.py.
+The contract the engine feeds them by (and the insights pipeline) is agent/listener.py.
 
 All ``on_*`` methods run on the engine's tick thread: they must not block
 (enqueue and return). ``start``/``stop``/``status`` run on the main thread.

@@ -194,7 +194,7 @@ PHY_LANE_PREDICTION = {leaf: name + "_lane" for leaf, name in PHY_PREDICTION.ite
 #: every name of link_degrading's gauges (the port's and the lanes')
 PREDICTION_NAMES = frozenset(PHY_PREDICTION.values()) | frozenset(PHY_LANE_PREDICTION.values())
 
-#: the insights runner's open events by severity (agent/sources/events.py): the agent's own, not the device's
+#: the insights pipeline's open events by severity (agent/sources/events.py): the agent's own, not the device's
 OPEN_EVENTS = "swtel_insights_open_events"
 
 #: one drop reason of a port (agent/pathgrammar.drop_reason_path), of a devlink device (its traps)

@@ -4,7 +4,7 @@ gNMI (``swtel:/insights/events/event[id=N]/state``), the log and ``swtel status`
 One detector per file, each registering itself (``base.register``) under its config
 section of ``insights``; docs/insights.md documents every rule, default and path.
 Importing this package imports every module of it (a new detector is one new file),
-then the runner, which finds them all in ``REGISTRY``.
+then the pipeline, which finds them all in ``REGISTRY``.
 """
 
 from agent.insights.base import REGISTRY, Detector, Event, register
@@ -12,6 +12,6 @@ from agent.registry import load_plugins
 
 load_plugins(__name__, __path__, REGISTRY.values)  # helpers say MACHINERY = True in themselves
 
-from agent.insights.runner import InsightsRunner  # noqa: E402  (after the detectors registered)
+from agent.insights.pipeline import InsightsPipeline  # noqa: E402  (after the detectors registered)
 
-__all__ = ["REGISTRY", "Detector", "Event", "InsightsRunner", "register"]
+__all__ = ["REGISTRY", "Detector", "Event", "InsightsPipeline", "register"]

@@ -3,7 +3,7 @@
 A detector reads per-port samples: the deltas one source saw for one port since its
 previous sample of that port, with the sample's timestamp ``ts`` and length ``dt`` (ns,
 from the counters' collection times, never wall time). It keeps its own small
-per-port state and calls ``ctx.hit(...)`` whenever its rule holds; the runner owns the
+per-port state and calls ``ctx.hit(...)`` whenever its rule holds; the pipeline owns the
 events (raise, update, clear after ``clear_after`` without a hit, history).
 """
 
@@ -41,8 +41,8 @@ Acc = dict[tuple[str, str], int]  # (sem, sub) -> delta over the sample
 
 
 class Context(Protocol):
-    """What a detector sees of the runner that feeds it (agent/insights/runner.py): declared
-    here so that detectors depend on this file alone, never on the runner."""
+    """What a detector sees of the pipeline that feeds it (agent/insights/pipeline.py): declared
+    here so that detectors depend on this file alone, never on the pipeline."""
 
     log: Any
     speeds: dict[str, int]
@@ -276,7 +276,7 @@ class Detector:
 
     def states(self) -> list[Any]:
         """The values it derived since the previous pass (gauges: StateUpdates), taken by the
-        runner after ``end_pass``; they go to the store and every listener as events do."""
+        pipeline after ``end_pass``; they go to the store and every listener as events do."""
         return []
 
     def forget(self, port: str) -> None:

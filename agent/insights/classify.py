@@ -32,7 +32,7 @@ from agent.pathgrammar import (
     unescape_key,
 )
 
-MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
 #: a set of semantics is an int, one bit per semantic: the feeds' per-change loop ORs a counter's
 #: bit into its port's mask in a u32 (feed_add: agent/_ext/feeds.c and its fallback), so the

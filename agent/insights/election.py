@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from agent.insights.base import NS, Detector
 from agent.insights.feeds import Feed, FeedBook
 
-MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
 ELECT_NS = 5 * NS  # how often every port re-picks the finest source per semantic
 

@@ -13,7 +13,7 @@ from typing import Any
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.insights.base import NS, SEVERITY_RANK, Detector, Event
 
-MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
 UPDATE_NS = NS  # an open event's changed peak/message is sent at most once per second
 MATERIAL = 1.10  # ... and only when its peak grew by 10 % (or severity/interfaces changed)

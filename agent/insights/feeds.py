@@ -23,7 +23,7 @@ from agent.counters import Batch, CounterTable
 from agent.insights import classify
 from agent.insights.base import Detector
 
-MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
 #: What one source saw of one port since its previous sample: a type the backend defines (C:
 #: agent/_ext/feeds.c, whose loops read its fields as a struct; the twin: agent/_fallback/feeds.py),

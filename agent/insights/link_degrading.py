@@ -308,7 +308,7 @@ class LinkDegrading(Detector):
         self.rule = FecRule(self.bucket, cfg.max_bin, cfg.max_bin_count, float(cfg.flr), float(cfg.min_r2),
                             (1 + cfg.interleave * MFC) / MFC, self.per_slot, update=StateUpdate)
         self.ports: dict[str, _Port] = {}
-        self.pending: list[StateUpdate] = []  # gauges due, taken by the runner (states)
+        self.pending: list[StateUpdate] = []  # gauges due, taken by the pipeline (states)
         self.swept_ns = 0  # the last look for ports whose window emptied
         #: ports whose window emptied: the gauges they read 0 on (deleted on retire)
         self.zeroed: dict[str, dict[int | None, dict[str, float | int]]] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agent.pathgrammar import INTERFACE_PREFIX, RDMA_DEVICE_PREFIX, read_key
 
-MACHINERY = True  # the runner's, not a plugin (agent/registry.py load_plugins)
+MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
 
 def deleted_ports(path: str) -> list[str]:

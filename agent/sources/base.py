@@ -192,7 +192,7 @@ class Source:
 
     def bind_insights(self, insights: Callable[[], Any]) -> None:
         """The engine hands every source ``insights``, which returns its current insights
-        runner (None: insights off; a reload may swap it). Default: not read."""
+        pipeline (None: insights off; a reload may swap it). Default: not read."""
 
     def info(self) -> dict[str, Any]:
         """Extra per-source fields for ``swtel status``."""

@@ -1,4 +1,4 @@
-"""events source: how many events the insights runner holds open, by severity, as gauges.
+"""events source: how many events the insights pipeline holds open, by severity, as gauges.
 
 The events themselves are states (``swtel:/insights/events/event[id=N]/state``): they reach
 gNMI collectors, but not the metric exporters (OTLP, remote write), which carry counters and
@@ -6,7 +6,7 @@ gauges. This count is a gauge like the agent's own RSS (sources/system.py), so a
 dashboard can show open events by device over every exporter alike
 (``swtel_insights_open_events{severity=...}``, agent/exporters/otlp_names.py).
 
-The engine hands the source its insights runner (``bind_insights``), which answers
+The engine hands the source its insights pipeline (``bind_insights``), which answers
 ``open_event_counts``. Without one (``insights.enabled: false``) nothing is
 read: no count is not a count of 0.
 """
@@ -51,7 +51,7 @@ class EventsSource(Source):
 
     @classmethod
     def doc_paths(cls) -> list[str]:
-        out = ["## Open events (the insights runner)", "",
+        out = ["## Open events (the insights pipeline)", "",
                "How many events are open now, per severity (0 included); nothing while `insights.enabled` "
                "is false. OTLP and Prometheus: `swtel_insights_open_events` with the attribute `severity`.", "",
                "| source | value | path | kind |", "|---|---|---|---|"]
@@ -65,7 +65,7 @@ class EventsSource(Source):
         self._insights: Callable[[], Any] = lambda: None
 
     def bind_insights(self, insights: Callable[[], Any]) -> None:
-        """The engine's current insights runner (a reload may swap it), asked at each read."""
+        """The engine's current insights pipeline (a reload may swap it), asked at each read."""
         self._insights = insights
 
     def setup(self, links: Any) -> None:
@@ -74,10 +74,10 @@ class EventsSource(Source):
         self.values = array("Q", bytes(8 * len(SEVERITIES)))
 
     def read(self) -> int:
-        runner = self._insights()
-        if runner is None:
+        pipeline = self._insights()
+        if pipeline is None:
             return NO_DATA
-        counts = runner.open_event_counts()
+        counts = pipeline.open_event_counts()
         for i, severity in enumerate(SEVERITIES):
             self.values[i] = counts.get(severity, 0)
         return 1

@@ -14,7 +14,7 @@ import agent.plugins  # noqa: F401 - the config sections
 from agent import caps, config
 from agent.control.client import health_problems
 from agent.control.validate import capability_warnings
-from agent.engine import SourceRunner
+from agent.engine import PolledSource
 from tests.unit.test_devlink import SNAPSHOT, FakeIO, _links, _source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_the_source_says_it_lacks_the_capability_instead_of_counting_errors(monk
         source.read()
     assert not any(a[0] == "exec" for a in io.asked) and source.errors == 0  # no EPERM per poll
     # status, as `swtel status` judges it: unhealthy, and why, on one line
-    status = {"uptime_s": 0, "sources": {"devlink": SourceRunner(source, 0.1).status()}}
+    status = {"uptime_s": 0, "sources": {"devlink": PolledSource(source, 0.1).status()}}
     assert health_problems(status) == [f"source devlink: {source.fault}"]
     # the capability given (the drop-in enabled, the agent restarted): read, fault gone
     monkeypatch.setattr(caps, "reader", lambda: NET_ADMIN)

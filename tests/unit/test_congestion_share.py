@@ -13,7 +13,7 @@ from agent import _backend, _fallback, config
 from agent.config import Insights
 from agent.control.client import render
 from agent.counters import GAUGE, SWTEL_ORIGIN, Batch, Container, CounterSpec, CounterTable
-from agent.insights import InsightsRunner, classify
+from agent.insights import InsightsPipeline, classify
 from agent.insights.congestion import Congestion, parse_threshold
 from agent.pathgrammar import qos_interface_path
 from agent.sources.asic import BUFFER_LEAVES, AsicSource
@@ -162,12 +162,12 @@ def test_gather_refuses_what_it_cannot_do():
             fn(array("Q", [5, 6, 7]), array("I", [0, 1, 2]), dst)
 
 
-def _run(src: AsicSource, model: sim_model.Model, passes: int = 4) -> InsightsRunner:
+def _run(src: AsicSource, model: sim_model.Model, passes: int = 4) -> InsightsPipeline:
     t = src.table
     n = len(t)
     prev, acc, known = array("Q", bytes(8 * n)), array("Q", bytes(8 * n)), bytearray(n)
     oi, od, of = array("I", bytes(4 * n)), array("q", bytes(8 * n)), bytearray(n)
-    runner = InsightsRunner(Insights())
+    runner = InsightsPipeline(Insights())
     for k in range(passes):
         _read(src, model, k * NS // 10)
         m = _backend.reader.diff(src.values, prev, acc, known, t.widths, t.kinds, oi, od, of)
@@ -191,7 +191,7 @@ def test_congestion_says_it_has_no_data_when_buffers_are_off(buffers):
 
 
 def test_no_note_before_any_port_is_reported():
-    runner = InsightsRunner(Insights())
+    runner = InsightsPipeline(Insights())
     runner.on_batch(Batch("x", 1, CounterTable("x", []), [], array("Q"), [], b""))
     assert "detectors" not in runner.status()
 

@@ -18,7 +18,7 @@ from agent import _backend, _fallback
 from agent.config import Duration
 from agent.insights import classify as c
 from agent.insights.base import NS
-from agent.insights.link_errors import ErrorBurstConfig, LinkErrors
+from agent.insights.error_burst import ErrorBurst, ErrorBurstConfig
 from agent.insights.throughput_dip import ThroughputDip, ThroughputDipConfig
 from tests.unit.test_detect_dip import events_of, fallback_kernels, run_sim
 from tests.unit.test_detect_fec import KERNELS as FEC_KERNELS
@@ -194,7 +194,7 @@ def test_error_burst_agrees(seed):
     ports = [f"swp{i}" for i in range(1, rng.randrange(2, 24))]
     speeds = _speeds(rng, ports, SPEEDS + (True,))
     cfg = ErrorBurstConfig(window=Duration(rng.choice((1.0, 0.3, 5.0))), threshold=rng.choice((10, 1, 100)))
-    dets = _pair(LinkErrors, cfg, speeds, "burst_run")
+    dets = _pair(ErrorBurst, cfg, speeds, "burst_run")
     for entries, gone in burst_passes(rng, ports, speeds, 500):
         for det in dets.values():
             det.batch.extend(entries)

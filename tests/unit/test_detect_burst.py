@@ -18,7 +18,7 @@ from agent import _backend, _fallback
 from agent.config import Duration
 from agent.insights import classify as c
 from agent.insights.base import CRITICAL, NS, WARNING
-from agent.insights.link_errors import BurstRule, ErrorBurstConfig, LinkErrors
+from agent.insights.error_burst import BurstRule, ErrorBurst, ErrorBurstConfig
 from tests.unit.test_detect_dip import events_of, run_sim
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
@@ -129,7 +129,7 @@ def test_the_events_ratios_by_hand(name):
         pytest.skip("the C extension is not loaded")
     cfg = ErrorBurstConfig(window=Duration(1.0), threshold=10)
     ctx = Ctx({"swp1": 100_000_000_000})
-    det = LinkErrors(cfg, ctx)
+    det = ErrorBurst(cfg, ctx)
     det.kernel = KERNELS[name]
     bits = 10_000_000_000  # 100 ms at 100G
     ts = T0

@@ -18,7 +18,7 @@ import pytest
 
 from agent import _backend, _fallback
 from agent.config import Insights
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.insights import classify as c
 from agent.insights.base import NS
 from agent.insights.throughput_dip import ROW_INTS, ROW_REALS, DipRule
@@ -165,7 +165,7 @@ class _Quiet:
     info = warning
 
 
-def fallback_kernels(runner: InsightsRunner) -> None:
+def fallback_kernels(runner: InsightsPipeline) -> None:
     """The runner's feeds and detector kernels made the pure-Python backend's (as bench/ does)."""
     runner._feeds.use(_fallback)
     for det in runner.detectors.values():
@@ -180,7 +180,7 @@ def run_sim(config: str, seconds: float, step: float, jitter: float = 0.0, seed:
     sets it up; None: as built): the runners and, per runner, each pass's state updates."""
     from agent.config import Config
     from agent.counters import Batch
-    from agent.engine import SourceRunner
+    from agent.engine import PolledSource
     from agent.sources.asic import AsicSource
     from tests import sim_model
 
@@ -188,11 +188,11 @@ def run_sim(config: str, seconds: float, step: float, jitter: float = 0.0, seed:
     src = AsicSource(Config())
     _gen, ports, counters = model.layout(0)
     src._build(ports, [sim_model.descriptors(descs) for descs in counters])
-    sr = SourceRunner(src, step)
+    sr = PolledSource(src, step)
     sr.adopt_table()
     runners = []
     for way in ways:
-        r = InsightsRunner(ins or Insights(), log=_Quiet())
+        r = InsightsPipeline(ins or Insights(), log=_Quiet())
         r.set_port_speeds(src.port_speeds)
         if way is not None:
             way(r)
@@ -213,7 +213,7 @@ def run_sim(config: str, seconds: float, step: float, jitter: float = 0.0, seed:
     return runners, outs
 
 
-def events_of(runner: InsightsRunner) -> list[dict]:
+def events_of(runner: InsightsPipeline) -> list[dict]:
     status = runner.status()
     return status["open"] + status["recent"]
 

@@ -7,7 +7,7 @@ devlink_trap_parse, its twin in agent/_fallback/devlink.py, agent/sources/devlin
   every truncation and one-byte change, and on hypothesis' buffers (marked ``once``).
 * The source with an injected reader: exact values on the device's drop-reason paths, the
   traps set to drop in status with the command (never run), the states without errors,
-  failures as errors, and a ``drop-reason`` event through the insights runner.
+  failures as errors, and a ``drop-reason`` event through the insights pipeline.
 * Live: this kernel has no devlink: the engine shows the state, no error, health OK.
 """
 
@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import _backend, _fallback, config
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.insights.classify import DROP_REASON, classify
 from agent.pathgrammar import devlink_drop_reason_path, split, split_origin
 from agent.sources import devlink_trap as src
@@ -336,7 +336,7 @@ def test_a_trap_counting_raises_one_drop_reason_event_naming_the_device():
     key = (MLXSW, "l3_drops", "blackhole_route")
     where = {i: i for i in range(len(source.table))}
     stream = Stream(source.table, where)
-    runner = InsightsRunner(config.Insights(), log=None)
+    runner = InsightsPipeline(config.Insights(), log=None)
     previous = None
     raised = []
     for k in range(40):  # polls every 100 ms; 50 blackholed packets per poll from 1 s to 3 s

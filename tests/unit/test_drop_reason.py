@@ -1,5 +1,5 @@
 """The drop-reason detector (agent/insights/drop_reason.py) on synthetic per-reason counters
-with the real path shape, fed through the insights runner at explicit sample times."""
+with the real path shape, fed through the insights pipeline at explicit sample times."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from agent import config
 from agent.config import Insights
 from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.insights.classify import DROP_REASON, classify
 from agent.pathgrammar import drop_reason_path, qos_interface_path
 from tests.unit.test_insights_sim import NS, T0, Stream
@@ -34,7 +34,7 @@ def _rig(ins: Insights | None = None):
                                            qos_interface_path(port) + "/output/queues/queue[name=3]/state"),
                                  "peak-occupancy", 64, GAUGE, port))
     stream = Stream(CounterTable("asic", specs), where)
-    runner = InsightsRunner(ins or Insights(), log=None)
+    runner = InsightsPipeline(ins or Insights(), log=None)
     return runner, stream
 
 

@@ -32,12 +32,12 @@ def engine(tmp_path) -> Iterator[tuple[Engine, FakeClock]]:
     eng = Engine(cfg, clock=clock)
     # What start() does, minus the thread: the test runs the loop's passes itself.
     eng.links.start()
-    eng._runners = eng._make_runners(cfg)
+    eng._polled = eng._make_polled(cfg)
     try:
         yield eng, clock
     finally:
         eng.links.stop()
-        for r in eng._runners:
+        for r in eng._polled:
             r.source.close()
 
 
@@ -78,7 +78,7 @@ def _run(eng: Engine, clock: FakeClock, seconds: float) -> None:
 
 
 def _reads(eng: Engine) -> dict[str, int]:
-    return {r.name: r.reads for r in eng._runners}
+    return {r.name: r.reads for r in eng._polled}
 
 
 def test_sources_a_hair_out_of_phase_share_one_pass_per_interval(engine):
@@ -86,7 +86,7 @@ def test_sources_a_hair_out_of_phase_share_one_pass_per_interval(engine):
     _run(eng, clock, 0.2)
     assert eng.ready.is_set()
     # Shift one source's phase by 0.4 ms, as drifting wake-ups or a link event can.
-    system = next(r for r in eng._runners if r.name == "system")
+    system = next(r for r in eng._polled if r.name == "system")
     system.next_due += 0.0004
     reads0, ticks0 = _reads(eng), eng.ticks
     _run(eng, clock, 2.0)
@@ -102,7 +102,7 @@ def test_sources_a_hair_out_of_phase_share_one_pass_per_interval(engine):
 def test_a_stalled_poll_skips_the_ticks_it_missed_and_says_so(engine):
     eng, clock = engine
     _run(eng, clock, 0.2)
-    netdev = next(r for r in eng._runners if r.name == "netdev")
+    netdev = next(r for r in eng._polled if r.name == "netdev")
     read = netdev.source.read
 
     def stalled() -> int:

@@ -1,4 +1,4 @@
-"""sources.events (agent/sources/events.py): the insights runner's open events by severity
+"""sources.events (agent/sources/events.py): the insights pipeline's open events by severity
 as gauges, from the runner the engine feeds; nothing without one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from agent import config
 from agent.config import Insights
 from agent.engine import Engine
 from agent.exporters import otlp_names
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.sources.base import NO_DATA
 from agent.sources.events import SEVERITIES, EventsSource
 from tests.unit.test_insights import Log
@@ -22,7 +22,7 @@ class _Detector:
     per_port = True
 
 
-def _source(runner: InsightsRunner | None) -> EventsSource:
+def _source(runner: InsightsPipeline | None) -> EventsSource:
     src = EventsSource(config.parse("{}"))
     src.bind_insights(lambda: runner)
     src.setup({})
@@ -30,7 +30,7 @@ def _source(runner: InsightsRunner | None) -> EventsSource:
 
 
 def test_counts_by_severity_follow_the_event_book():
-    runner = InsightsRunner(Insights(), log=Log())
+    runner = InsightsPipeline(Insights(), log=Log())
     src = _source(runner)  # handed the runner, as the engine does
     assert SEVERITIES == ["warning", "critical"]
     assert src.read() == 1 and list(src.values) == [0, 0]  # every severity, 0 included
@@ -52,12 +52,12 @@ def test_no_runner_no_count():
 
 
 def test_the_engine_binds_its_current_insights_runner():
-    """A reload may swap the insights runner: the source asks the engine for it at each read."""
+    """A reload may swap the insights pipeline: the source asks the engine for it at each read."""
     engine = Engine(config.parse("{}"), [])
-    runner = next(r for r in engine._make_runners(engine.cfg) if r.source.name == "events")
+    runner = next(r for r in engine._make_polled(engine.cfg) if r.source.name == "events")
     runner.source.setup({})
     assert runner.source.read() == NO_DATA
-    engine.insights = InsightsRunner(Insights(), log=Log())
+    engine.insights = InsightsPipeline(Insights(), log=Log())
     assert runner.source.read() == 1
 
 

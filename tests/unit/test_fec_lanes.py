@@ -11,7 +11,7 @@ import pytest
 from agent import _backend
 from agent.config import Insights
 from agent.counters import SWTEL_ORIGIN
-from agent.insights import InsightsRunner, classify
+from agent.insights import InsightsPipeline, classify
 from agent.insights import link_degrading as ld
 from agent.insights.link_degrading import GAUGES, LinkDegrading, prediction_container
 from agent.sources import ethnl
@@ -136,7 +136,7 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
     """(fits in each pass, link-degrading events as (interfaces, message head, raised s))."""
     counts: list[int] = []
     calls = [0]
-    real_end = InsightsRunner.end_pass
+    real_end = InsightsPipeline.end_pass
     real_fits = _backend.reader.fec_fits
 
     def counting_fits(*a):  # the kernel's: one fit per unit with codewords
@@ -166,7 +166,7 @@ def _fits_per_pass(config: str, seconds: float, spread: bool):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_backend.reader, "fec_fits", counting_fits)
         mp.setattr(_backend.reader, "fec_run", counting_run)
-        mp.setattr(InsightsRunner, "end_pass", end_pass)
+        mp.setattr(InsightsPipeline, "end_pass", end_pass)
         if not spread:
             mp.setattr(LinkDegrading, "phase", lambda self, port: 0)
         _runner, raised = run(config, seconds)

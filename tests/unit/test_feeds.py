@@ -285,14 +285,14 @@ def test_feeds_share_their_detector_tuples_and_forget_them_when_detectors_are_re
     of one source hold the same objects (read each pass, in cache). A reload that builds a
     detector again empties it: no tuple keeps an old detector."""
     from agent.config import Insights
-    from agent.insights import InsightsRunner
+    from agent.insights import InsightsPipeline
 
     class Quiet:
         def __getattr__(self, name):
             return lambda *a, **k: None
 
     table = _table(3)
-    runner = InsightsRunner(Insights(), log=Quiet())
+    runner = InsightsPipeline(Insights(), log=Quiet())
     values = array("Q", bytes(8 * len(table)))
     every = list(range(len(table)))
     for n in range(3):

@@ -1,7 +1,7 @@
 """Incast on the simulated switch (issue 21, "Must show"): bursts of 1-50 ms that the
 instantaneous level at a poll usually misses, seen by the queue's peak (PEAK kind) within one
 poll and turned into one `congestion` event each, through the asic source's real mapping,
-the change kernel and the insights runner at synthetic 100 ms sample times."""
+the change kernel and the insights pipeline at synthetic 100 ms sample times."""
 
 from __future__ import annotations
 

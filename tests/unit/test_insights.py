@@ -10,7 +10,7 @@ import pytest
 from agent import config
 from agent.config import ConfigError, Insights
 from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.insights.classify import classify
 from tests.unit.test_insights_sim import (
     ASIC,
@@ -55,7 +55,7 @@ class Rig:
 
     def __init__(self, ins: Insights | None = None, ports=PORTS, step_ns: int = STEP_NS, load: Healthy | None = None):
         self.log = Log()
-        self.runner = InsightsRunner(ins or Insights(), log=self.log)
+        self.runner = InsightsPipeline(ins or Insights(), log=self.log)
         self.runner.set_port_speeds(dict.fromkeys(ports, int(SPEED)))
         self.asic = Stream(*port_table("asic", ports, ASIC))
         self.rdma = Stream(*rdma_table(["mlx5_0", "mlx5_1"]))
@@ -187,7 +187,7 @@ def test_symbol_errors_without_phy_bits_use_the_link_speed():
     table, where = port_table("ethtool", ["swp1"], {
         "rx": ASIC["rx"], "sym": ("openconfig", "ethernet/state/counters", "in-symbol-error")})
     s = Stream(table, where)
-    r = InsightsRunner(Insights(), log=Log())
+    r = InsightsPipeline(Insights(), log=Log())
     r.set_port_speeds({"swp1": int(SPEED)})
     ts = T0
     for k in range(20):
@@ -361,7 +361,7 @@ def test_congestion_pause_is_not_a_storm():
 def test_pfc_storm_by_frame_rate_without_duration():
     table, where = port_table("ethtool", ["swp9"], {"rx": ASIC["rx"], "pfc3": ASIC["pfc3"]})
     s = Stream(table, where)
-    r = InsightsRunner(Insights(), log=Log())
+    r = InsightsPipeline(Insights(), log=Log())
     ts = T0
     for _ in range(6):
         ts += STEP_NS
@@ -596,7 +596,7 @@ def test_roce_counter_names_accept_either_spelling():
     ins = cfg(roce_retrans={"counters": ["roce-adp-retrans"]})
     table, where = rdma_table(["mlx5_0"])
     s = Stream(table, where)
-    r = InsightsRunner(ins, log=Log())
+    r = InsightsPipeline(ins, log=Log())
     ts = T0
     for _ in range(5):
         ts += STEP_NS
@@ -609,7 +609,7 @@ def test_roce_counter_names_accept_either_spelling():
 
 def test_unknown_counters_cost_nothing():
     table = CounterTable("x", [CounterSpec(Container("openconfig", "/system/state"), "uptime")])
-    r = InsightsRunner(Insights(), log=Log())
+    r = InsightsPipeline(Insights(), log=Log())
     s = Stream(table, {("-", "u"): 0})
     r.on_batch(s.batch(T0, {}))
     assert r.end_pass(T0) == []

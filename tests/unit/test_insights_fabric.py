@@ -10,8 +10,8 @@ import pytest
 
 from agent.config import Config, Insights
 from agent.counters import Batch
-from agent.engine import SourceRunner
-from agent.insights import InsightsRunner
+from agent.engine import PolledSource
+from agent.insights import InsightsPipeline
 from agent.sources.asic import AsicSource
 from tests import sim_model  # noqa: E402
 
@@ -34,9 +34,9 @@ def run(config: str, seconds: float, step: float = 0.1, ins: Insights | None = N
     src = AsicSource(Config())
     _gen, ports, counters = model.layout(0)
     src._build(ports, [sim_model.descriptors(descs) for descs in counters])
-    sr = SourceRunner(src, step)
+    sr = PolledSource(src, step)
     sr.adopt_table()
-    runner = InsightsRunner(ins or Insights(), log=Quiet())
+    runner = InsightsPipeline(ins or Insights(), log=Quiet())
     runner.set_port_speeds(src.port_speeds)
     raised: list[tuple[float, dict]] = []
     seen: set[int] = set()

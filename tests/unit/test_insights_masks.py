@@ -12,7 +12,7 @@ import pytest
 
 import agent.plugins  # noqa: F401  (fills the registries)
 from agent.config import Insights
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
@@ -28,7 +28,7 @@ class _Quiet:
     info = error = debug = warning
 
 
-def _blind(runner: InsightsRunner) -> None:
+def _blind(runner: InsightsPipeline) -> None:
     """Every detector of ``runner`` sees "all semantics moved", whatever the feeds say."""
     for det in runner.detectors.values():
         det.__class__ = type(f"Blind{type(det).__name__}", (type(det),),
@@ -44,7 +44,7 @@ def test_the_moved_semantics_hint_changes_no_event(seed):
     load = Healthy(PORTS, seed=seed)
     runners = []
     for blind in (False, True):
-        r = InsightsRunner(Insights(), log=_Quiet())
+        r = InsightsPipeline(Insights(), log=_Quiet())
         r.set_port_speeds(dict.fromkeys(PORTS, 100_000_000_000))
         if blind:
             _blind(r)

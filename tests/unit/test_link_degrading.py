@@ -15,7 +15,7 @@ from agent import _backend, config
 from agent.config import Duration, HostPort, Insights
 from agent.counters import COUNTER, GAUGE, OPENCONFIG, Container, CounterSpec
 from agent.exporters import otlp_names
-from agent.insights import InsightsRunner, classify
+from agent.insights import InsightsPipeline, classify
 from agent.insights.link_degrading import GAUGES, phase_of, prediction_container
 from agent.pathgrammar import interface_path
 from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
@@ -73,7 +73,7 @@ def reference(bins: list[int], unc: int, interleave: int = 1) -> tuple[float, fl
 def recorded_run(config: str, seconds: float, ins: Insights | None = None):
     """``run`` with every state update the runner's passes returned: (runner, raised, passes)."""
     passes: list[tuple[int, list]] = []
-    end_pass = InsightsRunner.end_pass
+    end_pass = InsightsPipeline.end_pass
 
     def spy(self, ts):
         out = end_pass(self, ts)
@@ -81,7 +81,7 @@ def recorded_run(config: str, seconds: float, ins: Insights | None = None):
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(InsightsRunner, "end_pass", spy)
+        mp.setattr(InsightsPipeline, "end_pass", spy)
         runner, raised = run(config, seconds, ins=ins)
     return runner, raised, passes
 
@@ -298,7 +298,7 @@ def test_flr_gauge_matches_the_reference(recorded):
 @pytest.mark.nolibs  # the detector on batches: no versioned library decides it
 def test_a_clean_run_publishes_floor_gauges_and_no_cer():
     passes: list[tuple[int, list]] = []
-    end_pass = InsightsRunner.end_pass
+    end_pass = InsightsPipeline.end_pass
 
     def spy(self, ts):
         out = end_pass(self, ts)
@@ -306,7 +306,7 @@ def test_a_clean_run_publishes_floor_gauges_and_no_cer():
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(InsightsRunner, "end_pass", spy)
+        mp.setattr(InsightsPipeline, "end_pass", spy)
         _runner, raised = run("ports=4 seed=3", 30, step=0.5)
     series = gauge_series(passes)
     assert raised == [] and {p for p, _ in series} == {"swp1", "swp2", "swp3", "swp4"}

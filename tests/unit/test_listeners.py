@@ -1,5 +1,5 @@
 """The engine's one contract with what it feeds (agent/exporters/base.py Listener): the
-exporters and the insights runner are called the same way; the hooks a listener does not
+exporters and the insights pipeline are called the same way; the hooks a listener does not
 take are the base class's no-ops; one listener's failure is counted and never stops the others."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import agent.plugins  # noqa: F401 - the config sections
 from agent import config
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.engine import Engine
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.listener import Listener
 
 
@@ -84,7 +84,7 @@ def test_port_speeds_and_reloads_reach_the_listeners_that_take_them():
 
 def test_the_insights_runner_is_a_listener():
     cfg = config.parse("insights: {history: 5}")
-    runner = InsightsRunner(cfg.insights)
+    runner = InsightsPipeline(cfg.insights)
     for hook in ("start", "on_batch", "on_state", "on_delete", "stop", "status", "end_pass",
                  "on_port_speeds", "on_config"):
         assert callable(getattr(runner, hook)), hook

@@ -98,7 +98,7 @@ from array import array
 import agent.plugins
 from agent import config, registry
 from agent.counters import F_CHANGED, F_NEW, Batch
-from agent.insights import REGISTRY as DETECTORS, InsightsRunner, classify
+from agent.insights import REGISTRY as DETECTORS, InsightsPipeline, classify
 from agent.sources import REGISTRY as SOURCES
 
 assert "widgets" in SOURCES and "widgets" in registry.SOURCES
@@ -110,7 +110,7 @@ assert "widgets" in classify.ALL and DETECTORS["widget_storm"].sem_bits == class
 src = SOURCES["widgets"](cfg)
 src.setup({})
 assert [classify.classify(s) for s in src.table.specs] == [("swp1", "widgets", ""), ("swp2", "widgets", "")]
-runner = InsightsRunner(cfg.insights)
+runner = InsightsPipeline(cfg.insights)
 n, ns = len(src.table.specs), 1_000_000_000
 values = array("Q", bytes(8 * n))
 runner.on_batch(Batch("widgets", ns, src.table, list(range(n)), values, [0] * n, bytes([F_CHANGED | F_NEW]) * n))

@@ -30,7 +30,7 @@ from agent.counters import (
 from agent.engine import Engine
 from agent.exporters.dialout import DialoutConfig, DialoutExporter
 from agent.gnmi import encode, paths
-from agent.insights import InsightsRunner
+from agent.insights import InsightsPipeline
 from agent.listener import Listener
 from agent.store import Store
 from agent.tools.collect import Collector
@@ -168,7 +168,7 @@ sources:
 insights: {{link_degrading: {{window: 2s}}}}
 """)
     rec = _Recorder()
-    engine = Engine(cfg, [InsightsRunner(cfg.insights), rec])
+    engine = Engine(cfg, [InsightsPipeline(cfg.insights), rec])
     engine.start()
     try:
         wait_until(lambda: rec.passes >= 40 and rec.gauges() >= 100, timeout=60,

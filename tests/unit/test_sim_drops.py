@@ -3,7 +3,7 @@
 within 1 s of the start, a clean run raises none, and a port's drop counters are the sums of its
 reasons at every read. The events come from the reference model (tests/sim_model.py, bit for bit
 the plugin: tests/unit/test_sim_plugin.py) read every 100 ms through the asic source's real name ->
-path mapping, the change kernel and the insights runner on a simulated clock; the sums are
+path mapping, the change kernel and the insights pipeline on a simulated clock; the sums are
 checked on the model over a dense grid and on the C plugin itself."""
 
 from __future__ import annotations

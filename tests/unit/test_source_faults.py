@@ -17,7 +17,7 @@ from agent import config, registry
 from agent import engine as engine_mod
 from agent.control.client import health_problems
 from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, StateUpdate
-from agent.engine import FAULT_BACKOFF_MAX_S, Engine, SourceRunner
+from agent.engine import FAULT_BACKOFF_MAX_S, Engine, PolledSource
 from agent.sources import REGISTRY
 from agent.sources.base import Source, SourceConfig, register
 
@@ -98,8 +98,8 @@ def _engine(tmp_path) -> Engine:
     return Engine(cfg)
 
 
-def _runner(engine: Engine, name: str) -> SourceRunner:
-    return next(r for r in engine._runners if r.name == name)
+def _runner(engine: Engine, name: str) -> PolledSource:
+    return next(r for r in engine._polled if r.name == name)
 
 
 def _wait(cond: Callable[[], Any], what: str) -> Any:
@@ -164,7 +164,7 @@ def test_a_source_raising_is_faulted_backed_off_and_the_others_keep_polling(tmp_
 
 def test_backoff_doubles_from_the_interval_and_is_bounded(tmp_path, fake):
     engine = _engine(tmp_path)
-    runner = SourceRunner(FakeSource(engine.cfg), 0.5)
+    runner = PolledSource(FakeSource(engine.cfg), 0.5)
     assert runner.backoff_s() == 0.0
     waits = []
     for failures in range(1, 12):
@@ -209,7 +209,7 @@ def test_close_and_interrupt_raising_do_not_stop_the_others_closing(tmp_path, fa
         _wait(lambda: _runner(engine, "netdev").reads >= 1, "netdev to poll")
     finally:
         # the raising source closes first: the one after it must still be closed
-        engine._runners.sort(key=lambda r: r.name != FakeSource.name)
+        engine._polled.sort(key=lambda r: r.name != FakeSource.name)
         fake_runner = _runner(engine, FakeSource.name)
         monkeypatch.setattr(fake_runner.source, "close", boom)
         monkeypatch.setattr(fake_runner.source, "interrupt", boom)
@@ -223,7 +223,7 @@ def test_close_and_interrupt_raising_do_not_stop_the_others_closing(tmp_path, fa
 
 def test_status_answers_when_a_source_info_raises(tmp_path, fake, monkeypatch):
     engine = _engine(tmp_path)
-    engine._runners = engine._make_runners(engine.cfg)  # built, not started: status alone
+    engine._polled = engine._make_polled(engine.cfg)  # built, not started: status alone
     fake_runner = _runner(engine, FakeSource.name)
 
     def boom() -> dict:

@@ -24,7 +24,7 @@ from agent.counters import (
     CounterSpec,
     CounterTable,
 )
-from agent.engine import Engine, SourceRunner
+from agent.engine import Engine, PolledSource
 from agent.exporters import otlp_names
 from agent.listener import Listener
 from agent.ports import elect, key_path, keys_of, members, relabel, standard_key, yielded
@@ -228,13 +228,13 @@ def _engine(text: str = ""):
     engine = Engine(cfg, [rec])
     kernel = _Made(cfg, "netdev", _netdev, 10)
     asic = _Made(cfg, "asic", lambda p: _named("asic", p, ("HwIfInOctets", "carrier_changes")), 1000)
-    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(asic, 0.1)]
+    engine._polled = [PolledSource(kernel, 0.1), PolledSource(asic, 0.1)]
     return engine, rec, kernel, asic
 
 
 def _passes(engine: Engine, n: int) -> None:
     for _ in range(n):
-        for runner in engine._runners:
+        for runner in engine._polled:
             engine._poll(runner, time.monotonic())
         engine._end_holds()  # as the tick loop does after its polls
         engine._flush_drops()
@@ -306,12 +306,12 @@ def test_the_engine_without_a_plugin_publishes_the_sources_own_tables():
     engine = Engine(cfg, [rec])
     kernel = _Made(cfg, "netdev", _netdev, 10)
     driver = _Made(cfg, "ethtool", lambda p: _named("ethtool", p, SWITCHD_NAMES), 5)
-    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(driver, 0.1)]
+    engine._polled = [PolledSource(kernel, 0.1), PolledSource(driver, 0.1)]
     _passes(engine, 2)
     kernel.ports_now = driver.ports_now = ["swp1", "swp2"]
     _passes(engine, 2)
-    assert all(r.published is r.table and not r.moves for r in engine._runners)
-    own = {p for r in engine._runners for p in r.table.paths}
+    assert all(r.published is r.table and not r.moves for r in engine._polled)
+    own = {p for r in engine._polled for p in r.table.paths}
     assert {x[1] for x in rec.lines} == own and not rec.deleted
     assert [x[3] for x in rec.lines if x[1] == STD.format(p="swp1")] == [0, 10, 10, 10]
 
@@ -322,7 +322,7 @@ def test_a_reload_that_changes_a_rank_moves_the_paths_at_once():
     rec.lines.clear()
     engine.reload(config.parse("sources: {netdev: {rank: 3}, ethtool: {enabled: false}, "
                                "system: {enabled: false}, asic: {enabled: true}}\n"))
-    for runner in engine._runners:  # the same sources go on (only the ranks changed)
+    for runner in engine._polled:  # the same sources go on (only the ranks changed)
         runner.source.section = getattr(engine._pending_cfg.sources, runner.name)
     engine._apply_pending_config()
     engine._flush_drops()
@@ -339,10 +339,10 @@ def test_a_reload_that_turns_the_plugin_off_deletes_its_leaf_before_the_kernel_s
     rec.events.clear()
     engine.reload(config.parse(
         "sources: {asic: {enabled: false}, ethtool: {enabled: false}, system: {enabled: false}}\n"))
-    engine._runners[0].source.section = engine._pending_cfg.sources.netdev  # (the same section: kept)
+    engine._polled[0].source.section = engine._pending_cfg.sources.netdev  # (the same section: kept)
     engine._apply_pending_config()
     engine._flush_drops()
-    assert "asic" not in [r.name for r in engine._runners]
+    assert "asic" not in [r.name for r in engine._polled]
     std = STD.format(p="swp1")
     kernel_first = next(e for e in rec.events if e[0] == "value" and e[2] == std)
     assert kernel_first[1] == "netdev" and kernel_first[5] & F_NEW
@@ -394,7 +394,7 @@ def _slow_engine(opening: int, fails: bool = False, ports: tuple[str, ...] = ("s
     kernel.ports_now = list(ports)
     asic = _Opening(cfg, "asic", lambda p: _named("asic", p, ("HwIfInOctets", "carrier_changes")), 1000,
                     opening, fails)
-    engine._runners = [SourceRunner(kernel, 0.1), SourceRunner(asic, 0.1)]
+    engine._polled = [PolledSource(kernel, 0.1), PolledSource(asic, 0.1)]
     return engine, rec, kernel, asic
 
 
@@ -430,7 +430,7 @@ def test_a_plugin_that_does_not_open_gives_the_leaf_back_to_the_kernel(caplog):
     assert std and {x[0] for x in std} == {"netdev"} and std[0][4] & F_NEW
     assert std[0][2] == kernel.total[STD.format(p="swp1")] - 10 * (len(std) - 1)
     assert "swtel:/interfaces/interface[name=swp1]/netdev/state/counters" in rec.deleted
-    assert not engine._runners[1].holds
+    assert not engine._polled[1].holds
     _sources_never_switch_on_a_path(rec.events)
     # the plugin opening later (a retry) takes the leaf as any new winner does: delete, then its value
     rec.events.clear()
@@ -457,7 +457,7 @@ def test_an_asic_only_port_has_its_standard_leaf():
     rec = _Recorder()
     engine = Engine(cfg, [rec])
     asic = _Made(cfg, "asic", lambda q: _named("asic", q, ("HwIfInOctets",)), 1000)
-    engine._runners = [SourceRunner(asic, 0.1)]
+    engine._polled = [PolledSource(asic, 0.1)]
     _passes(engine, 2)
     assert [(x[1], x[2]) for x in rec.lines] == [(STD.format(p=p), 1000), (STD.format(p=p), 2000)]
 

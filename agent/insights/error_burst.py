@@ -111,7 +111,7 @@ class ErrorBurstConfig(WindowedConfig):
 
 
 @register
-class LinkErrors(Detector):
+class ErrorBurst(Detector):
     name = "error_burst"
     config_class = ErrorBurstConfig
     doc = ("physical-layer errors on a port (the cable-fault incident): events `symbol-ber`, "

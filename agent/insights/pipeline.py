@@ -1,4 +1,4 @@
-"""The insights runner: counter batches in, events out (gNMI state updates, log, status).
+"""The insights pipeline: counter batches in, events out (gNMI state updates, log, status).
 
 Per change (tick thread, ``on_batch``) the changes the detectors read go into the
 port's *feed* (what one source saw of one port since its previous sample: feeds.py).
@@ -8,7 +8,7 @@ that changed becomes one sample ``(ts, dt, deltas)`` for the detectors that read
 then events are raised, updated or cleared (the event book: events.py). A deleted
 container forgets the ports whose whole subtree it removes (paths.py).
 
-The runner builds the enabled detectors of the config and is their context
+The pipeline builds the enabled detectors of the config and is their context
 (``base.Context``): ``ctx.hit`` raises or keeps an event, ``ctx.speeds`` holds the ports'
 link speeds.
 """
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 MACHINERY = True  # runs the detectors, not a plugin (agent/registry.py load_plugins)
 
 
-class InsightsRunner(Listener):
+class InsightsPipeline(Listener):
     """Runs the enabled detectors of ``cfg`` (agent.config.Insights) over counter batches."""
 
     name = "insights"
@@ -85,7 +85,7 @@ class InsightsRunner(Listener):
         self.speeds = dict(speeds)
 
     # ------------------------------------------------------------ the engine's Listener contract
-    # (agent/exporters/base.py): the engine feeds the runner as it feeds the exporters, and
+    # (agent/exporters/base.py): the engine feeds the pipeline as it feeds the exporters, and
     # takes its events from end_pass.
     def start(self, store: Any) -> None:
         """Nothing to open: the detectors keep their own state."""
@@ -94,7 +94,7 @@ class InsightsRunner(Listener):
         """Nothing to flush."""
 
     def on_state(self, updates: list[StateUpdate]) -> None:
-        """States (oper-status, the runner's own events) feed no detector."""
+        """States (oper-status, the pipeline's own events) feed no detector."""
 
     def on_port_speeds(self, speeds: dict[str, int]) -> None:
         self.set_port_speeds(speeds)
