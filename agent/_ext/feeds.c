@@ -30,15 +30,11 @@ PyDoc_STRVAR(feed_add_doc,
 "rows[slot * width + column] instead; a delta not an int within int64, or a sum leaving it,\n"
 "goes to the dict as without rows, and its slot's mask takes the bit spill too.");
 
-/* The accumulations' dict operations, given the key's hash where the caller computed it
- * once per table (a tuple's hash is not cached: two per change otherwise). */
-#if PY_VERSION_HEX < 0x030D0000
-#define ACC_GET(d, k, h) ((h) ? _PyDict_GetItem_KnownHash((d), (k), (h)) : PyDict_GetItemWithError((d), (k)))
-#define ACC_SET(d, k, v, h) ((h) ? _PyDict_SetItem_KnownHash((d), (k), (v), (h)) : PyDict_SetItem((d), (k), (v)))
-#else
-#define ACC_GET(d, k, h) PyDict_GetItemWithError((d), (k))
-#define ACC_SET(d, k, v, h) PyDict_SetItem((d), (k), (v))
-#endif
+/* The accumulations' dict operations, through CPython's public API only (the hash argument
+ * is kept for the callers but unused: the private _PyDict_*_KnownHash calls that took it are
+ * gone, at the cost of hashing a key tuple per lookup; most counters add into rows, not here). */
+#define ACC_GET(d, k, h) ((void)(h), PyDict_GetItemWithError((d), (k)))
+#define ACC_SET(d, k, v, h) ((void)(h), PyDict_SetItem((d), (k), (v)))
 
 #define SKIP_FLAGS (SWTEL_F_NEW | SWTEL_F_RESET) /* a baseline or a reset: never traffic */
 
