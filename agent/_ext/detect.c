@@ -731,9 +731,9 @@ static void fec_sample_close(fec_sample *s)
  * the feeds have just filled, touches less memory than walking acc's keys.) */
 static int fec_row_from_acc(fec_sample *s, PyObject *acc, PyObject *keys, long long max_bin)
 {
-    const int64_t *hashes = s->b[1].buf;
     for (Py_ssize_t j = 0; j < s->n; j++) {
-        PyObject *v = _PyDict_GetItem_KnownHash(acc, PyTuple_GET_ITEM(keys, j), (Py_hash_t)hashes[j]);
+        /* public API only: the key's hash (s->b[1]) is not passed to a private lookup */
+        PyObject *v = PyDict_GetItemWithError(acc, PyTuple_GET_ITEM(keys, j));
         s->row[j] = 0;
         if (v == NULL) {
             if (PyErr_Occurred())

@@ -23,22 +23,18 @@ PyDoc_STRVAR(feed_add_doc,
 "per slot touched the highest queue level (levels 1) among its changes (0: none), which\n"
 "lets a detector skip a port whose queues are all below its threshold, and the OR of the\n"
 "bits of the keys it set in the slot's accumulation (the semantics that changed).\n"
-"hashes (i64 per counter: hash(key), computed once per table) spares a hash of the key per\n"
-"change; the results are the same without it.\n"
+"hashes (i64 per counter: hash(key), computed once per table) is accepted and unused: the\n"
+"dict is used through CPython's public API, which hashes the key itself.\n"
 "vcols (i32 per counter: a column, -1 none) and rows (writable i64, width per slot) keep a\n"
 "counter's deltas out of the dict: a counter with a column adds its delta into\n"
 "rows[slot * width + column] instead; a delta not an int within int64, or a sum leaving it,\n"
 "goes to the dict as without rows, and its slot's mask takes the bit spill too.");
 
-/* The accumulations' dict operations, given the key's hash where the caller computed it
- * once per table (a tuple's hash is not cached: two per change otherwise). */
-#if PY_VERSION_HEX < 0x030D0000
-#define ACC_GET(d, k, h) ((h) ? _PyDict_GetItem_KnownHash((d), (k), (h)) : PyDict_GetItemWithError((d), (k)))
-#define ACC_SET(d, k, v, h) ((h) ? _PyDict_SetItem_KnownHash((d), (k), (v), (h)) : PyDict_SetItem((d), (k), (v)))
-#else
-#define ACC_GET(d, k, h) PyDict_GetItemWithError((d), (k))
-#define ACC_SET(d, k, v, h) PyDict_SetItem((d), (k), (v))
-#endif
+/* The accumulations' dict operations, through CPython's public API only (the hash argument
+ * is kept for the callers but unused: the private _PyDict_*_KnownHash calls that took it are
+ * gone, at the cost of hashing a key tuple per lookup; most counters add into rows, not here). */
+#define ACC_GET(d, k, h) ((void)(h), PyDict_GetItemWithError((d), (k)))
+#define ACC_SET(d, k, v, h) ((void)(h), PyDict_SetItem((d), (k), (v)))
 
 #define SKIP_FLAGS (SWTEL_F_NEW | SWTEL_F_RESET) /* a baseline or a reset: never traffic */
 

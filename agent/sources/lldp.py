@@ -35,7 +35,7 @@ from typing import Any
 
 from agent.config import Duration, setting
 from agent.counters import OPENCONFIG, Container, CounterTable, StateUpdate
-from agent.pathgrammar import escape_key
+from agent.pathgrammar import escape_key, interface_path
 from agent.registry import InfoMetric
 from agent.sources.base import NO_DATA, Source, SourceConfig, register
 
@@ -60,7 +60,8 @@ _WATCH_EVENTS = (b'"lldp-added"', b'"lldp-updated"', b'"lldp-deleted"')
 
 
 def interface_container(ifname: str) -> str:
-    return f"/lldp/interfaces/interface[name={escape_key(ifname)}]"
+    """``/lldp/interfaces/interface[name=X]``: the interface list under OpenConfig's lldp root."""
+    return "/lldp" + interface_path(ifname)
 
 
 def neighbor_container(ifname: str, nid: str) -> Container:
