@@ -19,6 +19,9 @@ class Store:
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[CounterTable, array, int]] = {}
         self._states: dict[tuple[Container, str], StateUpdate] = {}
+        #: counts writes: a reader that rendered at generation G knows nothing changed while it
+        #: is still G (agent/gnmi/get.py answers a repeated read from its last render then)
+        self.generation = 0
         #: set once the store holds the initial state (the engine clears it until every source
         #: has tried its first read): snapshots followed by sync_response wait for it
         self.primed = threading.Event()
@@ -28,19 +31,23 @@ class Store:
     def set_source(self, source: str, table: CounterTable, values: array, ts_ns: int) -> None:
         with self._lock:
             self._tables[source] = (table, values, ts_ns)
+            self.generation += 1
 
     def touch_source(self, source: str, ts_ns: int) -> None:
         with self._lock:
             entry = self._tables.get(source)
             if entry:
                 self._tables[source] = (entry[0], entry[1], ts_ns)
+                self.generation += 1
 
     def drop_source(self, source: str) -> None:
         with self._lock:
             self._tables.pop(source, None)
+            self.generation += 1
 
     def set_states(self, updates: list[StateUpdate]) -> None:
         with self._lock:
+            self.generation += 1
             for u in updates:
                 key = (u.container, u.leaf)
                 if u.value is None:
@@ -56,6 +63,7 @@ class Store:
                        for g in containers)
 
         with self._lock:
+            self.generation += 1
             for key in [k for k in self._states if below(k[0])]:
                 del self._states[key]
 

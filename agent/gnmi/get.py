@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -130,6 +131,89 @@ def render_turn(wait_s: float | None = None, closed: Callable[[], bool] | None =
         yield
     finally:
         _turns.give()
+
+
+#: A read whose render took long (a spine's whole tree: 0.1-1 s of Python, CPU time) answers
+#: the same request again for REUSE_FACTOR times its render time, at most REUSE_MAX_S: a flood of such
+#: reads then costs about 1/REUSE_FACTOR of a thread instead of all of it, and the tick loop
+#: keeps its ticks (issue 33, bench/bench_server_load.py). Each value keeps its own timestamp,
+#: so a reused reply is only older, never wrong. A cheaper read is reused only while nothing
+#: was written since it was rendered (the Store's generation): then it is the same reply.
+REUSE_FACTOR = 10
+REUSE_MAX_S = 2.0
+REUSE_MIN_COST_S = 0.05
+_REPLIES_KEPT = 32  # per store: distinct (paths, encoding, target, path rules) kept
+
+
+@dataclass
+class _Reply:
+    generation: int
+    done: float  # the clock when it was rendered
+    keep_s: float  # how long after that it answers the same request, whatever was written
+    chunks: list[bytes]
+
+
+class Replies:
+    """The last rendered reply of each whole read (Get path, Poll, ONCE), per store: a request
+    asked again answers from it while it is fresh (see REUSE_FACTOR); otherwise the request
+    takes its turn (:func:`render_turn`), looks again (another may have rendered it meanwhile),
+    renders and keeps the result. ``clock`` (wall) and ``cpu`` (the thread's CPU time) are
+    injectable for tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.thread_time) -> None:
+        self._clock = clock
+        self._cpu = cpu  # a render's cost is its thread's CPU time: a loaded machine's waits are not
+        self._lock = threading.Lock()
+        self._by_store: weakref.WeakKeyDictionary[Any, dict[tuple, _Reply]] = weakref.WeakKeyDictionary()
+
+    def fresh(self, store: Any, key: tuple) -> list[bytes] | None:
+        with self._lock:
+            kept = self._by_store.get(store)
+            reply = kept.get(key) if kept else None
+        if reply is None:
+            return None
+        if reply.generation == store.generation or self._clock() - reply.done < reply.keep_s:
+            return reply.chunks
+        return None
+
+    def read(self, store: Any, key: tuple, render: Callable[[], list[bytes]],
+             wait_s: float | None = None, closed: Callable[[], bool] | None = None) -> list[bytes]:
+        """``render()``'s chunks, or a fresh earlier answer to ``key``; ``wait_s``/``closed`` as
+        :func:`render_turn`."""
+        chunks = self.fresh(store, key)
+        if chunks is not None:
+            return chunks
+        with render_turn(wait_s, closed):
+            chunks = self.fresh(store, key)  # rendered by another while this one waited
+            if chunks is not None:
+                return chunks
+            generation = store.generation  # read first: a write during the render makes it stale
+            began = self._cpu()
+            chunks = render()
+            cost = self._cpu() - began
+            keep = min(REUSE_FACTOR * cost, REUSE_MAX_S) if cost >= REUSE_MIN_COST_S else 0.0
+            reply = _Reply(generation, self._clock(), keep, chunks)
+            with self._lock:  # kept before the turn goes on: the next waiter finds it
+                kept = self._by_store.setdefault(store, {})
+                kept.pop(key, None)
+                kept[key] = reply
+                while len(kept) > _REPLIES_KEPT:
+                    del kept[next(iter(kept))]  # the oldest kept
+        return chunks
+
+
+replies = Replies()
+
+
+def reply_key(kind: str, renderer: Renderer, patterns: Iterable[Pattern], access: Any) -> tuple:
+    """What a rendered read depends on: its kind, the renderer's target and encoding, the
+    patterns and the caller's path rules (authz.Access objects are shared per principal set)."""
+    return (kind, renderer.target, renderer.encoding, tuple(map(pattern_key, patterns)), access)
+
+
+def pattern_key(pattern: Pattern) -> tuple:
+    return (pattern[0], tuple((n, tuple(sorted(ks.items()))) for n, ks in pattern[1]))
 
 
 class RequestError(Exception):
@@ -707,13 +791,13 @@ def get_bytes(store: Any, request: gnmi_pb2.GetRequest, target: str, access: Any
     for path in requested:
         pattern = request_pattern(request.prefix, path, target)
         refuse_denied(pattern, access)
-        key = (pattern[0], tuple((n, tuple(sorted(ks.items()))) for n, ks in pattern[1]))
+        key = pattern_key(pattern)
         if key in seen:  # the same path asked again is answered once
             continue
         seen.add(key)
-        with render_turn(TURN_WAIT_S):
-            counters, states = read(store, PathSet([pattern], access))
-            chunks = renderer.snapshot(counters, states)
+        chunks = replies.read(store, reply_key("get", renderer, [pattern], access),
+                              lambda p=pattern: renderer.snapshot(*read(store, PathSet([p], access))),
+                              TURN_WAIT_S)
         if not chunks:
             raise RequestError(grpc.StatusCode.NOT_FOUND, f"no data at {display(pattern)}")
         out += chunks

@@ -38,6 +38,8 @@ from agent.gnmi.get import (
     read,
     refuse_denied,
     render_turn,
+    replies,
+    reply_key,
     request_pattern,
 )
 from agent.handoff import TICK_PASSES
@@ -133,6 +135,7 @@ class Subscriber:
                     entry.heartbeat_s = sub.heartbeat_interval / 1e9
             self.entries.append(entry)
         self.all_paths = PathSet(patterns, access)
+        self.patterns, self.access = patterns, access
         for k, entry in enumerate(self.entries):  # each reads through the list's one pass per table
             entry.pathset = self.all_paths.member(k)
         #: Only on-change subscriptions take queued changes; SAMPLE reads the Store on its timer.
@@ -301,8 +304,7 @@ class Subscriber:
         if self.mode != POLL and not store.wait_primed(lambda: self.closed):
             return
         if self.mode == ONCE:
-            with render_turn(closed=lambda: self.closed):
-                chunks = self.renderer.snapshot(*read(store, self.all_paths))
+            chunks = self._whole(store, None)
             yield from self._counted(chunks)
             yield from self._counted([_SYNC])
         elif self.mode == POLL:
@@ -325,14 +327,20 @@ class Subscriber:
             if req.HasField("poll"):
                 if not store.wait_primed(lambda: self.closed):
                     return
-                with render_turn(TURN_WAIT_S):  # a Poll is a Get: refused when no turn comes
-                    chunks = self.renderer.snapshot(*read(store, self.all_paths))
+                chunks = self._whole(store, TURN_WAIT_S)  # a Poll is a Get: refused when no turn comes
                 yield from self._counted(chunks)
                 yield from self._counted([_SYNC])
             elif req.HasField("subscribe"):
                 raise RequestError(
                     grpc.StatusCode.INVALID_ARGUMENT, "a POLL subscription takes only Poll requests"
                 )
+
+    def _whole(self, store: Any, wait_s: float | None) -> list[bytes]:
+        """Everything the list matches, one Notification per container (ONCE, a Poll): a Get's
+        rendering, so a fresh answer to the same list is reused as a Get's is (get.Replies)."""
+        return replies.read(store, reply_key("whole", self.renderer, self.patterns, self.access),
+                            lambda: self.renderer.snapshot(*read(store, self.all_paths)),
+                            wait_s, lambda: self.closed)
 
     def _snapshot(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:
         """Current values: packed per tick, or one Notification per container."""
