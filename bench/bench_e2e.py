@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 
 def sh(*args: str, ns: str | None = None, input: str | None = None) -> None:
@@ -172,7 +173,7 @@ def inner(args: argparse.Namespace) -> int:
         f"control: {{socket: {tmp / 'swtel.sock'}, group: null}}\nlog: {{level: warning}}\n"
     )
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (None in baseline):
@@ -241,6 +242,7 @@ def inner(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser()
     ap.add_argument("--ports", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=20.0)

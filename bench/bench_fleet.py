@@ -36,8 +36,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-
 from run_all import cpu_ns, machine, slope  # noqa: E402 - after the path setup
+
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 PORTS = 64  # per switch (the sim's ports=N: plain ports with every counter of its layout)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
@@ -72,7 +73,8 @@ class VictoriaMetrics:
         cmd = [binary, f"-storageDataPath={workdir / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{self.port}",
                "-search.latencyOffset=0s", "-retentionPeriod=1", "-search.maxUniqueTimeseries=10000000"]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=dies_with_parent)
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:
@@ -264,6 +266,7 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="CI settings: 8 switches, 5 s")
     ap.add_argument("--sizes", default="8,16,32", help="switch counts")

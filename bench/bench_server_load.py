@@ -43,6 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1"
 IDLE_STREAMS, GET_CLIENTS, POLL_CLIENTS = 40, 5, 5
@@ -89,7 +90,7 @@ class Agent:
             env["SWTEL_PUREPYTHON"] = "1"
         self.log = open(self.workdir / "agent.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent)
 
     def wait_up(self, bound_s: float = 60.0) -> None:
         deadline = time.monotonic() + bound_s
@@ -311,6 +312,7 @@ def print_round(r: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=3.0)

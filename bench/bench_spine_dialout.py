@@ -32,6 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1 scenario=symbol-errors@5s-25s:swp11s1"
 GAUGE = "/fec/prediction/state/"
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         f"notifications: {args.notifications}}}\n"
         f"control: {{socket: {sock}, group: null}}\nlog: {{level: warning}}\n")
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=tree,
-                             env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"})
+                             env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+                             preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(s.synced for s in col.streams):
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0, help="steady-state window")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds after sync before measuring")

@@ -28,6 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 PY = sys.executable
 
@@ -63,7 +64,7 @@ def agent_stop(exporters: str, connected, settle_s: float = 1.0) -> float:
         " system: {interval: 200ms}}\n"
         f"exporters:\n{exporters}control: {{socket: {sock}, group: null}}\nlog: {{level: warning}}\n")
     proc = subprocess.Popen([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
     try:
         _wait(lambda: connected(_status(sock)), 60, "the exporters connected")
         time.sleep(settle_s)  # steady state: the first snapshots sent
@@ -114,7 +115,8 @@ def tool_stop(command: str, sig: int) -> tuple[float, float]:
     tmp = Path(tempfile.mkdtemp(prefix="swtel-bench-tool-"))
     extra = ["--no-tui"] if command == "demo" else []
     proc = subprocess.Popen([PY, "-m", "agent", command, "--duration", "120", *extra], cwd=ROOT,
-                            env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=dies_with_parent)
     try:
         def ready() -> bool:
             kids = [k for k in psutil.Process(proc.pid).children() if "run" in k.cmdline()]
@@ -156,6 +158,7 @@ def _summary(xs: list[float]) -> dict:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 agent runs, one per tool and signal")

@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 PY = sys.executable
 
@@ -121,7 +122,7 @@ def agent_idle(seconds: float, interval: str = "100ms", pure: bool = False,
     if pure:
         env["SWTEL_PUREPYTHON"] = "1"
     agent = subprocess.Popen([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")], cwd=ROOT, env=env,
-                             stdout=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 60
         status = None
@@ -425,6 +426,7 @@ def scaling_table(sc: list[dict]) -> list[str]:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="CI settings: about 3 minutes")
     ap.add_argument("--ports", type=int, default=256)

@@ -28,8 +28,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-
 import bench_e2e  # noqa: E402 - namespaces and the packet socket
+
+from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
 
 
 def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
@@ -76,7 +77,7 @@ def inner(args: argparse.Namespace) -> int:
     )
     out = open(args.out, "w") if args.out else None  # noqa: SIM115 - closed below
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=dies_with_parent)
     sock = bench_e2e.packet_socket_in(args.ns_a)
     frames = bench_e2e.port_frames(ports_b)
     status_of = lambda: request(str(tmp / "swtel.sock"), "status")  # noqa: E731
@@ -165,6 +166,7 @@ def inner(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--interval", type=float, default=0.01)
