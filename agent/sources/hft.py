@@ -38,7 +38,6 @@ sources that still move.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -60,6 +59,7 @@ from agent.counters import (
     CounterSpec,
     CounterTable,
 )
+from agent.files import read_regular
 from agent.pathgrammar import escape_key, interface_path, qos_interface_path
 from agent.sources.base import NO_DATA, Source, SourceConfig, rank_setting, register
 
@@ -262,25 +262,6 @@ class Reading:
     file: str = ""
 
 
-def _read_regular(path: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file; a FIFO or a device is refused without reading
-    (opened non-blocking: it cannot hang the worker), a symlink is not followed."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY | os.O_NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def newest_job_file(directory: str) -> tuple[str, os.stat_result] | None:
     """The newest regular ``*.json`` file of ``directory`` by mtime (None: none). Raises
     FileNotFoundError when the directory does not exist."""
@@ -369,7 +350,7 @@ class Worker:
             return self._reading("error", f"{path}: {st.st_size} bytes, over max_bytes {sec.max_bytes} (not read)",
                                  file=path)
         try:
-            data = _read_regular(path, int(sec.max_bytes) + 1)
+            data = read_regular(path, int(sec.max_bytes) + 1, follow_symlinks=False)
         except OSError as exc:
             return self._reading("error", f"{path}: {exc.strerror or exc}", file=path)
         self.files_read += 1

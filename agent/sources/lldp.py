@@ -18,13 +18,11 @@ backend (``swtel fabric`` writes one per device from its topology).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import selectors
 import signal
-import stat
 import subprocess
 import threading
 import time
@@ -35,6 +33,7 @@ from typing import Any
 
 from agent.config import Duration, setting
 from agent.counters import OPENCONFIG, Container, CounterTable, StateUpdate
+from agent.files import read_regular
 from agent.pathgrammar import escape_key, interface_path
 from agent.registry import InfoMetric
 from agent.sources.base import NO_DATA, Source, SourceConfig, register
@@ -291,25 +290,6 @@ def _read_bounded(proc: subprocess.Popen, timeout_s: float, max_bytes: int) -> R
     return Run(None if cut else code, bytes(out), bytes(err), cut)
 
 
-def _read_regular(path: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file; a FIFO or a device is refused without
-    reading (opened non-blocking: it cannot hang the worker)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: whatever it started goes too
@@ -396,7 +376,7 @@ class Worker:
         t0 = time.monotonic()
         if sec.file:
             try:
-                data = _read_regular(sec.file, int(sec.max_bytes) + 1)
+                data = read_regular(sec.file, int(sec.max_bytes) + 1)
             except FileNotFoundError:
                 return Reading(generation, "absent", f"no neighbours file {sec.file}", ())
             except OSError as exc:
