@@ -407,8 +407,8 @@ PyDoc_STRVAR(fec_run_doc,
 "fec_sem, unc_sem, unc_keys, unc_bit, max_bin, max_bin_count, flr, min_r2, scale, per_slot,\n"
 "leaves, update, source, spill. A sample's row, where given, is (rows, at, row_keys): its bins'\n"
 "deltas are rows[at + column] (i64), not in acc, unless changed has the bit spill (Python's then).\n"
-"A sample of a port in fast as (w, keys, hashes, units, sent, boxes, phase, row_keys, cols) (w:\n"
-"its words, i64, laid out as _Port's; keys[j] the acc key of bin j, hashes[j] its hash, i64;\n"
+"A sample of a port in fast as a FecPort (w, keys, units, sent, boxes, phase, row_keys, cols) (w:\n"
+"its words, i64, laid out as _Port's; keys[j] the acc key of bin j;\n"
 "with a row, cols (i32) bin j's column, -1 none, then the columns of the row's lanes outside\n"
 "units, and row_keys the very object of the rows it was mapped for, else Python's) is done here\n"
 "in two cases. In the current bucket idx = (ts - 1 + phase) // bucket, with no uncorrectable\n"
@@ -703,10 +703,13 @@ static int fec_gauges(const fec_conf *cf, PyObject *sent, PyObject *unit, PyObje
 
 /* ---------------------------------------------------------------- a sample of a port in fast */
 
-/* A port's state (fast[port]) and its sample, as fec_sample_open reads them. */
+/* A port's state, fast[port]: a FecPort (agent/insights/link_degrading.py), read by position. */
+enum { FP_W, FP_KEYS, FP_UNITS, FP_SENT, FP_BOXES, FP_PHASE, FP_ROW_KEYS, FP_COLS, FP_FIELDS };
+
+/* A port's state and its sample, as fec_sample_open reads them. */
 typedef struct {
     PyObject *e, *units, *sent, *boxes;
-    Py_buffer b[2], rb[2];
+    Py_buffer b[1], rb[2];
     int held_b, held_rb;
     int64_t *w, *cur, *totals, *tail_done, *tail_cur, *ring;
     const int64_t *vec; /* the feed's row of the sample's FEC bins (NULL: acc) */
@@ -720,19 +723,18 @@ typedef struct {
 static void fec_sample_close(fec_sample *s)
 {
     if (s->held_b)
-        swtel_release_buffers(s->b, 2);
+        swtel_release_buffers(s->b, 1);
     if (s->held_rb)
         swtel_release_buffers(s->rb, 2);
     s->held_b = s->held_rb = 0;
 }
 
-/* acc's values of the port's bins (keys[j], hashes[j] its hash) into s->row: 1 done, 0 Python's
+/* acc's values of the port's bins (keys[j]) into s->row: 1 done, 0 Python's
  * (a value not an int within int64), -1 error. (Looking up every bin of the port in acc, which
  * the feeds have just filled, touches less memory than walking acc's keys.) */
 static int fec_row_from_acc(fec_sample *s, PyObject *acc, PyObject *keys, long long max_bin)
 {
     for (Py_ssize_t j = 0; j < s->n; j++) {
-        /* public API only: the key's hash (s->b[1]) is not passed to a private lookup */
         PyObject *v = PyDict_GetItemWithError(acc, PyTuple_GET_ITEM(keys, j));
         s->row[j] = 0;
         if (v == NULL) {
@@ -754,12 +756,12 @@ static int fec_row_from_acc(fec_sample *s, PyObject *acc, PyObject *keys, long l
 static int fec_row_view(fec_sample *s, PyObject *vrow, PyObject *state)
 {
     static const swtel_bufspec specs[2] = {{8, 0, "rows"}, {4, 0, "cols"}};
-    if (!PyTuple_Check(vrow) || PyTuple_GET_SIZE(vrow) != 3 || PyTuple_GET_ITEM(vrow, 2) != PyTuple_GET_ITEM(state, 7))
+    if (!PyTuple_Check(vrow) || PyTuple_GET_SIZE(vrow) != 3 || PyTuple_GET_ITEM(vrow, 2) != PyTuple_GET_ITEM(state, FP_ROW_KEYS))
         return 0;
     Py_ssize_t base = PyLong_AsSsize_t(PyTuple_GET_ITEM(vrow, 1));
     if (base == -1 && PyErr_Occurred())
         return -1;
-    PyObject *o[2] = {PyTuple_GET_ITEM(vrow, 0), PyTuple_GET_ITEM(state, 8)};
+    PyObject *o[2] = {PyTuple_GET_ITEM(vrow, 0), PyTuple_GET_ITEM(state, FP_COLS)};
     if (swtel_get_buffers(o, s->rb, specs, 2) < 0)
         return -1;
     s->held_rb = 1;
@@ -779,19 +781,19 @@ static int fec_row_view(fec_sample *s, PyObject *vrow, PyObject *state)
  * -1 error. fec_sample_close releases what it holds in every case. */
 static int fec_sample_open(fec_sample *s, PyObject *e, PyObject *state, const fec_conf *cf)
 {
-    static const swtel_bufspec specs[2] = {{8, 1, "w"}, {8, 0, "hashes"}};
+    static const swtel_bufspec specs[1] = {{8, 1, "w"}};
     s->held_b = s->held_rb = 0;
     s->vec = NULL;
     s->cols = NULL;
     s->ncols = 0;
     s->e = e;
-    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 9)
+    if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != FP_FIELDS)
         return 0;
     PyObject *vrow = PyTuple_GET_SIZE(e) > 7 ? PyTuple_GET_ITEM(e, 7) : Py_None; /* the feed's FEC row */
-    PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, 1);
-    s->units = PyTuple_GET_ITEM(state, 3);
-    s->sent = PyTuple_GET_ITEM(state, 4);
-    s->boxes = PyTuple_GET_ITEM(state, 5);
+    PyObject *acc = PyTuple_GET_ITEM(e, 3), *owned = PyTuple_GET_ITEM(e, 4), *keys = PyTuple_GET_ITEM(state, FP_KEYS);
+    s->units = PyTuple_GET_ITEM(state, FP_UNITS);
+    s->sent = PyTuple_GET_ITEM(state, FP_SENT);
+    s->boxes = PyTuple_GET_ITEM(state, FP_BOXES);
     if (!PyTuple_Check(keys) || !PyTuple_Check(s->units) || !PyDict_Check(s->sent) || !PyDict_Check(s->boxes))
         return 0;
     s->n = PyTuple_GET_SIZE(keys);
@@ -826,18 +828,18 @@ static int fec_sample_open(fec_sample *s, PyObject *e, PyObject *state, const fe
                 return 0;
         }
     }
-    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, 6), &phase)) <= 0)
+    if ((r = as_i64(PyTuple_GET_ITEM(e, 1), &ts)) <= 0 || (r = as_i64(PyTuple_GET_ITEM(state, FP_PHASE), &phase)) <= 0)
         return r;
     if (__builtin_add_overflow(ts, phase, &a) || __builtin_sub_overflow(a, 1, &a))
         return 0;
     s->i1 = floor_div(a, cf->bucket);
     if (vrow != Py_None && (r = fec_row_view(s, vrow, state)) <= 0)
         return r;
-    PyObject *o[2] = {PyTuple_GET_ITEM(state, 0), PyTuple_GET_ITEM(state, 2)};
-    if (swtel_get_buffers(o, s->b, specs, 2) < 0)
+    PyObject *o[1] = {PyTuple_GET_ITEM(state, FP_W)};
+    if (swtel_get_buffers(o, s->b, specs, 1) < 0)
         return -1;
     s->held_b = 1;
-    if (s->b[0].len / 8 != fec_words(s->n, s->nu) || s->b[1].len / 8 != s->n)
+    if (s->b[0].len / 8 != fec_words(s->n, s->nu))
         return 0;
     s->w = s->b[0].buf;
     s->cur = s->w + FW_HEAD;

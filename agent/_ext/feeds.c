@@ -9,7 +9,7 @@
 #include "structmember.h" /* PyMemberDef: the Feed type's fields */
 
 PyDoc_STRVAR(feed_add_doc,
-"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs, hashes=None,\n"
+"feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs,\n"
 "         vcols=None, rows=None, width=0, spill=0) -> (touched, discarded, tops, masks)\n\n"
 "indices, deltas (u32 and i64 arrays, or sequences of ints) and flags (u8) are one\n"
 "batch's changes; values (u64) its source's cumulative values. slot_of (i32 per counter: the port slot, -1 for\n"
@@ -23,18 +23,11 @@ PyDoc_STRVAR(feed_add_doc,
 "per slot touched the highest queue level (levels 1) among its changes (0: none), which\n"
 "lets a detector skip a port whose queues are all below its threshold, and the OR of the\n"
 "bits of the keys it set in the slot's accumulation (the semantics that changed).\n"
-"hashes (i64 per counter: hash(key), computed once per table) is accepted and unused: the\n"
-"dict is used through CPython's public API, which hashes the key itself.\n"
 "vcols (i32 per counter: a column, -1 none) and rows (writable i64, width per slot) keep a\n"
 "counter's deltas out of the dict: a counter with a column adds its delta into\n"
 "rows[slot * width + column] instead; a delta not an int within int64, or a sum leaving it,\n"
 "goes to the dict as without rows, and its slot's mask takes the bit spill too.");
 
-/* The accumulations' dict operations, through CPython's public API only (the hash argument
- * is kept for the callers but unused: the private _PyDict_*_KnownHash calls that took it are
- * gone, at the cost of hashing a key tuple per lookup; most counters add into rows, not here). */
-#define ACC_GET(d, k, h) ((void)(h), PyDict_GetItemWithError((d), (k)))
-#define ACC_SET(d, k, v, h) ((void)(h), PyDict_SetItem((d), (k), (v)))
 
 #define SKIP_FLAGS (SWTEL_F_NEW | SWTEL_F_RESET) /* a baseline or a reset: never traffic */
 
@@ -43,14 +36,13 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     static const swtel_bufspec specs[5] = {
         {1, 0, "flags"}, {8, 0, "values"}, {4, 0, "slot_of"}, {1, 0, "levels"}, {4, 0, "bits"},
     };
-    static const swtel_bufspec hash_spec[1] = {{8, 0, "hashes"}};
     static const swtel_bufspec row_specs[2] = {{4, 0, "vcols"}, {8, 1, "rows"}};
-    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5], *hash_obj = Py_None, *ro[2] = {Py_None, Py_None};
-    Py_buffer b[5], hb = {0}, rb[2] = {{0}};
+    PyObject *idx_obj, *delta_obj, *keys_obj, *accs, *o[5], *ro[2] = {Py_None, Py_None};
+    Py_buffer b[5], rb[2] = {{0}};
     Py_ssize_t width = 0;
     unsigned long spill = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO!|OOOnk", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
-                          &o[4], &PyList_Type, &accs, &hash_obj, &ro[0], &ro[1], &width, &spill))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO!|OOnk", &idx_obj, &delta_obj, &o[0], &o[1], &o[2], &keys_obj, &o[3],
+                          &o[4], &PyList_Type, &accs, &ro[0], &ro[1], &width, &spill))
         return NULL;
     int with_rows = ro[0] != Py_None || ro[1] != Py_None;
     if (with_rows && (ro[0] == Py_None || ro[1] == Py_None || width <= 0)) {
@@ -76,14 +68,8 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     uint32_t *mask = NULL;      /* per slot: the bits of the keys set */
     if (swtel_get_buffers(o, b, specs, 5) < 0)
         goto out;
-    if (hash_obj != Py_None && swtel_get_buffers(&hash_obj, &hb, hash_spec, 1) < 0) {
-        swtel_release_buffers(b, 5);
-        goto out;
-    }
     if (with_rows && swtel_get_buffers(ro, rb, row_specs, 2) < 0) {
         swtel_release_buffers(b, 5);
-        if (hash_obj != Py_None)
-            swtel_release_buffers(&hb, 1);
         goto out;
     }
     Py_ssize_t n = idx.n, ncounters = b[2].len / 4, nslots = PyList_GET_SIZE(accs);
@@ -96,17 +82,12 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "values, keys, levels and bits must hold one item per counter of slot_of");
         goto release;
     }
-    if (hash_obj != Py_None && hb.len / 8 < ncounters) {
-        PyErr_SetString(PyExc_ValueError, "hashes must hold one item per counter of slot_of");
-        goto release;
-    }
     if (with_rows && (rb[0].len / 4 < ncounters || rb[1].len / 8 / width < nslots)) {
         PyErr_SetString(PyExc_ValueError, "vcols must hold one item per counter of slot_of, rows width per slot");
         goto release;
     }
     const int32_t *vcols = with_rows ? rb[0].buf : NULL;
     int64_t *rows = with_rows ? rb[1].buf : NULL;
-    const int64_t *hashes = hash_obj != Py_None ? hb.buf : NULL;
     const uint8_t *flags = b[0].buf, *levels = b[3].buf;
     const uint64_t *values = b[1].buf;
     const int32_t *slot_of = b[2].buf;
@@ -157,7 +138,7 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
             if (levels[i] == 1 && values[i] > top[slot])
                 top[slot] = values[i];
             PyObject *v = PyLong_FromUnsignedLongLong(values[i]);
-            if (v == NULL || ACC_SET(acc, key, v, hashes ? (Py_hash_t)hashes[i] : 0) < 0) {
+            if (v == NULL || PyDict_SetItem(acc, key, v) < 0) {
                 Py_XDECREF(v);
                 goto release;
             }
@@ -201,8 +182,7 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
         }
         if (dbuf != NULL && dbuf[k] == 0)
             continue;
-        Py_hash_t h = hashes ? (Py_hash_t)hashes[i] : 0;
-        PyObject *old = ACC_GET(acc, key, h), *sum;
+        PyObject *old = PyDict_GetItemWithError(acc, key), *sum;
         if (old == NULL && PyErr_Occurred())
             goto release;
         if (dbuf != NULL) {
@@ -228,7 +208,7 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
                 continue;
             sum = old == NULL ? (Py_INCREF(d), d) : PyNumber_Add(old, d);
         }
-        if (sum == NULL || ACC_SET(acc, key, sum, h) < 0) {
+        if (sum == NULL || PyDict_SetItem(acc, key, sum) < 0) {
             Py_XDECREF(sum);
             goto release;
         }
@@ -254,8 +234,6 @@ static PyObject *feed_add(PyObject *self, PyObject *args)
     result = PyTuple_Pack(4, touched, discarded, tops, masks);
 release:
     swtel_release_buffers(b, 5);
-    if (hash_obj != Py_None)
-        swtel_release_buffers(&hb, 1);
     if (with_rows)
         swtel_release_buffers(rb, 2);
 out:

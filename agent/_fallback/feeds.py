@@ -47,11 +47,10 @@ class Feed:
         self.lazy_plain_bits = 0
 
 
-def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: list, hashes=None,
+def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: list,
              vcols=None, rows=None, width: int = 0,
              spill: int = 0) -> tuple[list[int], list[int], list[int], list[int]]:
-    """See agent/_ext/feeds.c; same rules, same results (``hashes``, the keys' hashes that
-    spare C a hash per change, changes nothing here: a dict hashes its key anyway)."""
+    """See agent/_ext/feeds.c; same rules, same results."""
     if (vcols is None) != (rows is None) or (rows is not None and width <= 0):
         raise ValueError("vcols and rows go together, with a positive width")
     n = len(indices)
@@ -61,8 +60,6 @@ def feed_add(indices, deltas, flags, values, slot_of, keys, levels, bits, accs: 
         raise ValueError("deltas and flags must hold one item per index")
     if len(values) < ncounters or len(levels) < ncounters or len(bits) < ncounters or len(keys) < ncounters:
         raise ValueError("values, keys, levels and bits must hold one item per counter of slot_of")
-    if hashes is not None and len(hashes) < ncounters:
-        raise ValueError("hashes must hold one item per counter of slot_of")
     if rows is not None and (len(vcols) < ncounters or len(rows) // width < nslots):
         raise ValueError("vcols must hold one item per counter of slot_of, rows width per slot")
     touched: list[int] = []

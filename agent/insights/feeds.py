@@ -57,15 +57,12 @@ class Port:
 class SourceFeeds:
     """One source's table, its classification and a feed per port slot of it."""
 
-    __slots__ = ("table", "layout", "feeds", "hashes", "rows", "written")
+    __slots__ = ("table", "layout", "feeds", "rows", "written")
 
     def __init__(self, table: CounterTable, layout: classify.Layout, feeds: list[Feed]) -> None:
         self.table = table
         self.layout = layout
         self.feeds = feeds
-        #: per counter, its key's hash (0: none): a tuple does not keep its hash, so feed_add
-        #: would hash each key twice per change
-        self.hashes = array("q", (hash(k) if k is not None else 0 for k in layout.keys))
         #: the port slots' FEC rows side by side (layout.vwidth words each), zeroed once a pass
         self.rows = array("q", bytes(8 * layout.vwidth * len(feeds)))
         self.written = False  # a batch went into rows since they were last zeroed
@@ -111,11 +108,11 @@ class FeedBook:
             src.written = True
             touched, discarded, tops, masks = self.feed_add(
                 batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
-                [f.acc for f in feeds], src.hashes, lay.vcols, src.rows, lay.vwidth, classify.SPILL)
+                [f.acc for f in feeds], lay.vcols, src.rows, lay.vwidth, classify.SPILL)
         else:
             touched, discarded, tops, masks = self.feed_add(
                 batch.indices, batch.deltas, batch.flags, batch.values, lay.slot_of, lay.keys, lay.levels, lay.bits,
-                [f.acc for f in feeds], src.hashes)
+                [f.acc for f in feeds])
         self.feed_mark(feeds, touched, tops, masks, discarded, batch.ts_ns, self.dirty)
 
     def adopt(self, source: str, table: CounterTable) -> SourceFeeds:

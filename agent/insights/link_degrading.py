@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
+from collections import namedtuple
 from dataclasses import dataclass
 from operator import add, sub
 
@@ -145,6 +146,13 @@ def phase_of(port: str, bucket_ns: int) -> int:
     return zlib.crc32(port.encode()) % bucket_ns
 
 
+#: What the kernel (fec_run, agent/_ext/detect.c) reads of a port it may take on its own, by
+#: position in this order (detect.c's FP_* indices): w, the _Port's words (i64); keys, the acc
+#: key of each bin; units; sent, the last value published per unit; boxes, the containers per
+#: unit; phase; row_keys, the feed rows its cols were mapped for; cols (i32), each bin's column.
+FecPort = namedtuple("FecPort", "w keys units sent boxes phase row_keys cols")
+
+
 class _Port:
     """One port's units (its lanes, or itself) and their window in ten buckets (a sample goes
     to the bucket its end falls in): the nine before the current one and the current one, in
@@ -157,12 +165,11 @@ class _Port:
     above in each of the two (``tail_done``, ``tail_cur``: a sample sums only its own tail),
     and the ring: RING slots of (bucket, uncorrectable, bins), bucket b in slot b % RING."""
 
-    __slots__ = ("units", "keys", "hashes", "zeros", "highs", "phase", "w", "sent", "boxes", "row_keys", "cols")
+    __slots__ = ("units", "keys", "zeros", "highs", "phase", "w", "sent", "boxes", "row_keys", "cols")
 
     def __init__(self, units: tuple[int, ...], idx: int, phase: int, max_bin: int) -> None:
         self.units = units
         self.keys = _PORT_KEYS if units == (PORT,) else sum((lane_keys(u) for u in units), ())
-        self.hashes = array("q", map(hash, self.keys))  # for the kernel: a tuple does not keep its hash
         self.zeros = (0,) * len(self.keys)
         #: the bins at max_bin or above: a sample that moves none of them leaves the tails as they are
         self.highs = frozenset(k for i, k in enumerate(self.keys) if i % BINS >= max_bin)
@@ -318,9 +325,8 @@ class LinkDegrading(Detector):
         self.fits = _backend.reader.fec_fits
         self.changes = _backend.reader.fec_changes  # a unit's gauges that changed, rounded
         self.lanes_of = _backend.reader.fec_lanes  # lanes_in()
-        #: the ports whose samples the kernel may take on its own: (w, keys, hashes, units, sent,
-        #: boxes, phase)
-        self.fast: dict[str, tuple] = {}
+        #: the ports whose samples the kernel may take on its own, each a FecPort
+        self.fast: dict[str, FecPort] = {}
         self._entries: list = []  # the pass's samples, while the deferred ones run
         #: ... what the kernel left for their turns: entry index -> None (Python's sample) or
         #: (events, updates)
@@ -382,7 +388,7 @@ class LinkDegrading(Detector):
         row = self._row
         if row is not None and row[2] is not st.row_keys:  # the bins' columns in this feed's rows
             st.row_keys, st.cols = row[2], _columns(row[2], st.keys, st.units)
-        self.fast[port] = (w, st.keys, st.hashes, st.units, st.sent, boxes, st.phase, st.row_keys, st.cols)
+        self.fast[port] = FecPort(w, st.keys, st.units, st.sent, boxes, st.phase, st.row_keys, st.cols)
 
     @staticmethod
     def _store(st: _Port, at: int, values: list) -> list | array:

@@ -29,6 +29,7 @@ from agent.insights.link_degrading import (
     BINS,
     GAUGES,
     PORT,
+    FecPort,
     FecRule,
     LinkDegrading,
     LinkDegradingConfig,
@@ -277,15 +278,14 @@ def test_bad_input_is_refused(name):
     acc = {_PORT_KEYS[0]: 5}
     entry = ("swp1", 10**9, 10**8, acc, frozenset({c.FEC_BIN}), -1)
     keys = _PORT_KEYS
-    hashes = array("q", map(hash, keys))
     for w, units in ((array("q", bytes(8 * 10)), (PORT,)), (array("q", bytes(8 * 5000)), (PORT,)),
                      (array("q", bytes(8 * 5000)), (PORT, 1))):
         before = bytes(w)
-        assert run([entry], {"swp1": (w, keys, hashes, units, {}, {}, 0, None, None)}, rule, []) == {0: None}
+        assert run([entry], {"swp1": FecPort(w, keys, units, {}, {}, 0, None, None)}, rule, []) == {0: None}
         assert bytes(w) == before
     if name == "C":
         with pytest.raises(TypeError):
-            run([entry], {"swp1": ([0] * 5000, keys, hashes, (PORT,), {}, {}, 0, None, None)}, rule, [])
+            run([entry], {"swp1": FecPort([0] * 5000, keys, (PORT,), {}, {}, 0, None, None)}, rule, [])
     with pytest.raises(ValueError):
         fits([0] * 15, 1, True, 0)
     with pytest.raises(ValueError):

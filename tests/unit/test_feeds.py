@@ -86,16 +86,13 @@ def _random_batch(rng: random.Random, n: int) -> tuple[list[int], list[int], byt
 
 
 @pytest.mark.parametrize("seed", range(40))
-@pytest.mark.parametrize("hashed", [False, True])
 @pytest.mark.parametrize("form", ["lists", "arrays"])
-def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed, hashed, form):
-    """With and without the keys' hashes (the feed book gives them: C then hashes no key); the
-    indices and deltas as lists, or as the engine hands them over (array('I'), array('q'): C
-    reads them in place and adds an i64 delta without making an int of it)."""
+def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(seed, form):
+    """The indices and deltas as lists, or as the engine hands them over (array('I'),
+    array('q'): C reads them in place and adds an i64 delta without making an int of it)."""
     rng = random.Random(seed)
     table = _table(rng.randrange(1, 9))
     lay = classify.layout(table)
-    hashes = (array("q", (hash(k) if k is not None else 0 for k in lay.keys)),) if hashed else ()
     backends = [_fallback.feed_add] + ([_backend.reader.feed_add] if _backend.NAME == "C" else [])
     states = [[{} for _ in lay.ports] for _ in range(len(backends) + 1)]
     for _ in range(6):  # several batches into the same accumulations (two reads before a pass)
@@ -103,7 +100,7 @@ def test_the_backend_and_the_twin_agree_with_the_reference_on_random_batches(see
         want = _reference(indices, deltas, flags, values, lay, states[0])
         given = (array("I", indices), array("q", deltas)) if form == "arrays" else (indices, deltas)
         for fn, accs in zip(backends, states[1:], strict=True):
-            got = fn(*given, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, *hashes)
+            got = fn(*given, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs)
             assert tuple(list(x) for x in got) == want
             assert accs == states[0]
     assert any(states[0])  # the batches did reach the accumulations
@@ -123,8 +120,8 @@ def test_bad_input_is_refused_not_read_past(fn):
         f([0], [1], b"\x01", array("Q", bytes(8)), lay.slot_of, lay.keys, lay.levels, lay.bits, [{}])
     with pytest.raises(IndexError):  # a slot beyond the accumulations given
         f([0], [1], b"\x01", values, lay.slot_of, lay.keys, lay.levels, lay.bits, [])
-    with pytest.raises(ValueError):  # fewer hashes than counters
-        f([0], [1], b"\x01", values, lay.slot_of, lay.keys, lay.levels, lay.bits, [{}], array("q", bytes(8)))
+    with pytest.raises(ValueError):  # rows without their columns
+        f([0], [1], b"\x01", values, lay.slot_of, lay.keys, lay.levels, lay.bits, [{}], None, array("q", bytes(8)), 1)
 
 
 def test_the_feed_book_marks_feeds_and_discards_as_before():
@@ -189,7 +186,7 @@ def test_fec_bins_go_to_the_rows_and_read_back_as_the_dict_held_them(seed):
         want = _reference(indices, deltas, flags, values, lay, ref)
         got = []
         for fn, (accs, rows) in zip(backends, states, strict=True):
-            out = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs, None,
+            out = fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs,
                      lay.vcols, rows, lay.vwidth, classify.SPILL)
             assert [list(x) for x in out[:3]] == [list(x) for x in want[:3]]
             assert [m & ~classify.SPILL for m in out[3]] == want[3]
@@ -231,7 +228,7 @@ def test_array_deltas_whose_sums_leave_int64_spill_as_list_ones_do(seed):
                 if form == "arrays":
                     indices, deltas = array("I", indices), array("q", deltas)
                 outs.append(fn(indices, deltas, flags, values, lay.slot_of, lay.keys, lay.levels, lay.bits, accs,
-                               None, lay.vcols, rows, lay.vwidth, classify.SPILL))
+                               lay.vcols, rows, lay.vwidth, classify.SPILL))
             results[(form, fn.__module__)] = (outs, accs, list(rows))
     first = next(iter(results.values()))
     assert all(v == first for v in results.values())
