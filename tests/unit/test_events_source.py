@@ -87,6 +87,11 @@ def test_otlp_carries_the_open_events_swtel_status_lists(tmp_path, profile):
         "  netdev: {enabled: false}\n  ethtool: {enabled: false}\n  system: {enabled: false}\n"
         "  events: {interval: 100ms}\n"
         f"  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"
+        # the symbol errors' events stay open while the faults go on; throughput dips open and
+        # clear every second or two, and a loaded pure-Python agent's export then trailed its
+        # status by more than five answers for 60 s (the two-CPU-hog CI run): not what this
+        # test is about
+        "insights: {throughput_dip: {enabled: false}}\n"
         f"exporters:\n  otlp: {{endpoint: '127.0.0.1:{rx.port}', insecure: true, interval: 200ms, "
         f"profile: {profile}}}\n"
         f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"), tmp_path)
