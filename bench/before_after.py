@@ -39,11 +39,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--match", action="append", default=[], help="a regex; lines matching any are printed")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
-    ap.add_argument("script", nargs=argparse.REMAINDER, help="-- bench/SCRIPT.py [its arguments]")
-    args = ap.parse_args()
-    script = args.script[1:] if args.script[:1] == ["--"] else args.script
-    if not script:
-        ap.error("name the benchmark after --")
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        ap.error("name the benchmark after --: before_after.py BEFORE [options] -- bench/SCRIPT.py [its arguments]")
+    cut = argv.index("--")
+    args, script = ap.parse_args(argv[:cut]), argv[cut + 1:]
     patterns = [re.compile(m) for m in args.match]
     trees = {"before": args.before.resolve(), "after": ROOT}
     print(f"{' '.join(script)}: before = {trees['before']}, after = {ROOT}; {args.rounds} rounds, alternating")

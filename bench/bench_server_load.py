@@ -16,6 +16,8 @@ Two rounds: the **shipped rate limit** (``max_requests_per_second`` 20 per addre
 the flood is refused RESOURCE_EXHAUSTED) and the **limit lifted** (10,000: every request
 served, the worst a client can do when the operator raises the limit).
 
+The window opens ``--warmup`` seconds after every idle stream has had its sync_response
+(their connecting is printed on its own line: 40 snapshots and warm-ups at once).
 Printed per agent: the tick loop's missed ticks in the window (``tick.overruns`` of ``swtel
 status --json``; a missed tick is one the loop skipped because it ran late), the longest stall
 (``longest_stall``: the most polls a source missed at once), ticks; for the loaded one the
@@ -139,6 +141,7 @@ class Load:
         self.threads: list[threading.Thread] = []
         self.channels: list[Any] = []
         self.idle_calls: list[Any] = []
+        self.synced = threading.Semaphore(0)  # one release per idle stream's sync_response
 
     def _channel(self) -> Any:
         options = [*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", "localhost")] if self.creds else CHANNEL_OPTIONS
@@ -165,6 +168,16 @@ class Load:
             self._thread(self._get_flood, f"get-{i}")
         for i in range(POLL_CLIENTS if "poll" in self.kinds else 0):
             self._thread(self._poll_flood, f"poll-{i}")
+
+    def wait_synced(self, bound_s: float) -> int:
+        """How many idle streams had their sync_response within ``bound_s``."""
+        deadline = time.monotonic() + bound_s
+        n = 0
+        while n < (IDLE_STREAMS if "idle" in self.kinds else 0):
+            if not self.synced.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            n += 1
+        return n
 
     def _thread(self, fn: Any, name: str) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -193,8 +206,9 @@ class Load:
 
         def drain() -> None:
             try:
-                for _ in call:
-                    pass
+                for resp in call:
+                    if resp.sync_response:
+                        self.synced.release()
                 self._count("idle ended OK")
             except self.grpc.RpcError as exc:
                 if not stop.is_set():
@@ -277,8 +291,12 @@ def one_round(label: str, rate: float, seconds: float, warmup: float, tls: Any, 
         loaded.wait_up()
         time.sleep(settle)  # a running agent: its ports' leaves all published once
         load = Load(loaded.port, tls, kinds)
+        s0, c0 = idle.status(), loaded.status()
+        began = time.monotonic()
         load.start()
-        time.sleep(warmup)  # the streams connected and synced, the flood running
+        synced = load.wait_synced(60.0)
+        synced_s = time.monotonic() - began
+        time.sleep(warmup)  # the streams synced, the flood running: then the window
         a0, b0, t0 = idle.status(), loaded.status(), time.monotonic()
         time.sleep(seconds)
         a1, b1, t1 = idle.status(), loaded.status(), time.monotonic()
@@ -286,6 +304,8 @@ def one_round(label: str, rate: float, seconds: float, warmup: float, tls: Any, 
         load = None
         server = b1["exporters"].get("server", {})
         return {"label": label, "window_s": t1 - t0, "idle": tick_figures(a0, a1), "loaded": tick_figures(b0, b1),
+                "setup": {"synced": synced, "synced_s": synced_s, "idle": tick_figures(s0, a0)["overruns"],
+                          "loaded": tick_figures(c0, b0)["overruns"], "s": t0 - began},
                 "clients": counts, "subscribers": b1["exporters"].get("server", {}).get("subscribers"),
                 "refused_limits": server.get("refused_limits"), "results": server.get("results")}
     finally:
@@ -303,6 +323,9 @@ def print_round(r: dict[str, Any]) -> None:
     for name in ("idle", "loaded"):
         f = r[name]
         print(f"| {name} | {f['overruns']} | {f['longest_stall']} | {f['ticks']} | {f['asic_reads']} |")
+    s = r["setup"]
+    print(f"before the window: {s['synced']} idle streams synced in {s['synced_s']:.1f} s; missed ticks while they "
+          f"connected and the flood began ({s['s']:.1f} s): idle {s['idle']}, loaded {s['loaded']}")
     c = r["clients"]
     served = {k: v for k, v in c.items() if k.endswith(" OK")}
     print(f"clients: {', '.join(f'{k} {v} ({v / w:.0f}/s)' for k, v in served.items()) or 'nothing served'}; "
@@ -315,7 +338,7 @@ def main() -> int:
     exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds after the idle streams synced")
     ap.add_argument("--settle", type=float, default=5.0, help="seconds the agents run before the clients come")
     ap.add_argument("--quick", action="store_true", help="6 s windows, 2 s warm-up, 3 s settling")
     ap.add_argument("--tls", action="store_true", help="the server over TLS (a throw-away CA)")
