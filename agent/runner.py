@@ -473,9 +473,9 @@ def serve(cfg: config.Config, duration: float | None = None) -> int:
 #: come with the first samples
 FREEZE_AFTER_S = 10.0
 #: the cyclic collector's first threshold once the long-lived state is frozen (Python's is 700):
-#: a tick's short-lived containers (live samples, gauge updates: ~4,000 at 1,024 sim ports) are
-#: freed by their counts before it is reached, so the collector seldom walks them (at 700 it ran
-#: about once a tick, ~0.1 ms each time, touching every feed and dict the samples point to).
+#: a tick's short-lived containers (live samples, gauge updates) are freed by their counts
+#: before it is reached, so the collector seldom walks them (at 700 it ran about once a tick,
+#: touching every feed and dict the samples point to: figures in docs/PERFORMANCE.md, "insights").
 #: Cyclic garbage still goes, a few thousand allocations later.
 GC_GEN0 = 10_000
 
@@ -483,8 +483,8 @@ GC_GEN0 = 10_000
 def freeze_long_lived() -> None:
     """Move what exists now (the tables, layouts, feeds and per-port detector state built at
     setup or by a reload) out of the cyclic collector's reach: they live as long as the
-    config, and each full collection would otherwise walk them again (1-6 ms of CPU per 100 ms
-    tick at 1,024 simulated ports: docs/PERFORMANCE.md; a tick's own garbage is still collected).
+    config, and each full collection would otherwise walk them again (what that cost a tick:
+    docs/PERFORMANCE.md; a tick's own garbage is still collected).
     What an earlier freeze kept is unfrozen first, so the cycles a reload let go are collected.
     The first threshold becomes GC_GEN0 (bench/bench_insights.py calls this too)."""
     gc.unfreeze()

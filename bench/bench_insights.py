@@ -60,7 +60,7 @@ from agent.counters import GAUGE, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSp
 from agent.insights import InsightsPipeline  # noqa: E402
 from agent.pathgrammar import drop_reason_path, interface_path, qos_interface_path  # noqa: E402
 from agent.runner import freeze_long_lived  # noqa: E402
-from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
+from tests.insights_stream import ASIC, STEP_NS, T0, Healthy, Stream, port_table  # noqa: E402
 
 FILLER = 100 - len(ASIC)  # counters no detector reads, to ~100 per port
 BUSY_FILLER = 19  # of which change every pass (per-size packet counters and the like)

@@ -29,9 +29,9 @@ from agent.insights.classify import DROP_REASON, classify
 from agent.pathgrammar import devlink_drop_reason_path, split, split_origin
 from agent.sources import devlink_trap as src
 from agent.sources.base import NO_DATA
+from tests.insights_stream import NS, T0, Stream
 from tests.unit.test_devlink import NAMES as SB_NAMES
 from tests.unit.test_devlink import _variants, c_parser, fixture, outcome
-from tests.unit.test_insights_sim import NS, T0, Stream
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 

@@ -11,7 +11,7 @@ from agent.counters import GAUGE, SWTEL_ORIGIN, Container, CounterSpec, CounterT
 from agent.insights import InsightsPipeline
 from agent.insights.classify import DROP_REASON, classify
 from agent.pathgrammar import drop_reason_path, qos_interface_path
-from tests.unit.test_insights_sim import NS, T0, Stream
+from tests.insights_stream import NS, T0, Stream
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 

@@ -12,7 +12,7 @@ from agent.config import ConfigError, Insights
 from agent.counters import SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.insights import InsightsPipeline
 from agent.insights.classify import classify
-from tests.unit.test_insights_sim import (
+from tests.insights_stream import (
     ASIC,
     NETDEV,
     NS,

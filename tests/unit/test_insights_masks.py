@@ -13,7 +13,7 @@ import pytest
 import agent.plugins  # noqa: F401  (fills the registries)
 from agent.config import Insights
 from agent.insights import InsightsPipeline
-from tests.unit.test_insights_sim import ASIC, STEP_NS, T0, Healthy, Stream, port_table
+from tests.insights_stream import ASIC, STEP_NS, T0, Healthy, Stream, port_table
 
 pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 

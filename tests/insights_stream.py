@@ -1,4 +1,4 @@
-"""A synthetic counter stream for the insights tests and bench (no tests of its own): tables with the real path
+"""A synthetic counter stream for the insights tests and bench/bench_insights.py: tables with the real path
 shapes of the netdev, ethtool, asic and rdma sources, and batches built the way the
 engine builds them (F_NEW baselines, only changed counters, explicit sample times)."""
 
@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import random
 from array import array
-
-import pytest
 
 from agent.counters import (
     F_CHANGED,
@@ -20,8 +18,6 @@ from agent.counters import (
     CounterSpec,
     CounterTable,
 )
-
-pytestmark = pytest.mark.nolibs  # no versioned library decides its outcome: not in the Debian pass
 
 NS = 1_000_000_000
 STEP_NS = 100_000_000  # 100 ms
