@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from agent.control.incidents import IncidentBook, StreamView
+from agent.control.printable import printable
 from agent.control.top import TOPOLOGY_FILE, fabric_socket
 from agent.tools.topology import Topology, uplink_ports
 
@@ -195,6 +197,32 @@ class Fabric:
         return stop_all(procs, timeout)
 
 
+class IncidentPrinter:
+    """The incidents of a fabric whose stream a collector receives (``Collector(on_lines=
+    view.on_lines)``): the events grouped by the LLDP neighbours the agents send
+    (agent/control/incidents.py), as lines for people, times as seconds from ``origin_ns``."""
+
+    def __init__(self, view: StreamView, origin_ns: int) -> None:
+        self.view = view
+        self.origin_ns = origin_ns
+        self.book = IncidentBook()
+
+    def rel(self, ns: int) -> str:
+        return f"{(ns - self.origin_ns) / 1e9:+7.1f}s"
+
+    def update(self, now_ns: int | None = None) -> list[str]:
+        """One line for each incident formed since the last call."""
+        found = self.view.incidents(time.time_ns() if now_ns is None else now_ns)
+        # names and ports arrive over gNMI: never terminal control
+        return [printable(f"{self.rel(inc.formed_ns)}  INCIDENT {inc.text(self.origin_ns)}")
+                for inc in self.book.update(found)]
+
+    def summary_lines(self) -> list[str]:
+        """Every incident of the run as it stands now, when it formed first."""
+        rows = [printable(f"{self.rel(inc.formed_ns)}  {inc.text(self.origin_ns)}") for inc in self.book.all()]
+        return rows or ["(no incidents)"]
+
+
 def lldp_file(workdir: Path, name: str) -> Path:
     """Device ``name``'s neighbours in lldpcli's json0 shape (sources.lldp.file)."""
     return Path(workdir) / f"{name}.lldp.json"
@@ -285,9 +313,12 @@ def fabric_main(args) -> int:
     stop, hung_up = threading.Event(), threading.Event()
     hangup_signals(stop, hung_up)
     codes: dict[str, int | None] = {}
+    view = StreamView()
+    printer: IncidentPrinter | None = None
     with open(out_path, "a", encoding="utf-8") as out:
         try:
-            collector = Collector(args.listen, insecure=True, output=out, keep_messages=False).start()
+            collector = Collector(args.listen, insecure=True, output=out, keep_messages=False,
+                                  on_lines=view.on_lines).start()
         except (OSError, RuntimeError) as exc:
             print(f"swtel fabric: --listen {args.listen}: {exc}", file=sys.stderr)
             return 2
@@ -306,6 +337,7 @@ def fabric_main(args) -> int:
             return 2
         try:  # whatever happens from here (a signal, a closed terminal), the agents are stopped
             fabric.start()
+            printer = IncidentPrinter(view, fabric.start_ns)
             names = ", ".join(s.name for s in fabric.switches[:12]) + (", ..." if len(fabric.switches) > 12 else "")
             print(f"swtel fabric: {fabric.topology.summary()} ({names}) -> collector {address}; "
                   f"data: {out_path}; configs, sockets, logs and topology.yaml: {workdir}", file=sys.stderr)
@@ -314,6 +346,8 @@ def fabric_main(args) -> int:
                 if fabric.failed():
                     break
                 stop.wait(0.2)
+                for line in printer.update():  # on stdout: the collector's lines go to --output
+                    print(line, flush=True)
         except OSError:
             if not hung_up.is_set():
                 raise
@@ -324,6 +358,10 @@ def fabric_main(args) -> int:
         if own_dir:  # nobody saw where it was: leave nothing behind
             shutil.rmtree(workdir, ignore_errors=True)
         return 128 + signal.SIGHUP
+    if printer is not None:  # what the agents flushed as they stopped counts too
+        late = printer.update()
+        print("\n".join([*late, "incidents (the events grouped by the agents' LLDP neighbours; seconds from the "
+                                 "fabric's start):", *("  " + line for line in printer.summary_lines())]), flush=True)
     bad = failed_codes(codes)
     if bad:
         print(f"swtel fabric: agents failed: {bad}; see the logs in {workdir}", file=sys.stderr)
