@@ -373,8 +373,8 @@ def test_fabric_with_two_faults_names_the_one_on_the_host_s_paths(tmp_path):
     on swp5 is out."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "agent", "fabric", "--spines", "2", "--leaves", "4", "--hosts", "4",
-            "--scenario", "clean", "--dir", str(tmp_path), "--fault", "spine-1:symbol-errors@3s-60s:swp3",
-            "--fault", "leaf-2:symbol-errors@3s-60s:swp5", "--fault", "host-1:symbol-errors@3s-60s"]
+            "--scenario", "clean", "--dir", str(tmp_path), "--fault", "spine-1:symbol-errors@3s-300s:swp3",
+            "--fault", "leaf-2:symbol-errors@3s-300s:swp5", "--fault", "host-1:symbol-errors@3s-300s"]
     err = open(tmp_path / "fabric.stderr", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     lines: list[str] = []
