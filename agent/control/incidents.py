@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from agent.control.printable import printable
 from agent.pathgrammar import split, split_origin
 
 NS = 1_000_000_000
@@ -274,6 +275,32 @@ class IncidentBook:
 
     def all(self) -> list[Incident]:
         return sorted(self.incidents.values(), key=lambda i: (i.formed_ns, i.key))
+
+
+class IncidentPrinter:
+    """The incidents of a fabric whose stream a collector receives (``Collector(on_lines=
+    view.on_lines)``) as lines for people: times as seconds from ``origin_ns`` (a simulated
+    fabric's start), else UTC clock times."""
+
+    def __init__(self, view: StreamView, origin_ns: int | None = None) -> None:
+        self.view = view
+        self.origin_ns = origin_ns
+        self.book = IncidentBook()
+
+    def rel(self, ns: int) -> str:
+        return when(ns, None) if self.origin_ns is None else f"{(ns - self.origin_ns) / NS:+7.1f}s"
+
+    def update(self, now_ns: int | None = None) -> list[str]:
+        """One line for each incident formed since the last call."""
+        found = self.view.incidents(time.time_ns() if now_ns is None else now_ns)
+        # names and ports arrive over gNMI: never terminal control
+        return [printable(f"{self.rel(inc.formed_ns)}  INCIDENT {inc.text(self.origin_ns)}")
+                for inc in self.book.update(found)]
+
+    def summary_lines(self) -> list[str]:
+        """Every incident of the run as it stands now, when it formed first."""
+        rows = [printable(f"{self.rel(inc.formed_ns)}  {inc.text(self.origin_ns)}") for inc in self.book.all()]
+        return rows or ["(no incidents)"]
 
 
 # ---------------------------------------------------------------- from the stream

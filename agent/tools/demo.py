@@ -26,14 +26,13 @@ from typing import Any
 
 from agent.config import Duration
 from agent.control.client import ControlError, request
-from agent.control.incidents import StreamView
+from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.printable import printable
 from agent.control.top import rates
 from agent.insights.congestion import CongestionConfig, fmt_bytes
 from agent.tools.fabric import (
     PRESETS,
     Fabric,
-    IncidentPrinter,
     detach_stdio,
     failed_codes,
     hangup_signals,

@@ -20,8 +20,7 @@ from typing import Any
 
 import yaml
 
-from agent.control.incidents import IncidentBook, StreamView
-from agent.control.printable import printable
+from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.top import TOPOLOGY_FILE, fabric_socket
 from agent.tools.topology import Topology, uplink_ports
 
@@ -195,32 +194,6 @@ class Fabric:
         a loaded machine needs to end cleanly."""
         procs = {sw.name: sw.proc for sw in self.switches if sw.proc is not None}
         return stop_all(procs, timeout)
-
-
-class IncidentPrinter:
-    """The incidents of a fabric whose stream a collector receives (``Collector(on_lines=
-    view.on_lines)``): the events grouped by the LLDP neighbours the agents send
-    (agent/control/incidents.py), as lines for people, times as seconds from ``origin_ns``."""
-
-    def __init__(self, view: StreamView, origin_ns: int) -> None:
-        self.view = view
-        self.origin_ns = origin_ns
-        self.book = IncidentBook()
-
-    def rel(self, ns: int) -> str:
-        return f"{(ns - self.origin_ns) / 1e9:+7.1f}s"
-
-    def update(self, now_ns: int | None = None) -> list[str]:
-        """One line for each incident formed since the last call."""
-        found = self.view.incidents(time.time_ns() if now_ns is None else now_ns)
-        # names and ports arrive over gNMI: never terminal control
-        return [printable(f"{self.rel(inc.formed_ns)}  INCIDENT {inc.text(self.origin_ns)}")
-                for inc in self.book.update(found)]
-
-    def summary_lines(self) -> list[str]:
-        """Every incident of the run as it stands now, when it formed first."""
-        rows = [printable(f"{self.rel(inc.formed_ns)}  {inc.text(self.origin_ns)}") for inc in self.book.all()]
-        return rows or ["(no incidents)"]
 
 
 def lldp_file(workdir: Path, name: str) -> Path:
