@@ -87,8 +87,9 @@ class Suspect:
     hop: int  # 1: the host's own link, 2: the leaf's uplinks, 3: the spines' ports down
 
     def words(self, origin_ns: int | None) -> str:
-        what = ", ".join(FAULT_WORDS.get(k, k) for k in self.kinds)
-        return f"{self.device} {self.port} ({what} from {when(self.start_ns, origin_ns)})"
+        first, *later = (FAULT_WORDS.get(k, k) for k in self.kinds)
+        then = f", then {', '.join(later)}" if later else ""
+        return f"{self.device} {self.port} ({first} from {when(self.start_ns, origin_ns)}{then})"
 
 
 @dataclass(frozen=True)

@@ -145,8 +145,8 @@ def test_the_suspect_nearest_the_symptom_in_time_comes_first_and_kinds_are_named
     assert [(s.device, s.port, s.kinds) for s in inc.suspects] == [
         ("spine-1", "swp1", ("symbol-ber", "pre-fec-ber")), ("leaf-1", "swp64", ("drop-reason",)),
         ("spine-2", "swp4", ("link-flap",))]
-    assert inc.text(T0).startswith("host-1 mlx5_0: RoCE retransmissions; suspect spine-1 swp1 (symbol errors, "
-                                   "pre-FEC errors from +9.8 s), also leaf-1 swp64 (drops from +10.5 s), also "
+    assert inc.text(T0).startswith("host-1 mlx5_0: RoCE retransmissions; suspect spine-1 swp1 (symbol errors "
+                                   "from +9.8 s, then pre-FEC errors), also leaf-1 swp64 (drops from +10.5 s), also "
                                    "spine-2 swp4 (flaps from +2.0 s), on host-1's paths")
 
 
