@@ -126,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
                           "paths: names derived from the gNMI paths; both: each value under both")
     col.add_argument("--duration", type=_duration, default=None,
                      help="stop after this long (2s, 100ms, 1m or seconds)")
+    col.add_argument("--incidents", action="store_true",
+                     help="print on stderr the incidents the agents' events form: a host's RoCE retransmissions "
+                          "with the link faults on its paths, by the LLDP neighbours the agents send")
 
     tun = sub.add_parser(
         "tunnel-server", help="a gRPC tunnel server (openconfig grpctunnel) for development and tests",

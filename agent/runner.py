@@ -32,6 +32,8 @@ STOP_SLACK_S = 1.5
 #: then flush (a pass takes milliseconds; the first encode of a large table took seconds on a
 #: loaded machine); past this the pass is left to the exit
 ENGINE_STOP_S = STOP_TIMEOUT_S
+#: the control command ``states`` takes at most this many path prefixes
+MAX_STATE_PREFIXES = 16
 
 
 def min_interval(cfg: config.Config) -> float:
@@ -80,7 +82,8 @@ class Agent:
         if cfg.control.enabled:
             self.control = ControlServer(
                 cfg.control,
-                {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd, "ports": self.ports},
+                {"status": self.status, "metrics": self.metrics, "reload": self._reload_cmd, "ports": self.ports,
+                 "states": self.states},
             )
         self.last_reload: dict[str, Any] = {"ok": None, "ts_ns": None, "error": None}
         self.reloads = {"applied": 0, "rejected": 0}  # since start (the log line is rate-limited)
@@ -331,6 +334,19 @@ class Agent:
         speeds, events = tick.value
         return {"now_ns": time.time_ns(), "target": self.cfg.target, "ports": self._port_totals(speeds),
                 "events": events, "stale_s": tick.stale_s}
+
+    def states(self, req: dict | None = None) -> dict[str, Any]:
+        """The stored states (text and on-change values: LLDP neighbours, an RDMA port's netdev,
+        events) whose path starts with one of ``prefixes`` (display form, ``swtel:/rdma/``), as
+        [path, value] pairs: what ``swtel top --fabric`` groups into incidents. The store's copy,
+        safe off the tick thread."""
+        asked = (req or {}).get("prefixes")
+        # a malformed request is answered with nothing, not an error in the agent's log
+        wanted = tuple(p for p in asked[:MAX_STATE_PREFIXES] if isinstance(p, str) and p) \
+            if isinstance(asked, list) else ()
+        return {"now_ns": time.time_ns(), "target": self.cfg.target,
+                "states": [[u.path, u.value] for u in self.engine.store.states()
+                           if wanted and u.path.startswith(wanted)]}
 
     def _port_totals(self, speeds: dict[str, int]) -> dict[str, dict[str, Any]]:
         """The store's latest values summed per port, off the tick thread (the store hands out

@@ -8,8 +8,10 @@ time between their samples. With stdout not a terminal it prints plain lines ins
 
 A fabric (``swtel fabric``'s directory, which holds topology.yaml and every agent's control
 socket): ``swtel top --fabric DIR``, or ``--socket`` at a socket of that directory, lists the
-devices (name, role, socket, up or down, open events); ``j``/``k`` (or the arrows) pick one,
-Enter views it, ``b`` (or Esc) goes back to the list.
+devices (name, role, socket, up or down, open events) and the incidents their events form (a
+host's RoCE retransmissions with the link faults on its paths, by the LLDP neighbours each agent
+holds: agent/control/incidents.py); ``j``/``k`` (or the arrows) pick one, Enter views it, ``b``
+(or Esc) goes back to the list.
 """
 
 from __future__ import annotations
@@ -19,17 +21,23 @@ import select
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.control.client import ControlError, exit_code, request, socket_path
+from agent.control.incidents import Incident, StreamView
 from agent.control.printable import printable
 
 #: what ``swtel fabric`` writes into its directory beside the agents' sockets (agent/tools/fabric.py)
 TOPOLOGY_FILE = "topology.yaml"
 #: a device's control socket answers the list's poll within this, or shows as down
 FABRIC_POLL_TIMEOUT_S = 1.0
+#: the states the incidents need of each agent (control command ``states``): its LLDP neighbours
+#: and, on a host, its RDMA ports' netdevs
+INCIDENT_STATES = ["/lldp/", "swtel:/rdma/"]
+#: the fabric's list shows at most this many incidents, the newest
+INCIDENTS_SHOWN = 5
 
 
 def fabric_socket(directory: Path, name: str) -> Path:
@@ -48,6 +56,9 @@ class FabricDevice:
     open_events: int = 0
     ports: int = 0
     error: str = ""  # why it is down
+    target: str = ""  # the agent's own name for itself (its events' and neighbours' device)
+    events: list[dict[str, Any]] = field(default_factory=list)  # open and recently cleared
+    states: list[list[Any]] = field(default_factory=list)  # [path, value] of INCIDENT_STATES
 
 
 def load_fabric(directory: Path) -> list[FabricDevice]:
@@ -87,17 +98,46 @@ def fabric_of(socket: str) -> Path | None:
 
 
 def poll_fabric(devices: list[FabricDevice], timeout_s: float = FABRIC_POLL_TIMEOUT_S) -> None:
-    """Ask every device's agent for its ports and events (one ``ports`` request each): up with
-    its open events and ports, or down with why."""
+    """Ask every device's agent for its ports and events (a ``ports`` request) and for the
+    states incidents need (``states``; an agent without that command has none): up with its
+    open events and ports, or down with why."""
     for dev in devices:
         try:
             reply = request(str(dev.socket), "ports", timeout_s=timeout_s)
         except ControlError as exc:
             dev.up, dev.open_events, dev.ports, dev.error = False, 0, 0, str(exc)
+            dev.events, dev.states = [], []
             continue
         dev.up, dev.error = True, ""
-        dev.open_events = len((reply.get("events") or {}).get("open", []))
+        events = reply.get("events") or {}
+        dev.open_events = len(events.get("open", []))
         dev.ports = len(reply.get("ports") or {})
+        dev.target = str(reply.get("target") or dev.name)
+        dev.events = [*events.get("open", []), *events.get("recent", [])]
+        try:
+            dev.states = request(str(dev.socket), "states", timeout_s=timeout_s,
+                                 prefixes=INCIDENT_STATES).get("states") or []
+        except ControlError:
+            dev.states = []
+
+
+def fabric_incidents(devices: list[FabricDevice], now_ns: int | None = None) -> list[Incident]:
+    """The incidents of the devices' last poll: their events grouped by the LLDP neighbours the
+    agents hold (never topology.yaml), newest last."""
+    view = StreamView()
+    for dev in devices:
+        if not dev.up:
+            continue
+        view.on_lines([{"target": dev.target or dev.name, "path": p, "value": v}
+                       for p, v in (s for s in dev.states if isinstance(s, list | tuple) and len(s) == 2)])
+        view.add_events(dev.target or dev.name, (e for e in dev.events if isinstance(e, dict)))
+    found = view.incidents(time.time_ns() if now_ns is None else now_ns)
+    return sorted(found, key=lambda i: (i.formed_ns, i.key))
+
+
+def incident_lines(incidents: list[Incident]) -> list[str]:
+    """The newest incidents as plain lines (``INCIDENT`` and the incident, times in UTC)."""
+    return [printable(f"INCIDENT {inc.text()}") for inc in incidents[-INCIDENTS_SHOWN:]]
 
 
 def fabric_lines(directory: Path, devices: list[FabricDevice], selected: int | None = None) -> list[str]:
@@ -112,7 +152,7 @@ def fabric_lines(directory: Path, devices: list[FabricDevice], selected: int | N
         state = "up" if d.up else "down"
         lines.append(f"{mark} {printable(d.name):<{name_w}} {printable(d.role):<5} {state:<5} "
                      f"{d.open_events if d.up else '-':>6} {d.ports if d.up else '-':>5} {printable(str(d.socket))}")
-    return lines
+    return lines + incident_lines(fabric_incidents(devices))
 
 RATE_FIELDS = ("rx_octets", "tx_octets", "errors", "symbol_errors", "uncorrectable", "drops_in",
                "drops_out", "pfc_frames", "pfc_duration_us", "roce_retrans", "carrier")
@@ -285,7 +325,8 @@ def _rich_fabric(directory: Path, devices: list[FabricDevice], selected: int, he
     name_w = min(_NAME_MAX, max([6, *(len(printable(d.name)) for d in devices)]))
     header = Text(f"{'device':<{name_w}} {'role':<5} {'state':<5} {'events':>6} {'ports':>5} socket",
                   style="bold", no_wrap=True, overflow="ellipsis")
-    room = max(1, height - 3)
+    incidents = incident_lines(fabric_incidents(devices))
+    room = max(1, height - 3 - len(incidents))
     first = min(max(0, selected - room + 1), max(0, len(devices) - room))
     lines: list[Any] = [title, header]
     for i, d in enumerate(devices[first:first + room], start=first):
@@ -298,6 +339,7 @@ def _rich_fabric(directory: Path, devices: list[FabricDevice], selected: int, he
         if i == selected:
             style = (style + " reverse").strip()
         lines.append(Text(text, style=style, no_wrap=True, overflow="ellipsis"))
+    lines += [Text(line, style="bold red", no_wrap=True, overflow="ellipsis") for line in incidents]
     lines.append(Text(FABRIC_HINT, style="dim"))
     return Group(*lines)
 

@@ -10,7 +10,8 @@ Every update becomes one JSON line ``{"target", "path", "value", "ts", "sync"}``
 (``path`` absolute, ``origin:`` in front unless OpenConfig; ``sync`` false while the
 stream's initial snapshot is still arriving), deletes ``{"delete": true, ...}``,
 a sync_response ``{"target", "sync": true}``. The latest value per path is kept
-and optionally served to Prometheus.
+and optionally served to Prometheus. ``--incidents`` prints on stderr the incidents the
+agents' events form by the LLDP neighbours they send (agent/control/incidents.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2
 
 from agent import config, logs, tls
+from agent.control.incidents import IncidentPrinter, StreamView
 from agent.gnmi import paths
 from agent.gnmi.encode import python_value
 from agent.tools.prometheus import MetricsServer
@@ -315,12 +317,14 @@ def collect_main(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    # --incidents: the agents' events grouped by their LLDP neighbours, on stderr (stdout may hold the lines)
+    printer = IncidentPrinter(StreamView()) if getattr(args, "incidents", False) else None
     try:
         collector = Collector(
             args.listen, insecure=args.insecure, tls_cert=args.tls_cert, tls_key=args.tls_key,
             tls_client_ca=args.tls_client_ca, output=out, prometheus=args.prometheus,
             prometheus_names=args.prometheus_names,
-            keep_messages=False,
+            keep_messages=False, on_lines=printer.view.on_lines if printer is not None else None,
         ).start()
     except (OSError, tls.TlsError, RuntimeError, ValueError) as exc:
         print(f"swtel collect: {exc}", file=sys.stderr)
@@ -330,7 +334,11 @@ def collect_main(args) -> int:
     deadline = None if args.duration is None else time.monotonic() + args.duration
     while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
         stop.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+        for line in printer.update() if printer is not None else ():
+            print(line, file=sys.stderr, flush=True)
     collector.stop(grace=1.0)
+    for line in printer.update() if printer is not None else ():  # what came as the streams ended
+        print(line, file=sys.stderr, flush=True)
     log.info("collector stopped", messages=collector.received, streams=len(collector.streams))
     if out is not sys.stdout:
         out.close()

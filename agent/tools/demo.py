@@ -4,7 +4,9 @@ It starts a local gNMI dial-out collector and the simulated fabric (agent/tools/
 spine-1 whose port swp11s1 gets a marginal cable, host-1 whose RoCE retransmissions rise
 with it, then leaf-3 pushing about twice its share onto one uplink), one swtel agent
 per device. While it runs it shows the devices' busiest ports and the insight events
-as they arrive at the collector over gNMI; at the end it prints the event timeline and
+as they arrive at the collector over gNMI, and the incidents they form: a host's RoCE
+retransmissions with the link faults on its paths, by the LLDP neighbours the agents send
+(agent/control/incidents.py); at the end it prints the event timeline, the incidents and
 where the raw data went.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 from agent.config import Duration
 from agent.control.client import ControlError, request
+from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.printable import printable
 from agent.control.top import rates
 from agent.insights.congestion import CongestionConfig, fmt_bytes
@@ -325,7 +328,7 @@ def _port_rates(fabric: Fabric, prev: dict[str, dict]) -> dict[str, list[dict[st
 
 
 def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list], timeline: Timeline,
-          height: int):
+          height: int, incidents: IncidentPrinter | None = None):
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -360,6 +363,12 @@ def _view(fabric: Fabric, elapsed: float, duration: float, ports: dict[str, list
                           overflow="ellipsis"))
     if not rows:
         parts.append(Text(" (none yet)", style="dim"))
+    formed = incidents.book.all()[-2:] if incidents is not None else []
+    if formed:
+        parts.append(Text("incidents (by the agents' LLDP neighbours):", style="bold"))
+        for inc in formed:
+            parts.append(Text(printable(f" {incidents.rel(inc.formed_ns)} {inc.text(fabric.start_ns)}"),
+                              style="bold red", no_wrap=True, overflow="ellipsis"))
     return Group(*parts)
 
 
@@ -394,11 +403,17 @@ def demo_main(args: Any) -> int:
     hangup_signals(stop, hung_up)  # SIGINT, SIGTERM, and SIGHUP: a closed terminal or ssh session
 
     with open(out_path, "w", encoding="utf-8") as out:
-        feed = EventFeed()
+        feed, view = EventFeed(), StreamView()
+
+        def on_lines(lines: list[dict[str, Any]], rx_ns: int) -> None:
+            feed.on_lines(lines, rx_ns)
+            view.on_lines(lines, rx_ns)
+
         collector = Collector("127.0.0.1:0", insecure=True, output=out, keep_messages=False,
-                              on_lines=feed.on_lines).start()
+                              on_lines=on_lines).start()
         fabric = Fabric(workdir, f"127.0.0.1:{collector.port}", args.scenario, seed=args.seed)
         timeline = Timeline(fabric.start_ns)
+        incidents = IncidentPrinter(view, fabric.start_ns)
         plan = "; ".join(f"{sw.name} ({sw.role}): {', '.join(sw.scenarios) or 'clean'}" for sw in fabric.switches)
         ended_s = 0.0
         late: list[str] = []
@@ -411,9 +426,9 @@ def demo_main(args: Any) -> int:
             if short:
                 print("\n".join(short), flush=True)
             if tui:
-                _run_tui(fabric, feed, timeline, duration, stop)
+                _run_tui(fabric, feed, timeline, incidents, duration, stop)
             else:
-                _run_plain(fabric, feed, timeline, duration, stop)
+                _run_plain(fabric, feed, timeline, incidents, duration, stop)
         except Exception:
             # A terminal that hung up fails every write (EIO) and termios call: expected then.
             if not hung_up.is_set():
@@ -425,6 +440,7 @@ def demo_main(args: Any) -> int:
             codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
             if not hung_up.is_set():
                 late = timeline.update(feed.events())
+                late += incidents.update()
     if hung_up.is_set():
         # Nobody reads the terminal any more: no timeline, and no temporary directory left
         # behind whose name nobody saw (a --dir is kept).
@@ -437,6 +453,8 @@ def demo_main(args: Any) -> int:
         print("\n".join(late))
     print("\nevent timeline (seconds from the fabric's start):")
     print("\n".join("  " + line for line in timeline.table_lines()))
+    print("\nincidents (the events grouped by the agents' LLDP neighbours):")
+    print("\n".join("  " + line for line in incidents.summary_lines()))
     for line in lead_lines(fabric, timeline, ended_s):
         print(line)
     for line in incast_lines(fabric, timeline, out_path, CongestionConfig().high, ended_s):
@@ -463,18 +481,18 @@ def _seconds_left(fabric: Fabric, duration: float) -> float:
     return (fabric.start_ns + duration * NS_PER_S - time.time_ns()) / NS_PER_S
 
 
-def _run_plain(fabric: Fabric, feed: EventFeed, timeline: Timeline, duration: float,
-               stop: threading.Event) -> None:
+def _run_plain(fabric: Fabric, feed: EventFeed, timeline: Timeline, incidents: IncidentPrinter,
+               duration: float, stop: threading.Event) -> None:
     while not stop.is_set() and (left := _seconds_left(fabric, duration)) > 0:
         stop.wait(min(0.5, left))
-        for line in timeline.update(feed.events()):
+        for line in timeline.update(feed.events()) + incidents.update():
             print(line, flush=True)
         if fabric.failed():
             return
 
 
-def _run_tui(fabric: Fabric, feed: EventFeed, timeline: Timeline, duration: float,
-             stop: threading.Event) -> None:
+def _run_tui(fabric: Fabric, feed: EventFeed, timeline: Timeline, incidents: IncidentPrinter,
+             duration: float, stop: threading.Event) -> None:
     from rich.console import Console
     from rich.live import Live
 
@@ -488,9 +506,10 @@ def _run_tui(fabric: Fabric, feed: EventFeed, timeline: Timeline, duration: floa
             console=console, screen=True, auto_refresh=False, transient=True) as live:
         while not stop.is_set() and _seconds_left(fabric, duration) > 0:
             timeline.update(feed.events())
+            incidents.update()
             ports = _port_rates(fabric, prev) or ports
             since_origin = (time.time_ns() - fabric.start_ns) / 1e9  # the events' time axis
-            live.update(_view(fabric, since_origin, duration, ports, timeline, console.size.height),
+            live.update(_view(fabric, since_origin, duration, ports, timeline, console.size.height, incidents),
                         refresh=True)
             if "q" in _key_pressed(fd, 1.0).lower() or fabric.failed():
                 break

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.top import TOPOLOGY_FILE, fabric_socket
 from agent.tools.topology import Topology, uplink_ports
 
@@ -285,9 +286,12 @@ def fabric_main(args) -> int:
     stop, hung_up = threading.Event(), threading.Event()
     hangup_signals(stop, hung_up)
     codes: dict[str, int | None] = {}
+    view = StreamView()
+    printer: IncidentPrinter | None = None
     with open(out_path, "a", encoding="utf-8") as out:
         try:
-            collector = Collector(args.listen, insecure=True, output=out, keep_messages=False).start()
+            collector = Collector(args.listen, insecure=True, output=out, keep_messages=False,
+                                  on_lines=view.on_lines).start()
         except (OSError, RuntimeError) as exc:
             print(f"swtel fabric: --listen {args.listen}: {exc}", file=sys.stderr)
             return 2
@@ -306,6 +310,7 @@ def fabric_main(args) -> int:
             return 2
         try:  # whatever happens from here (a signal, a closed terminal), the agents are stopped
             fabric.start()
+            printer = IncidentPrinter(view, fabric.start_ns)
             names = ", ".join(s.name for s in fabric.switches[:12]) + (", ..." if len(fabric.switches) > 12 else "")
             print(f"swtel fabric: {fabric.topology.summary()} ({names}) -> collector {address}; "
                   f"data: {out_path}; configs, sockets, logs and topology.yaml: {workdir}", file=sys.stderr)
@@ -314,6 +319,8 @@ def fabric_main(args) -> int:
                 if fabric.failed():
                     break
                 stop.wait(0.2)
+                for line in printer.update():  # on stdout: the collector's lines go to --output
+                    print(line, flush=True)
         except OSError:
             if not hung_up.is_set():
                 raise
@@ -324,6 +331,10 @@ def fabric_main(args) -> int:
         if own_dir:  # nobody saw where it was: leave nothing behind
             shutil.rmtree(workdir, ignore_errors=True)
         return 128 + signal.SIGHUP
+    if printer is not None:  # what the agents flushed as they stopped counts too
+        late = printer.update()
+        print("\n".join([*late, "incidents (the events grouped by the agents' LLDP neighbours; seconds from the "
+                                 "fabric's start):", *("  " + line for line in printer.summary_lines())]), flush=True)
     bad = failed_codes(codes)
     if bad:
         print(f"swtel fabric: agents failed: {bad}; see the logs in {workdir}", file=sys.stderr)

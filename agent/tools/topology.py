@@ -20,6 +20,8 @@ import yaml
 ROLES = ("spine", "leaf", "host")
 #: a spine's ports a leaf can land on: swp11 and swp12 are broken out on the simulated spine
 SPINE_PORTS = tuple(f"swp{i}" for i in range(1, 65) if i not in (11, 12))
+#: the field case's spine-1: leaf-3's four uplinks land on the 4 x 100G breakout of swp11
+FIELD_SPINE_PORTS = tuple(f"swp11s{i}" for i in range(4))
 LEAF_SERVER_PORTS = tuple(f"swp{i}" for i in range(1, 33))
 HOST_PORT = "mlx5_0"
 MAX_DEVICES = 512  # one agent process each: far beyond what one machine runs
@@ -65,8 +67,9 @@ class Topology:
 
     @classmethod
     def field(cls) -> Topology:
-        """The field cases' three devices: spine-1, leaf-3 (4 uplinks to spine-1), host-1."""
-        return cls._build(["spine-1"], ["leaf-3"], ["host-1"], 4)
+        """The field cases' three devices: spine-1, leaf-3 (4 uplinks to spine-1's breakout
+        swp11s0-swp11s3, so the marginal cable on swp11s1 is on host-1's paths), host-1."""
+        return cls._build(["spine-1"], ["leaf-3"], ["host-1"], 4, FIELD_SPINE_PORTS)
 
     @classmethod
     def clos(cls, spines: int, leaves: int, hosts: int, uplinks: int | None = None) -> Topology:
@@ -81,15 +84,16 @@ class Topology:
                           [f"host-{i}" for i in range(1, hosts + 1)], up)
 
     @classmethod
-    def _build(cls, spines: list[str], leaves: list[str], hosts: list[str], up: int) -> Topology:
+    def _build(cls, spines: list[str], leaves: list[str], hosts: list[str], up: int,
+               spine_ports: tuple[str, ...] = SPINE_PORTS) -> Topology:
         if up not in (4, 8):
             raise ValueError(f"a leaf has 4 or 8 uplinks, got {up}")
         if spines and leaves and (len(spines) > up or up % len(spines)):
             raise ValueError(f"the spines ({len(spines)}) must divide a leaf's {up} uplinks evenly (1, 2, 4 or 8)")
         per_spine = up // len(spines) if spines else 0
-        if spines and len(leaves) * per_spine > len(SPINE_PORTS):
+        if spines and len(leaves) * per_spine > len(spine_ports):
             raise ValueError(f"{len(leaves)} leaves x {per_spine} links need more than a spine's "
-                             f"{len(SPINE_PORTS)} ports")
+                             f"{len(spine_ports)} ports")
         if hosts and not leaves:
             raise ValueError("hosts need a leaf to attach to")
         if leaves and len(hosts) > len(leaves) * len(LEAF_SERVER_PORTS):
@@ -100,7 +104,7 @@ class Topology:
         for li, leaf in enumerate(leaves):
             for j, port in enumerate(uplink_ports(up) if spines else []):
                 spine = spines[j % len(spines)]
-                links.append(Link((leaf, port), (spine, SPINE_PORTS[li * per_spine + j // len(spines)])))
+                links.append(Link((leaf, port), (spine, spine_ports[li * per_spine + j // len(spines)])))
         for hi, host in enumerate(hosts):
             links.append(Link((host, HOST_PORT), (leaves[hi % len(leaves)], LEAF_SERVER_PORTS[hi // len(leaves)])))
         return cls(nodes, links)

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +23,7 @@ from agent.gnmi import encode
 from agent.tools import prometheus
 from agent.tools.collect import NOKIA_METHOD, SONIC_METHOD, Collector
 from tests.gnmi_helpers import free_port, make_batch, make_pki, make_table, publish
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TS = 1_700_000_000_123_456_789
@@ -313,3 +315,42 @@ def test_cli_logs_in_the_agents_format(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines and all("component=collect" in ln and "level=" in ln for ln in lines), lines
+
+
+def test_cli_incidents_from_what_agents_send(tmp_path):
+    """`swtel collect --incidents`: the field fabric's LLDP neighbours and two events, as agents
+    publish them (gNMI states of each target), form the incident on stderr; the JSON lines
+    still go to --output."""
+    from agent.sources.lldp import neighbor_states, parse_neighbors
+    from agent.tools.topology import Topology
+
+    proc, port, out = _collect(tmp_path, "--insecure", "--incidents")
+    try:
+        _wait_listening(port, proc)
+        topo = Topology.field()
+        events = {"spine-1": ("symbol-ber", "swp11s1", TS), "host-1": ("roce-retrans", "mlx5_0", TS + 10**8)}
+        for node in topo.nodes:
+            lldp = neighbor_states(parse_neighbors(topo.lldp_document(node.name)))
+            updates = [StateUpdate(TS, c, leaf, v) for (c, leaf), v in lldp.items()]
+            if node.name in events:
+                kind, iface, start = events[node.name]
+                c = Container(SWTEL_ORIGIN, "/insights/events/event[id=1]/state")
+                updates += [StateUpdate(start, c, leaf, v) for leaf, v in (
+                    ("type", kind), ("interfaces", iface), ("start-ns", start), ("end-ns", start), ("status", "open"))]
+            publish(f"127.0.0.1:{port}", NOKIA_METHOD, encode.encode_states(updates, node.name))
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
+        wait_until(lambda: any(" INCIDENT " in line for line in lines), 60, "the incident on stderr",
+                   interval=0.1, detail=lambda: "".join(lines))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        reader.join(30)
+        line = next(x for x in lines if " INCIDENT " in x)
+        assert "INCIDENT host-1 mlx5_0: RoCE retransmissions; suspect spine-1 swp11s1 (symbol errors from " in line
+        assert line.rstrip().endswith("on host-1's paths via leaf-3 swp61–64"), line
+        assert '"swp11s1"' in out.read_text()  # the lines as ever
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

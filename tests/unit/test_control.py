@@ -735,6 +735,54 @@ def test_top_lists_a_fabric_s_devices_up_down_and_their_open_events(fabric_dir):
     assert fabric_of("/nonexistent/swtel.sock") is None
 
 
+def test_top_fabric_shows_the_incident_its_agents_events_and_lldp_form(tmp_path, make_server):
+    """`swtel top --fabric`: spine-1's symbol errors on swp11s1 and host-1's retransmissions form
+    one incident by the LLDP neighbours each agent answers (command `states`), with leaf-3's agent
+    down: its two neighbours' own reports still place it; an agent without `states` adds none."""
+    from agent.control.top import fabric_lines, fabric_socket, load_fabric, poll_fabric
+    from agent.sources.lldp import neighbor_states, parse_neighbors
+    from agent.tools.topology import Topology
+
+    topo = Topology.field()
+    topo.write(tmp_path / "topology.yaml", {n.name: fabric_socket(tmp_path, n.name).name for n in topo.nodes})
+    now = time.time_ns()
+    events = {"spine-1": ("symbol-ber", "swp11s1", now - 2_000_000_000),
+              "host-1": ("roce-retrans", "mlx5_0", now - 1_000_000_000)}
+    asked: list[list[str]] = []
+
+    def ports(name: str) -> dict:
+        kind, port, start = events[name]
+        reply = _ports_reply(name, 0)
+        reply["events"]["open"] = [{"id": 1, "type": kind, "severity": "warning", "message": "m",
+                                    "interfaces": [port], "start_ns": start, "end_ns": start, "state": "open"}]
+        return reply
+
+    def states(name: str, req: dict) -> dict:
+        asked.append(req["prefixes"])
+        lldp = neighbor_states(parse_neighbors(topo.lldp_document(name)))
+        return {"target": name, "states": [[c.full(leaf), v] for (c, leaf), v in lldp.items()
+                                           if c.full(leaf).startswith(tuple(req["prefixes"]))]}
+
+    for name in ("spine-1", "host-1"):
+        make_server({"ports": lambda _req, n=name: ports(n), "states": lambda req, n=name: states(n, req)},
+                    sock_name=f"{name}.sock")
+    devices = load_fabric(tmp_path)
+    poll_fabric(devices, timeout_s=2)
+    assert asked == [["/lldp/", "swtel:/rdma/"]] * 2
+    lines = fabric_lines(tmp_path, devices)
+    assert lines[-1].startswith("INCIDENT host-1 mlx5_0: RoCE retransmissions; suspect spine-1 swp11s1 (symbol "
+                                "errors from "), lines
+    assert lines[-1].endswith("on host-1's paths via leaf-3 swp61–64"), lines
+    # without the neighbours (an agent that answers no `states`) the events stand alone
+    for name in ("spine-1", "host-1"):
+        make_server({"ports": lambda _req, n=name: ports(n)}, sock_name=f"old/{name}.sock")
+    (tmp_path / "old" / "topology.yaml").write_text((tmp_path / "topology.yaml").read_text())
+    old = load_fabric(tmp_path / "old")
+    poll_fabric(old, timeout_s=2)
+    assert [d.up for d in old] == [True, False, True]
+    assert not any(line.startswith("INCIDENT") for line in fabric_lines(tmp_path / "old", old))
+
+
 def test_top_refuses_a_directory_without_a_fabric(tmp_path):
     from agent.control.top import load_fabric
 

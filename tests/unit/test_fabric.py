@@ -263,6 +263,7 @@ def test_demo_fec_degrade_predicts_the_failing_link(tmp_path):
 def _live_and_timeline(out: str) -> tuple[list[str], list[str]]:
     """(the live RAISED lines, the timeline's event rows) of a demo's output."""
     live, _, rest = out.partition("event timeline")
+    rest = rest.partition("\nincidents (")[0]  # the incidents section follows the timeline
     rows = [r for r in rest.splitlines()[3:] if re.match(r"^\s+[+-]\d+\.\ds ", r)]
     return [line for line in live.splitlines() if " RAISED " in line], rows
 
@@ -584,7 +585,8 @@ def test_top_shows_a_fabric_s_devices_and_opens_one(tmp_path):
         return proc.stdout.splitlines()
 
     def rows(lines: list[str]) -> dict[str, list[str]]:
-        return {line.split()[0]: line.split() for line in lines[2:]}
+        # the devices' rows (the incidents their events form follow them)
+        return {line.split()[0]: line.split() for line in lines[2:] if not line.startswith("INCIDENT ")}
 
     def status_events() -> dict[str, int]:
         return {sw.name: len(status_doc_of(sw.socket)["events"]["open"]) for sw in fabric.switches}

@@ -41,7 +41,9 @@ def test_clos_wiring(spines, leaves, hosts):
 def test_the_field_topology_is_the_three_devices_of_the_field_cases():
     topo = Topology.field()
     assert [(n.name, n.role) for n in topo.nodes] == [("spine-1", "spine"), ("leaf-3", "leaf"), ("host-1", "host")]
-    assert yaml.safe_load(yaml.safe_dump(topo.as_dict()))["links"][0] == {"a": "leaf-3:swp61", "b": "spine-1:swp1"}
+    assert yaml.safe_load(yaml.safe_dump(topo.as_dict()))["links"][0] == {"a": "leaf-3:swp61", "b": "spine-1:swp11s0"}
+    # the marginal cable of the field case (spine-1 swp11s1) faces leaf-3, on host-1's paths
+    assert ("spine-1", "swp11s1") in [link.b for link in topo.links]
 
 
 @pytest.mark.parametrize(("args", "message"), [
