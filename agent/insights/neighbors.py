@@ -69,17 +69,17 @@ class FarEnds:
                 name = decl.name(leaves) if leaves else ""
             except Exception:  # noqa: BLE001 - a source's bad naming costs its far end, never the events
                 name = ""
-            names = self._names.setdefault(port, {})
             if not leaves:
                 self._leaves.pop(container, None)
-            if (names.get(container) or "") == name:
+            names = self._names.get(port, {})
+            if names.get(container, "") == name:
                 continue
             if name:
-                names[container] = name
+                self._names.setdefault(port, names)[container] = name
             else:
                 names.pop(container, None)
-            if not names:
-                del self._names[port]
+                if not names:
+                    self._names.pop(port, None)
             self.generation += 1
 
     def _alias(self, container: Container, port: str, value: Any) -> None:

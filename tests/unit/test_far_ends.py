@@ -239,7 +239,10 @@ def test_a_simulated_hosts_event_carries_its_leaf_to_gnmi_otlp_status_and_the_lo
         f"control: {{socket: {tmp_path / 'swtel.sock'}, group: null}}\n"), tmp_path)
 
     def opened() -> list[dict]:
-        return [e for e in status_doc(tmp_path)["events"]["open"] if e["type"] == "roce-retrans"]
+        """The open roce-retrans events once they name a far end (one learnt after the event was
+        raised comes as an update)."""
+        found = [e for e in status_doc(tmp_path)["events"]["open"] if e["type"] == "roce-retrans"]
+        return found if all(e["neighbor"] for e in found) else []
 
     try:
         agent.wait_ready()
@@ -247,13 +250,13 @@ def test_a_simulated_hosts_event_carries_its_leaf_to_gnmi_otlp_status_and_the_lo
         with gNMIclient(target=("127.0.0.1", port), insecure=True, gnmi_timeout=10) as gc:
             got = gc.get(path=[f"swtel:{EVENT_STATE.format(event['id'])}"], encoding="json")
         leaves = {u["path"]: u["val"] for n in got["notification"] for u in n.get("update", [])}
-        point = agent.wait_for(lambda: rx.latest("swtel_insights_event_info", type="roce-retrans"), 30,
-                               "the event's info series over OTLP")
+        point = agent.wait_for(lambda: rx.latest("swtel_insights_event_info", type="roce-retrans",
+                                                 neighbor="leaf-3 swp1"), 30, "the event's info series over OTLP")
         log = agent.log.read_text()
     finally:
         assert agent.stop() == 0
         rx.stop()
     assert event["interfaces"] == ["mlx5_0"] and event["neighbor"] == "leaf-3 swp1"
     assert leaves["neighbor"] == "leaf-3 swp1" and leaves["interfaces"] == "mlx5_0", leaves
-    assert point.attr["neighbor"] == "leaf-3 swp1" and point.attr["interface"] == "mlx5_0" and point.value == 1
+    assert point.attr["id"] == str(event["id"]) and point.attr["interface"] == "mlx5_0" and point.value == 1
     assert 'type=roce-retrans' in log and 'neighbor="leaf-3 swp1"' in log
