@@ -99,6 +99,31 @@ class InfoMetric:
     doc: str = ""
 
 
+@dataclass(frozen=True)
+class FarEnd:
+    """States a plugin declares that name the far end of a local port (sources.lldp's
+    neighbours): every event on that port names it (agent/insights/neighbors.py). ``container``
+    is the path of the states with ``{X}`` for each key value, ``port`` the local port's name made
+    of the key values (``"{0}"``: the first), and ``name`` the far end's name made of the
+    container's leaves (leaf -> value; "" when they name none)."""
+
+    container: str
+    port: str
+    name: Callable[[dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class PortAlias:
+    """A state a plugin declares that names the interface one of its ports stands on (an RDMA
+    port's netdev): an event on the port names that interface's far end. ``container`` and
+    ``port`` as :class:`FarEnd`'s (``"{0}/{1}"``: the RDMA port's ``mlx5_0/1``), ``leaf`` the
+    state that holds the interface's name."""
+
+    container: str
+    port: str
+    leaf: str
+
+
 SOURCES = Registry("sources", ("netdev", "ethtool", "rdma", "system", "asic"))
 EXPORTERS = Registry("exporters", ("jsonl", "dialout", "server", "tunnel", "otlp"))
 DETECTORS = Registry("insights", ("error_burst", "link_flap", "pfc_storm", "drop_burst", "imbalance",
@@ -106,6 +131,10 @@ DETECTORS = Registry("insights", ("error_burst", "link_flap", "pfc_storm", "drop
 ALL = (SOURCES, EXPORTERS, DETECTORS)
 #: name -> the info series plugins declared (a source's ``info_metrics``)
 INFO_METRICS: dict[str, InfoMetric] = {}
+#: container shape -> the far ends (a source's ``far_ends``) and port aliases (``port_aliases``)
+#: plugins declared
+FAR_ENDS: dict[str, FarEnd] = {}
+PORT_ALIASES: dict[str, PortAlias] = {}
 
 
 def load_plugins(package: str, path: Any, registered: Callable[[], Iterable[type]],

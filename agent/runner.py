@@ -194,6 +194,7 @@ class Agent:
                 fresh = _insights(new)
                 if fresh is not None:
                     fresh.set_port_speeds(self.engine.port_speeds())
+                    fresh.start(self.engine.store)  # the far ends the store holds (LLDP neighbours)
                 self.insights = fresh
                 self._feed_engine()
             self.engine.reload(new)

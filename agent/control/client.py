@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from agent import config as config_mod
-from agent.control.printable import printable
+from agent.control.printable import far_end, printable
 from agent.control.protocol import KIND_BUSY, MAX_REPLY, ProtocolError, pack, read_frame
 
 EXIT_HEALTHY, EXIT_UNHEALTHY, EXIT_NO_AGENT, EXIT_BUSY, EXIT_AGENT_ERROR = 0, 1, 2, 3, 4
@@ -321,7 +321,8 @@ def _event_line(now: int, ev: Any) -> str:
     when = _ago(now, ev.get("start_ns")) if ev.get("start_ns") else ""
     if ev.get("cleared_ns"):
         when += f", cleared {_ago(now, ev['cleared_ns'])}"
-    return f"  {when:>10}  {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"
+    return (f"  {when:>10}  {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"
+            f"{far_end(ev)}")
 
 
 def render(status: dict[str, Any], problems: list[str]) -> str:

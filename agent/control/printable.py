@@ -33,3 +33,10 @@ def printable(value: Any) -> str:
 def printable_lines(text: str) -> str:
     """A multi-line text: each line made printable, the line breaks kept."""
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def far_end(event: Any) -> str:
+    """How status and top show an event's far end (``  neighbor: leaf-3 swp61``), or "" when it
+    has none (or comes from an agent before events named it)."""
+    name = event.get("neighbor") if isinstance(event, dict) else None
+    return f"  neighbor: {name}" if name else ""

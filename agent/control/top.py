@@ -27,7 +27,7 @@ from typing import Any
 
 from agent.control.client import ControlError, exit_code, request, socket_path
 from agent.control.incidents import Incident, StreamView
-from agent.control.printable import printable
+from agent.control.printable import far_end, printable
 
 #: what ``swtel fabric`` writes into its directory beside the agents' sockets (agent/tools/fabric.py)
 TOPOLOGY_FILE = "topology.yaml"
@@ -230,7 +230,8 @@ def plain_lines(target: str, rows: list[dict[str, Any]], events: dict[str, list]
                      f"{_rate(r['errs']):>6} {_rate(r.get('symbol_errors')):>6} {_rate(r['drops']):>6} "
                      f"{paused:>5} {printable(r.get('why', '-'))}")
     for ev in events.get("open", [])[:5]:
-        lines.append(printable(f"EVENT {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"))
+        lines.append(printable(f"EVENT {ev.get('severity', '?')} {ev.get('type', '?')}: {ev.get('message', '')}"
+                               f"{far_end(ev)}"))
     return lines
 
 
@@ -301,7 +302,9 @@ def _rich_view(target: str, rows: list[dict[str, Any]], events: dict[str, list],
         parts.append(Text("open events:", style="bold"))
         for ev in shown_events:
             color = "red" if ev.get("severity") == "critical" else "yellow"
-            parts.append(Text(printable(f" {ev.get('type', '?')}: {ev.get('message', '')}"), style=color,
+            # the far end first: the message's end is what an ellipsis cuts
+            far = f" (neighbor: {ev['neighbor']})" if ev.get("neighbor") else ""
+            parts.append(Text(printable(f" {ev.get('type', '?')}{far}: {ev.get('message', '')}"), style=color,
                               overflow="ellipsis", no_wrap=True))
     parts.append(Text(hint, style="dim"))
     return Group(*parts)

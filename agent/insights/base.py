@@ -394,6 +394,8 @@ class Event:
     last_ns: int = 0  # last time the rule held
     cleared_ns: int | None = None
     peak_ns: int = 0  # when the peak was seen (the sample's time)
+    #: the far end of its ports (``leaf-3 swp61``; agent/insights/neighbors.py), "" while unknown
+    neighbor: str = ""
     # gNMI bookkeeping
     sent: dict[str, Any] = field(default_factory=dict)
     sent_ns: int = 0
@@ -414,6 +416,7 @@ class Event:
             "unit": self.unit,
             "message": self.message,
             "state": self.state,
+            "neighbor": self.neighbor,
         }
 
 

@@ -2,6 +2,12 @@
 cleared after ``clear_after`` without a hit, and sent as gNMI state updates
 (``swtel:/insights/events/event[id=N]/state``); the last ``history`` cleared ones are kept
 for ``swtel status``, and an event leaving the history is deleted from gNMI.
+
+Every event names the far end of its ports when it is known (``neighbor``: ``leaf-3 swp61``,
+agent/insights/neighbors.py), here, where events are made: the log line, the gNMI leaf, status
+and the exporters' event series all take it from the event. An open event takes a far end
+learnt after it was raised, or a new one (a port re-cabled); a far end that goes unknown leaves
+the last one named (the event happened on that link).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 from agent.counters import SWTEL_ORIGIN, Container, StateUpdate
 from agent.insights.base import NS, SEVERITY_RANK, Detector, Event
+from agent.insights.neighbors import FarEnds
 
 MACHINERY = True  # the pipeline's, not a plugin (agent/registry.py load_plugins)
 
@@ -19,14 +26,17 @@ UPDATE_NS = NS  # an open event's changed peak/message is sent at most once per 
 MATERIAL = 1.10  # ... and only when its peak grew by 10 % (or severity/interfaces changed)
 EVENTS_PATH = "/insights/events/event[id={id}]/state"
 LEAVES = ("type", "severity", "interfaces", "start-ns", "end-ns", "peak", "peak-ns", "peak-unit", "message",
-          "status", "lane")  # lane: only an event of one lane has it (link-degrading's)
+          "status", "lane", "neighbor")  # lane: only an event of one lane has it (link-degrading's); neighbor:
+# only one whose far end is known
 
 
 class EventBook:
     """Open events by (type, key), the recently cleared ones, and the state updates due."""
 
-    def __init__(self, log: Any, history: int) -> None:
+    def __init__(self, log: Any, history: int, far_ends: FarEnds | None = None) -> None:
         self.log = log
+        self.far_ends = far_ends if far_ends is not None else FarEnds()
+        self._far_generation = self.far_ends.generation
         self.history = history  # how many cleared events are kept
         self.open: dict[tuple[str, Any], Event] = {}
         self.recent: deque[Event] = deque()
@@ -50,8 +60,11 @@ class EventBook:
             self.next_id += 1
             self.open[(etype, key)] = ev
             self.raised += 1
+            self._name_far_end(ev)
+            far = {"neighbor": ev.neighbor} if ev.neighbor else {}
             self.log.warning("event raised", id=ev.id, type=etype, severity=severity,
-                             interfaces=",".join(ev.interfaces), peak=_round(peak), unit=unit, message=message)
+                             interfaces=",".join(ev.interfaces), peak=_round(peak), unit=unit, message=message,
+                             **far)
             return ev
         ev.last_ns = max(ev.last_ns, ts)
         worse = SEVERITY_RANK[severity] > SEVERITY_RANK[ev.severity]
@@ -65,13 +78,26 @@ class EventBook:
             ev.peak = max(ev.peak, float(peak))
             ev.unit = unit
             ev.message = message
-            ev.interfaces = list(interfaces)
+            if list(interfaces) != ev.interfaces:
+                ev.interfaces = list(interfaces)
+                self._name_far_end(ev)
         return ev
+
+    def _name_far_end(self, ev: Event) -> None:
+        """The one rule: an event names its ports' far end once known (and a changed one)."""
+        name = self.far_ends.of_ports(ev.interfaces)
+        if name and name != ev.neighbor:
+            ev.neighbor = name
+            ev.pending = True
 
     def end_pass(self, ts: int, clear_after_ns: Callable[[str], int]) -> list[StateUpdate]:
         """Clear the events quiet for their detector's ``clear_after`` (``clear_after_ns(name)``),
         send the changed ones; every state update due."""
         out, self.updates = self.updates, []
+        if self.far_ends.generation != self._far_generation:  # a far end learnt or changed
+            self._far_generation = self.far_ends.generation
+            for ev in self.open.values():
+                self._name_far_end(ev)
         for ev in list(self.open.values()):
             if ts - ev.last_ns >= clear_after_ns(ev.detector):
                 self.clear(ev, ts, "quiet")
@@ -93,9 +119,10 @@ class EventBook:
         self._emit(ev, ts)
         self.recent.appendleft(ev)
         self._recent_view.appendleft(ev.as_dict())
+        far = {"neighbor": ev.neighbor} if ev.neighbor else {}
         self.log.info("event cleared", id=ev.id, type=ev.type, interfaces=",".join(ev.interfaces),
                       reason=reason, duration_s=round((ev.last_ns - ev.start_ns) / NS, 3),
-                      peak=_round(ev.peak), unit=ev.unit)
+                      peak=_round(ev.peak), unit=ev.unit, **far)
         self.trim(ts)
 
     def trim(self, ts: int) -> None:
@@ -120,6 +147,7 @@ class EventBook:
             "message": ev.message,
             "status": ev.state,
             "lane": getattr(ev, "lane", None),  # set by the detector that raised it, if any
+            "neighbor": ev.neighbor or None,
         }
         c = _container(ev.id)
         for leaf in LEAVES:

@@ -23,6 +23,7 @@ from agent.insights.base import REGISTRY, Detector, Event
 from agent.insights.election import Election
 from agent.insights.events import EventBook
 from agent.insights.feeds import FeedBook, Port
+from agent.insights.neighbors import FarEnds
 from agent.insights.paths import deleted_ports
 from agent.listener import Listener
 
@@ -45,7 +46,9 @@ class InsightsPipeline(Listener):
         self._feeds = FeedBook()
         self._ports: dict[str, Port] = self._feeds.ports  # the same dict, by port name
         self._election = Election()
-        self._events = EventBook(self.log, cfg.history)
+        #: each port's far end, from the states the sources declare (sources.lldp's neighbours)
+        self.far_ends = FarEnds()
+        self._events = EventBook(self.log, cfg.history, self.far_ends)
         self._last_ts = 0
         self._retired: list[StateUpdate] = []  # a disabled detector's last states (its gauges' deletes)
         self._build_detectors()
@@ -88,13 +91,18 @@ class InsightsPipeline(Listener):
     # (agent/exporters/base.py): the engine feeds the pipeline as it feeds the exporters, and
     # takes its events from end_pass.
     def start(self, store: Any) -> None:
-        """Nothing to open: the detectors keep their own state."""
+        """Nothing to open (the detectors keep their own state): the far ends the store
+        already holds are read (a pipeline made by a reload starts after the neighbours came)."""
+        if store is not None:
+            self.far_ends.on_state(store.states())
 
     def stop(self, timeout: float) -> None:
         """Nothing to flush."""
 
     def on_state(self, updates: list[StateUpdate]) -> None:
-        """States (oper-status, the pipeline's own events) feed no detector."""
+        """States (oper-status, the pipeline's own events) feed no detector; the ones that name a
+        port's far end (LLDP neighbours, an RDMA port's netdev) name it in the events."""
+        self.far_ends.on_state(updates)
 
     def on_port_speeds(self, speeds: dict[str, int]) -> None:
         self.set_port_speeds(speeds)

@@ -65,6 +65,10 @@ def register(cls: type[Source]) -> type[Source]:
         classify.declare_prefix(prefix, matcher)
     for metric in cls.info_metrics:
         registry.INFO_METRICS[metric.name] = metric
+    for far in cls.far_ends:
+        registry.FAR_ENDS[far.container] = far
+    for alias in cls.port_aliases:
+        registry.PORT_ALIASES[alias.container] = alias
     registry.SOURCES.add(registry.Section(cls.name, cls.config_class, check=cls.check,
                                           validate_check=cls.validate_check, doc=cls.doc, plugin=cls))
     return cls
@@ -111,6 +115,11 @@ class Source:
     #: info series the metric exporters build from its text states (agent/registry.py
     #: InfoMetric; OTLP and remote write carry them, docs/paths.md lists them)
     info_metrics: ClassVar[tuple[registry.InfoMetric, ...]] = ()
+    #: states that name a local port's far end (registry.FarEnd: sources.lldp's neighbours) and
+    #: that tie a port to the interface it stands on (registry.PortAlias: an RDMA port's
+    #: netdev): every event on the port names its far end (agent/insights/neighbors.py)
+    far_ends: ClassVar[tuple[registry.FarEnd, ...]] = ()
+    port_aliases: ClassVar[tuple[registry.PortAlias, ...]] = ()
 
     @classmethod
     def check(cls, section: Any, where: str, problems: list[str], cfg: Config) -> None:

@@ -35,7 +35,7 @@ from agent.config import Duration, setting
 from agent.counters import OPENCONFIG, Container, CounterTable, StateUpdate
 from agent.files import read_regular
 from agent.pathgrammar import escape_key, interface_path
-from agent.registry import InfoMetric
+from agent.registry import FarEnd, InfoMetric
 from agent.sources.base import NO_DATA, Source, SourceConfig, register
 
 #: lldpd's id subtypes (``id[].type``) -> OpenConfig LLDP's ``chassis-id-type`` / ``port-id-type``
@@ -219,6 +219,18 @@ def neighbor_states(neighbors: tuple[Neighbor, ...]) -> dict[tuple[Container, st
             if ifnum is not None:
                 out[(mc, "interface-number")] = ifnum
     return out
+
+
+def far_end_name(leaves: dict[str, Any]) -> str:
+    """How an event names a neighbour (``leaf-3 swp61``): its system name (else its chassis id)
+    and its port. A switch's port id is its ifname (Cumulus' ``portidsubtype ifname``); plain
+    lldpd on a host sends its MAC as port id and its ifname as description, which names it
+    better."""
+    system = str(leaves.get("system-name") or leaves.get("chassis-id") or "")
+    port = str(leaves.get("port-id") or "")
+    if (leaves.get("port-id-type") == "MAC_ADDRESS" and leaves.get("port-description")) or not port:
+        port = str(leaves.get("port-description") or port)
+    return " ".join(part for part in (system, port) if part)
 
 
 # ---------------------------------------------------------------- lldpcli, bounded
@@ -503,6 +515,8 @@ class LldpSource(Source):
          ("port-id-type", "port_id_type"), ("port-description", "port_description"),
          ("system-name", "system_name"), ("system-description", "system_description")),
         doc="sources.lldp: one per neighbour (Cumulus 5.13+'s name and attributes)"),)
+    #: every event on a port with a neighbour names it (agent/insights/neighbors.py)
+    far_ends = (FarEnd(neighbor_container("{X}", "{X}").path, "{0}", far_end_name),)
 
     @classmethod
     def check(cls, section: LldpConfig, where: str, problems: list[str], cfg: Any) -> None:
@@ -597,4 +611,5 @@ class LldpSource(Source):
                 "last_run_ms": round(w.latest.took_ms, 1) if w and w.latest else None}
 
 
-__all__ = ["LldpConfig", "LldpSource", "Neighbor", "Reading", "Worker", "parse_neighbors", "run_bounded"]
+__all__ = ["LldpConfig", "LldpSource", "Neighbor", "Reading", "Worker", "far_end_name", "parse_neighbors",
+           "run_bounded"]

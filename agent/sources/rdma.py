@@ -25,7 +25,7 @@ from agent import _backend
 from agent.config import CounterFilter, setting
 from agent.counters import COUNTER, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, StateUpdate
 from agent.pathgrammar import escape_name, rdma_port_path
-from agent.registry import InfoMetric
+from agent.registry import InfoMetric, PortAlias
 from agent.sources.base import Source, SourceConfig, counter_wanted, doc_row, leaf_name, register
 
 #: Counters the driver keeps in 32 bits (they wrap); everything else is 64-bit.
@@ -78,6 +78,9 @@ class RdmaSource(Source):
     info_metrics = (InfoMetric("swtel_rdma_port_info", f"{rdma_port_path('{X}', '{X}')}/state", ("interface", "port"),
                                (("netdev", "netdev"),),
                                doc="sources.rdma: an RDMA port's netdev (the join to its LLDP neighbour)"),)
+    #: an event on the RDMA port (``mlx5_0/1``, the counters' port label) names its netdev's LLDP
+    #: neighbour (agent/insights/neighbors.py)
+    port_aliases = (PortAlias(f"{rdma_port_path('{X}', '{X}')}/state", "{0}/{1}", "netdev"),)
 
     @classmethod
     def check(cls, section: RdmaConfig, where: str, problems: list[str], cfg) -> None:
