@@ -54,13 +54,13 @@ def test_the_far_ends_of_a_leaf_from_its_lldp_states():
     states = _lldp(Topology.field().lldp_document("leaf-3"))
     far.on_state(states)
     assert [far.of_port(p) for p in ("swp61", "swp64", "swp1", "swp2")] == [
-        "spine-1 swp1", "spine-1 swp4", "host-1 mlx5_0", ""]
-    assert far.of_ports(["swp61", "swp2", "swp62"]) == "swp61: spine-1 swp1; swp62: spine-1 swp2"
+        "spine-1 swp11s0", "spine-1 swp11s3", "host-1 mlx5_0", ""]
+    assert far.of_ports(["swp61", "swp2", "swp62"]) == "swp61: spine-1 swp11s0; swp62: spine-1 swp11s1"
     before = far.generation
     far.on_state(states)  # the same again: nothing changed
     assert far.generation == before
     far.on_state(_gone([u for u in states if "interface[name=swp61]" in u.container.path]))
-    assert far.of_port("swp61") == "" and far.of_port("swp62") == "spine-1 swp2" and far.generation > before
+    assert far.of_port("swp61") == "" and far.of_port("swp62") == "spine-1 swp11s1" and far.generation > before
 
 
 def test_two_neighbours_on_one_port_are_both_named():
@@ -103,21 +103,21 @@ def test_an_event_names_its_far_end_everywhere_it_goes():
     pipeline.hit(det, "symbol-ber", "swp7", 1 * NS, "warning", 1e-10, "ber", "swp7: symbol BER", ["swp7"])
     updates = pipeline.end_pass(1 * NS)
     # gNMI: the leaf beside the event's others; none for a port without a known neighbour
-    assert _leaves(updates, 1)["neighbor"] == "spine-1 swp1" and _leaves(updates, 1)["type"] == "symbol-ber"
+    assert _leaves(updates, 1)["neighbor"] == "spine-1 swp11s0" and _leaves(updates, 1)["type"] == "symbol-ber"
     assert "neighbor" not in _leaves(updates, 2) and _leaves(updates, 2)["type"] == "symbol-ber"
     # the log line
     raised = [kw for level, event, kw in log.lines if event == "event raised"]
-    assert raised[0]["neighbor"] == "spine-1 swp1" and "neighbor" not in raised[1]
+    assert raised[0]["neighbor"] == "spine-1 swp11s0" and "neighbor" not in raised[1]
     # status
     opened = {e["interfaces"][0]: e for e in pipeline.status()["open"]}
-    assert opened["swp61"]["neighbor"] == "spine-1 swp1" and opened["swp7"]["neighbor"] == ""
+    assert opened["swp61"]["neighbor"] == "spine-1 swp11s0" and opened["swp7"]["neighbor"] == ""
     # OTLP and remote write: the event's info series
     store = Store()
     store.set_states(updates)
     info = {dict(attrs)["id"]: dict(attrs) for name, attrs, value, _ts in gauges(store)
             if name == "swtel_insights_event_info" and value == 1.0}
     assert info["1"] == {"id": "1", "type": "symbol-ber", "severity": "warning", "interface": "swp61",
-                         "neighbor": "spine-1 swp1", "status": "open"}
+                         "neighbor": "spine-1 swp11s0", "status": "open"}
     assert info["2"]["neighbor"] == "" and info["2"]["interface"] == "swp7"
 
 
