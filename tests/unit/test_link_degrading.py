@@ -19,6 +19,7 @@ from agent.insights import InsightsPipeline, classify
 from agent.insights.link_degrading import GAUGES, phase_of, prediction_container
 from agent.pathgrammar import interface_path
 from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
+from agent.sources.events import EVENT_INFO
 from agent.store import Store
 from tests import sim_model
 from tests.unit.test_insights_fabric import NS, T0, events, run
@@ -365,7 +366,8 @@ def _gauge_states(ts_ns: int, flr: float, max_bin: int) -> list:
     box = prediction_container("swp1")
     return [StateUpdate(ts_ns, box, "predicted-flr", flr, "insights"),
             StateUpdate(ts_ns, box, "max-bin", max_bin, "insights"),
-            # an event's numeric leaf has no named shape: not a gauge
+            # an event's numeric leaf has no named shape: not a gauge (the event is an info series,
+            # sources.events' swtel_insights_event_info: tests/unit/test_far_ends.py)
             StateUpdate(ts_ns, Container("swtel", "/insights/events/event[id=1]/state"), "peak", 2.5, "insights")]
 
 
@@ -393,8 +395,11 @@ def test_otlp_carries_the_gauges_in_both_profiles(profile):
     assert (flr.as_double, flr.time_unix_nano) == (2.5e-9, 7 * NS)
     max_bin = points[("nvswitch_interface_phy_stats_fec_max_bin", (("interface", "swp1"),))]
     assert (max_bin.as_double, max_bin.time_unix_nano) == (3.0, 5 * NS)
-    assert not any("event" in name or "peak" in name for name, _a in points)
-    assert exp.points == 5 + 2 and len(exp.request_points) == len(requests) and exp.request_points[-1] == 2
+    assert not any("peak" in name for name, _a in points)
+    assert [name for name, _a in points if "event" in name] == [EVENT_INFO]  # the event's info series, value 1
+    assert points[(EVENT_INFO, (("id", "1"), *((k, "") for k in ("type", "severity", "interface", "neighbor",
+                                                                  "status"))))].as_double == 1.0
+    assert exp.points == 5 + 3 and len(exp.request_points) == len(requests) and exp.request_points[-1] == 3
     assert requests[-1].resource_metrics[0].resource == requests[0].resource_metrics[0].resource
 
 
@@ -407,13 +412,19 @@ def test_remote_write_carries_the_gauges_on_change_and_each_resend():
     flr = _series("nvswitch_interface_phy_stats_predicted_flr", site="ams1")
     max_bin = _series("nvswitch_interface_phy_stats_fec_max_bin", site="ams1")
 
+    infos: list[dict] = []
+
     def export() -> dict:
+        """The gauges of one export (the event's info series, value 1, kept apart in ``infos``)."""
         built = exp.build()
         exp.exports += 1
-        return _parse(b"".join(b for b, _n in built))
+        parsed = _parse(b"".join(b for b, _n in built))
+        infos.append({k: v for k, v in parsed.items() if dict(k)["__name__"] == EVENT_INFO})
+        return {k: v for k, v in parsed.items() if dict(k)["__name__"] != EVENT_INFO}
 
     store.set_states(_gauge_states(7 * NS, 2.5e-9, 12))
     assert export() == {flr: [(2.5e-9, 7000)], max_bin: [(12.0, 7000)]}  # no event's peak
+    assert [v for (v,) in (list(i.values()) for i in infos)] == [[(1.0, 7000)]]
     assert export() == {}  # unchanged, not due
     store.set_states(_gauge_states(8 * NS, 3e-9, 12)[:1])
     assert export() == {flr: [(3e-9, 8000)]}

@@ -18,6 +18,7 @@ from agent.counters import F_CHANGED, F_RESET, Batch
 from agent.exporters import otlp_names
 from agent.exporters.otlp import OtlpConfig, OtlpExporter
 from agent.sources.asic import histogram_bin_container, map_name
+from agent.sources.events import EVENT_INFO
 from agent.store import Store
 from tests import sim_model
 from tests.gnmi_helpers import free_port, make_pki, make_table
@@ -585,6 +586,7 @@ def _check_against_model(rx: Receiver, model: Model, start: int) -> int:
     checked = 0
     derived = set(otlp_names.PREDICTION_NAMES)  # the detectors' gauges: tests/unit/test_link_degrading.py
     derived.add(otlp_names.OPEN_EVENTS)  # the agent's open events: tests/unit/test_events_source.py
+    derived.add(EVENT_INFO)  # the events themselves, one info series each: tests/unit/test_far_ends.py
     for p in rx.points:
         if p.name in derived:
             continue
