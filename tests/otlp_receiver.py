@@ -13,6 +13,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Collection
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -27,8 +28,8 @@ class Point:
     attrs: tuple[tuple[str, str], ...]
     time_ns: int
     start_ns: int
-    value: float | int
-    value_type: str  # as_double | as_int
+    value: float | int | tuple[int, ...] | None  # None: a point flagged "no recorded value"
+    value_type: str | None  # as_double | as_int | bucket_counts; None with no value
     monotonic: bool = False
     temporality: int = 0
     bounds: tuple[float, ...] = ()  # a histogram's explicit bounds (its value: the bucket counts)
@@ -43,8 +44,14 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
     stopped and started again on the same port looks to the agent like an outage."""
 
     def __init__(self, listen: str = "127.0.0.1:0", credentials: grpc.ServerCredentials | None = None,
-                 reply=None):
+                 reply=None, names: Collection[str] | None = None):
         self.listen = listen
+        # the metrics whose points are kept (None: all). A simulated spine exports ~17,000
+        # points a request: kept and scanned, they made this receiver answer later and later
+        # (the agent's queue grew to tens of requests), so a test that reads a few series
+        # names them.
+        self.names = frozenset(names) if names is not None else None
+        self._by_name: dict[str, list[Point]] = {}
         self.credentials = credentials
         self.reply = reply  # callable(request) -> ExportMetricsServiceResponse, or None
         self.points: list[Point] = []
@@ -85,6 +92,8 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
             resource = {a.key: a.value.string_value for a in rm.resource.attributes}
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
+                    if self.names is not None and m.name not in self.names:
+                        continue
                     kind = m.WhichOneof("data")
                     data = getattr(m, kind)
                     for dp in data.data_points:
@@ -93,8 +102,8 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
                             value, vt, bounds = tuple(dp.bucket_counts), "bucket_counts", tuple(dp.explicit_bounds)
                             assert dp.count == sum(value), (dp.count, value)
                         else:
-                            vt = dp.WhichOneof("value")
-                            value, bounds = getattr(dp, vt), ()
+                            vt = dp.WhichOneof("value")  # None: flagged "no recorded value"
+                            value, bounds = (getattr(dp, vt) if vt else None), ()
                         points.append(Point(
                             m.name, kind, attrs, dp.time_unix_nano, dp.start_time_unix_nano, value, vt,
                             getattr(data, "is_monotonic", False), getattr(data, "aggregation_temporality", 0),
@@ -104,6 +113,8 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
             self.resources.append(resource)
             self.metadata.append(dict(context.invocation_metadata()))
             self.points.extend(points)
+            for p in points:
+                self._by_name.setdefault(p.name, []).append(p)
             self._cond.notify_all()
         if self.reply is not None:
             return self.reply(request)
@@ -122,13 +133,13 @@ class Receiver(metrics_service_pb2_grpc.MetricsServiceServicer):
     def latest(self, name: str, **attrs: str) -> Point | None:
         """The newest point of ``name`` whose attributes include ``attrs``."""
         with self._cond:
-            hits = [p for p in self.points if p.name == name and all(p.attr.get(k) == v for k, v in attrs.items())]
+            hits = [p for p in self._by_name.get(name, ()) if all(p.attr.get(k) == v for k, v in attrs.items())]
         return max(hits, key=lambda p: p.time_ns) if hits else None
 
     def series(self, name: str, **attrs: str) -> list[Point]:
         with self._cond:
-            return sorted((p for p in self.points
-                           if p.name == name and all(p.attr.get(k) == v for k, v in attrs.items())),
+            return sorted((p for p in self._by_name.get(name, ())
+                           if all(p.attr.get(k) == v for k, v in attrs.items())),
                           key=lambda p: p.time_ns)
 
 

@@ -225,7 +225,7 @@ def test_a_simulated_hosts_event_carries_its_leaf_to_gnmi_otlp_status_and_the_lo
 
     neighbours = tmp_path / "host-1.lldp.json"
     neighbours.write_text(json.dumps(Topology.field().lldp_document("host-1")))
-    rx = Receiver().start()
+    rx = Receiver(names={"swtel_insights_event_info"}).start()
     port = free_port()
     start = time.time_ns() + 1_000_000_000  # the simulator's clock: its scenario from 1 s after
     sim = f"role=host seed=1 start={start} scenario=symbol-errors@1s"

@@ -452,7 +452,7 @@ def test_an_agent_sends_the_same_gauges_by_otlp_and_gnmi(tmp_path):
 
     start = time.time_ns() - 40 * NS  # the degrade is past its first half: a tail to fit
     sim = f"ports=4 seed=1 start={start} scenario=fec-degrade@1s-70s:swp2"
-    rx = Receiver().start()
+    rx = Receiver(names={*otlp_names.PHY_PREDICTION.values(), *otlp_names.PHY_LANE_PREDICTION.values()}).start()
     port = free_port()
     server = f"\n  server: {{listen: '127.0.0.1:{port}', insecure: true}}\ncontrol:"  # beside otlp
     agent = AgentProcess(None, _sim_config(tmp_path, sim, rx.port, "cumulus").replace("\ncontrol:", server, 1),
