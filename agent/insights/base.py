@@ -10,7 +10,7 @@ events (raise, update, clear after ``clear_after`` without a hit, history).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -202,6 +202,10 @@ class Detector:
     #: bits (-1) when called otherwise
     changed: int = -1
 
+    #: rows below a port it reads that no source declares, as a source's ``semantics`` are written
+    #: (``(tail below the port, leaf) -> (sem, sub)``: classify.declare_leaves): paths the sources
+    #: already publish, made semantics by the detector that reads them (pfc_sent's out-pause-pkts)
+    leaves: ClassVar[Mapping[tuple[str, str], tuple[str, str]]] = {}
     #: ``sems`` as classify.BITS (set for every subclass from its ``sems``)
     sem_bits: ClassVar[int] = 0
     #: a detector whose per-port state lives in arrays updated by a kernel once per pass
@@ -218,6 +222,7 @@ class Detector:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        classify.declare_leaves(cls.leaves)
         cls.sem_bits = classify.mask(getattr(cls, "sems", frozenset()))
         cls.reads_rows = bool(cls.sem_bits & classify.BITS[classify.FEC_BIN])
 
