@@ -123,7 +123,7 @@ def test_classification_covers_the_documented_paths():
     assert classify(spec(f"{i}/ethernet/state/counters", "fec-uncorrectable-blocks"))[1] == "uncorrectable"
     assert classify(spec(f"{i}/phy/fec/state", "corrected-bits"))[1] == "corrected-bits"
     assert classify(spec(f"{i}/pfc/priority[id=3]/state", "in-pause-duration")) == ("swp1", "pfc-duration", "3")
-    assert classify(spec(f"{i}/pfc/priority[id=3]/state", "out-pause-pkts")) is None
+    assert classify(spec(f"{i}/pfc/priority[id=3]/state", "out-pause-pkts")) == ("swp1", "pause-sent", "3")  # pfc_sent
     assert classify(spec(f"{i}/hw/state/counters", "out-wred-drops"))[1] == "drops-out"
     q = "/qos/interfaces/interface[interface-id=swp1]/output/queues/queue[name=3]/state"
     assert classify(spec(q, "dropped-pkts"))[1] == "drops-out"
