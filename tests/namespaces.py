@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -132,6 +133,78 @@ def in_namespace(ns: str, fn: Callable[[], object]):
     if isinstance(out[0], BaseException):
         raise out[0]
     return out[0]
+
+
+def socket_in(ns: str) -> socket.socket:
+    """A TCP socket created inside network namespace ``ns`` (a socket keeps its namespace)."""
+    return in_namespace(ns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+
+
+class Forward:
+    """``host``:``port`` inside ``ns`` forwarded to 127.0.0.1:``port`` here, one TCP connection
+    for each (a refused connection here closes the one there, as a down server would).
+
+    This is how a server of this process (a collector, a receiver) is reached from a namespace:
+    never create a gRPC server or channel on a thread inside another namespace. The threads
+    gRPC starts from there stay in that namespace, its thread pool later grows from them, and
+    the process's connects to 127.0.0.1 that land on those threads are refused: blocks of
+    dial-out, collector and tunnel tests failed that way on a loaded machine (issue 34)."""
+
+    def __init__(self, ns: str, port: int, host: str = "127.0.0.1"):
+        self.port = port
+        self.listener = socket_in(ns)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((host, port))
+        self.listener.listen(16)
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True, name="forward").start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                inner, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                outer = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+                outer.settimeout(None)
+            except OSError:
+                inner.close()
+                continue
+            with self._lock:
+                self._socks += [inner, outer]
+            for a, b in ((inner, outer), (outer, inner)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        with self._lock:
+            for s in self._socks:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+
 
 
 @contextmanager

@@ -595,8 +595,7 @@ def _agent_exported(tmp_path: Path, n: int) -> None:
 
 @pytest.mark.root
 def test_prometheus_holds_the_exact_veth_counts(tmp_path, engines):
-    from tests.namespaces import UDP_OVERHEAD, kernel_statistics, veth_pair
-    from tests.netns.test_tunnel_e2e import Forward
+    from tests.namespaces import UDP_OVERHEAD, Forward, kernel_statistics, veth_pair
     from tests.unit.test_otlp import VETH
 
     prom = engines("prometheus")
@@ -706,8 +705,7 @@ def test_victoria_metrics_has_every_series_of_the_simulated_switch(tmp_path, eng
 @pytest.mark.once
 @pytest.mark.parametrize("kind", ["prometheus", "victoria-metrics"])
 def test_engine_down_30s_then_back_loses_no_count(tmp_path, engines, kind):
-    from tests.namespaces import kernel_statistics, veth_pair
-    from tests.netns.test_tunnel_e2e import Forward
+    from tests.namespaces import Forward, kernel_statistics, veth_pair
 
     engine = engines(kind)
     pkts = "nvswitch_interface_ether_stats_pkts"

@@ -25,10 +25,10 @@ from agent.exporters.server import GnmiServer, ServerConfig
 from agent.store import Store
 from tests.gnmi_helpers import free_port, make_pki
 from tests.interop_build import CACHE, build_reference
+from tests.namespaces import Forward
 from tests.netns.test_tunnel_e2e import (
     RETRY_S,
     TARGET,
-    Forward,
     TunnelServerProcess,
     agent_config,
     check_through_tunnel,

@@ -1,5 +1,6 @@
 """Faults against a real agent (``python -m agent run``) in a network namespace, streaming
-gNMI dial-out to collectors (agent/tools/collect.py, in this process) in a second one:
+gNMI dial-out to collectors (agent/tools/collect.py, in this process, reached through a TCP
+forward listening in a second one):
 
     ns a: collectors on 198.19.0.1 (ctl veth)      ns b: the agent, 198.19.0.2
           data veth end (traffic source)  <--->          data veth end (monitored)
@@ -41,7 +42,7 @@ from agent.control.client import request
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port
 from tests.helpers import wait_polls
-from tests.namespaces import AgentProcess, Pair, in_namespace, sh, veth_pair
+from tests.namespaces import AgentProcess, Forward, Pair, sh, veth_pair
 
 pytestmark = pytest.mark.root
 
@@ -71,15 +72,21 @@ class Rig:
     rdma_file: Path
     ports: dict[str, int]
     collectors: dict[str, Collector] = field(default_factory=dict)
+    forwards: dict[str, Forward] = field(default_factory=dict)
     agent: AgentProcess | None = None
     rdma_value: int = 0
 
     # ---------------------------------------------------------------- pieces
     def collector(self, name: str, cls=Collector, **kw) -> Collector:
-        col = in_namespace(self.pair.a, lambda: cls(f"{COL_IP}:{self.ports[name]}", insecure=True,
-                                                    server_options=[("grpc.so_reuseport", 0),
-                                                                    ("grpc.http2.bdp_probe", 0)],
-                                                    **kw).start())
+        """A collector here on 127.0.0.1, reached at COL_IP in namespace a through a Forward
+        (tests/namespaces.py says why gRPC never starts on a thread inside a namespace). While
+        it is stopped the forward takes the agent's connection and closes it, as a down
+        collector's host would refuse it."""
+        port = self.ports[name]
+        col = cls(f"127.0.0.1:{port}", insecure=True,
+                  server_options=[("grpc.so_reuseport", 0), ("grpc.http2.bdp_probe", 0)], **kw).start()
+        if name not in self.forwards:
+            self.forwards[name] = Forward(self.pair.a, port, host=COL_IP)
         self.collectors[name] = col
         return col
 
@@ -197,6 +204,8 @@ def rig(tmp_path: Path, names: tuple[str, ...] = ("col",)) -> Iterator[Rig]:
             code = r.agent.stop() if r.agent is not None else 0
             for col in r.collectors.values():
                 col.stop(0)
+            for forward in r.forwards.values():
+                forward.close()
             assert code == 0, r.agent.log.read_text()[-3000:]
 
 

@@ -18,8 +18,7 @@ from tests.unit.test_otlp import VETH
 @pytest.mark.root
 @pytest.mark.parametrize("profile", ["cumulus", "otel"])
 def test_veth_packets_reach_the_receiver_as_the_kernel_counts_them(tmp_path, profile):
-    from tests.namespaces import UDP_OVERHEAD, kernel_statistics, veth_pair
-    from tests.netns.test_tunnel_e2e import Forward
+    from tests.namespaces import UDP_OVERHEAD, Forward, kernel_statistics, veth_pair
 
     n, size = 321, 200
     rx = Receiver().start()

@@ -11,10 +11,8 @@ run here, on 127.0.0.1, and :class:`Forward` carries the agent's connections out
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -37,93 +35,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
 
 
 # ---------------------------------------------------------------- helpers (also used by test_tunnel_interop)
-
-
-_CLONE_NEWNET = 0x40000000
-
-
-def socket_in(ns: str) -> socket.socket:
-    """A TCP socket created inside network namespace ``ns`` (a socket keeps its namespace)."""
-    box: dict = {}
-
-    def make() -> None:  # setns changes only this short-lived thread
-        fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.setns(fd, _CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns {ns}: {os.strerror(err)}")
-            box["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        except BaseException as exc:  # handed to the caller
-            box["exc"] = exc
-        finally:
-            os.close(fd)
-
-    t = threading.Thread(target=make)
-    t.start()
-    t.join()
-    if "exc" in box:
-        raise box["exc"]
-    return box["sock"]
-
-
-class Forward:
-    """127.0.0.1:``port`` inside ``ns`` forwarded to 127.0.0.1:``port`` here, one TCP connection
-    for each (a refused connection here closes the one there, as a down server would)."""
-
-    def __init__(self, ns: str, port: int):
-        self.port = port
-        self.listener = socket_in(ns)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", port))
-        self.listener.listen(16)
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True, name="forward").start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                inner, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                outer = socket.create_connection(("127.0.0.1", self.port), timeout=2)
-                outer.settimeout(None)
-            except OSError:
-                inner.close()
-                continue
-            with self._lock:
-                self._socks += [inner, outer]
-            for a, b in ((inner, outer), (outer, inner)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        with self._lock:
-            for s in self._socks:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
 
 
 class TunnelServerProcess:
@@ -244,7 +155,7 @@ def pki(tmp_path_factory):
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plaintext", "mtls"])
 def test_agent_through_swtel_tunnel_server(tmp_path, pki, secure):
-    from tests.namespaces import AgentProcess, veth_pair
+    from tests.namespaces import AgentProcess, Forward, veth_pair
 
     port, target_port = free_port(), free_port()
     if secure:
