@@ -133,22 +133,32 @@ def demo_until(workdir: Path, *args: str, seen: Callable[[str], bool],
     reached the collector and were printed), then ended with SIGINT as a user's Ctrl-C: its
     timeline and summaries follow. The run is bounded by the events, not by a duration a loaded
     machine may not fit them into; ``bound_s`` is only the failure bound."""
+    return swtel_until(workdir, "demo", "--no-tui", "--duration", "3600", "--dir", str(workdir), *args,
+                       seen=seen, bound_s=bound_s)
+
+
+def swtel_until(workdir: Path, *argv: str, seen: Callable[[str], bool], then: Callable[[], object] | None = None,
+                bound_s: float = 180.0) -> subprocess.CompletedProcess:
+    """``swtel ARGV`` (a command that runs until Ctrl-C: demo, fabric) run until ``seen(its
+    output so far)``, then ``then()`` while it still runs (more to wait for or ask it), then
+    SIGINT; killed if it outlives that by 120 s. Its stderr goes to ``workdir/<verb>.stderr``."""
     import os
     import signal
     import threading
 
     workdir.mkdir(parents=True, exist_ok=True)
-    err_path = workdir / "demo.stderr"
+    err_path = workdir / f"{argv[0]}.stderr"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent", "demo", "--no-tui", "--duration", "3600", "--dir", str(workdir), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen([sys.executable, "-m", "agent", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=err, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: seen("".join(lines)) or proc.poll() is not None, bound_s, "the demo's events",
+        wait_until(lambda: seen("".join(lines)) or proc.poll() is not None, bound_s, f"swtel {argv[0]}'s output",
                    interval=0.2, detail=lambda: "".join(lines)[-3000:] + err_path.read_text()[-3000:])
+        if then is not None and proc.poll() is None:
+            then()
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
     finally:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,7 @@ from agent.control.incidents import (
 )
 from agent.sources.lldp import neighbor_states, parse_neighbors
 from agent.tools.topology import Topology, sim_mac, uplink_ports
-from tests.helpers import demo_until, wait_until
+from tests.helpers import demo_until, swtel_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000 * NS
@@ -371,38 +369,27 @@ def test_fabric_with_two_faults_names_the_one_on_the_host_s_paths(tmp_path):
     The incident names spine-1 swp3 and never leaf-2 swp5, on swtel fabric's stdout and in
     `swtel top --fabric` (which asks each agent for its LLDP states), after leaf-2's own event
     on swp5 is out."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "agent", "fabric", "--spines", "2", "--leaves", "4", "--hosts", "4",
-            "--scenario", "clean", "--dir", str(tmp_path), "--fault", "spine-1:symbol-errors@3s-300s:swp3",
-            "--fault", "leaf-2:symbol-errors@3s-300s:swp5", "--fault", "host-1:symbol-errors@3s-300s"]
-    err = open(tmp_path / "fabric.stderr", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
-    reader.start()
     jsonl = tmp_path / "collector.jsonl"
+    tops: list[subprocess.CompletedProcess] = []
 
     def leaf_2_swp5_raised() -> bool:
         with open(jsonl, encoding="utf-8") as f:
             return any('"leaf-2"' in row and "/insights/events/" in row and '"swp5"' in row for row in f)
 
-    try:
-        wait_until(lambda: any(" INCIDENT " in x for x in lines) or proc.poll() is not None, 240, "the incident",
-                   interval=0.2, detail=lambda: "".join(lines)[-3000:] + (tmp_path / "fabric.stderr").read_text())
+    def then() -> None:
         wait_until(lambda: jsonl.exists() and leaf_2_swp5_raised(), 120, "leaf-2's event on swp5", interval=0.2)
-        top = subprocess.run([sys.executable, "-m", "agent", "top", "--fabric", str(tmp_path), "-n", "1"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=120, env=env)
-        assert top.returncode == 0, top.stderr
-        proc.send_signal(signal.SIGINT)
-        proc.wait(120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        err.close()
-    reader.join(30)
-    out = "".join(lines)
-    assert proc.returncode == 0, out + (tmp_path / "fabric.stderr").read_text()
+        tops.append(subprocess.run([sys.executable, "-m", "agent", "top", "--fabric", str(tmp_path), "-n", "1"],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=120,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}))
+
+    run = swtel_until(tmp_path, "fabric", "--spines", "2", "--leaves", "4", "--hosts", "4", "--scenario", "clean",
+                      "--dir", str(tmp_path), "--fault", "spine-1:symbol-errors@3s-300s:swp3",
+                      "--fault", "leaf-2:symbol-errors@3s-300s:swp5", "--fault", "host-1:symbol-errors@3s-300s",
+                      seen=lambda out: " INCIDENT " in out, then=then, bound_s=240)
+    out = run.stdout
+    assert run.returncode == 0, out + run.stderr
+    (top,) = tops
+    assert top.returncode == 0, top.stderr
     incident = re.compile(r"host-1 mlx5_0: RoCE retransmissions; suspect spine-1 swp3 \(symbol errors[^)]*\)")
     live = [x for x in out.splitlines() if " INCIDENT " in x]
     assert live and all(incident.search(x) for x in live), out
