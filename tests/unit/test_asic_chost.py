@@ -3,6 +3,8 @@
 Driven directly over a socketpair with the simulated switch: it answers as the Python
 helper (agent/asic/host.py) does, byte for byte, reads the model's values into the shared
 file, and answers a malformed request with ``e`` or ends (EOF, exit 0), never a crash.
+Through the proxy: the C backend runs it, the pure-Python backend the Python helper, and a
+binary of another build is refused (asked once) in favour of the Python helper.
 """
 
 from __future__ import annotations
@@ -15,17 +17,19 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import msgpack
 import pytest
 
-from agent.asic import HERE, resolve
+from agent import _backend
+from agent.asic import proxy as proxy_mod
+from agent.asic import resolve
 from agent.asic.host import HEADER, READ_REPLY, U64
-from agent.asic.proxy import HELPER_BOOT, HELPER_ENV, _package_root
+from agent.asic.proxy import C_HOST, HELPER_BOOT, HELPER_ENV, PluginProxy, _package_root
 from tests import sim_model
 
 ASIC_ECHANGED = -2
-C_HOST = os.path.join(HERE, "swtel-asic-host")
 
 
 def _built() -> str:
@@ -232,6 +236,50 @@ def test_version_names_this_build():
     from agent import __version__
 
     run = subprocess.run([_built(), "--version"], capture_output=True, text=True, check=True)
-    assert run.stdout == f"swtel-asic-host {__version__} protocol 1\n"
+    assert run.stdout == f"swtel-asic-host {__version__} protocol {proxy_mod.HOST_PROTOCOL}\n"
     bad = subprocess.run([_built(), "1", "2"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+# ---------------------------------------------------------------- which helper the proxy runs
+
+
+def test_the_backend_decides_which_helper_runs():
+    proxy = PluginProxy()
+    proxy.open(resolve("sim"), "ports=2")
+    try:
+        exe = os.path.realpath(f"/proc/{proxy.pid}/exe")
+        if _backend.NAME == "C":
+            assert proxy.helper == "c" and exe == os.path.realpath(_built())
+        else:
+            assert proxy.helper == "python" and exe == os.path.realpath(sys.executable)
+        _, ports, _ = proxy.layout()
+        assert len(ports) == 2
+    finally:
+        proxy.close()
+
+
+def test_a_binary_of_another_build_is_refused_once(tmp_path, monkeypatch):
+    asked = tmp_path / "asked"
+    stale = tmp_path / "swtel-asic-host"
+    stale.write_text(f"#!/bin/sh\necho once >> {asked}\necho 'swtel-asic-host 0.0.0-old protocol 1'\n")
+    stale.chmod(0o755)
+    monkeypatch.setattr(proxy_mod, "_backend_name", lambda: "C")
+    monkeypatch.setattr(proxy_mod, "_C_HOST_CHECKED", {})
+    monkeypatch.setattr(proxy_mod, "C_HOST", str(stale))
+    assert proxy_mod.c_host() is None
+    assert proxy_mod.c_host() is None
+    assert asked.read_text() == "once\n"  # asked once a process, not at every start
+    proxy = PluginProxy()
+    proxy.open(resolve("sim"), "ports=2")
+    try:
+        assert proxy.helper == "python"
+        assert len(proxy.layout()[1]) == 2
+    finally:
+        proxy.close()
+    # missing: refused as well; this build's: run
+    monkeypatch.setattr(proxy_mod, "C_HOST", str(tmp_path / "missing"))
+    assert proxy_mod.c_host() is None
+    monkeypatch.setattr(proxy_mod, "C_HOST", _built())
+    assert proxy_mod.c_host() == _built()
+    assert Path(proxy_mod.c_host()).name == "swtel-asic-host"
