@@ -51,6 +51,9 @@ class BuildExtAndHost(build_ext):
     def get_outputs(self) -> list[str]:
         return [*super().get_outputs(), self.host_path()]
 
+    def get_source_files(self) -> list[str]:  # what an sdist must carry to build it
+        return [*super().get_source_files(), *HOST_SOURCES, *HOST_DEPENDS]
+
 
 setup(
     cmdclass={"build_ext": BuildExtAndHost},
