@@ -8,6 +8,11 @@ so a busy machine slows both alike. Figures only: nothing is asserted.
 
     python bench/bench_asic_host.py [--ports 256] [--iterations 3000] [--quick]
     SWTEL_PUREPYTHON=1 python bench/bench_asic_host.py      # the ctypes loader
+    python bench/bench_asic_host.py --memory                # only: each helper's PSS
+
+``--memory``: the PSS of each helper process (the C program ``swtel-asic-host`` and the
+Python ``host.py``) with the simulated spine (``role=spine seed=1``), after its layout and
+a read, one after the other in one run.
 """
 
 from __future__ import annotations
@@ -30,11 +35,41 @@ def _rss_kib(pid: int | None) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
+SPINE = "role=spine seed=1"
+
+
+def helper_memory(path: str) -> None:
+    """Each helper's PSS with the spine open, its layout listed and one read done."""
+    import psutil
+
+    from agent.asic import proxy as proxy_mod
+    from agent.asic.proxy import PluginProxy
+    from agent.sources.asic import slots
+
+    this_builds = proxy_mod.c_host
+    print(f"helper PSS, sim {SPINE}, after the layout and a read (psutil memory_full_info)")
+    for label, which in (("the backend's helper", this_builds), ("the Python helper (host.py)", lambda: None)):
+        proxy_mod.c_host = which  # the Python helper: as when the C one is missing
+        proxy = PluginProxy()
+        try:
+            proxy.open(path, f"{SPINE} start={time.time_ns()}")
+            gen, _, counters = proxy.layout()
+            values = array("Q", bytes(8 * sum(slots(d) for c in counters for d in c)))
+            proxy.read(gen, values)
+            mem = psutil.Process(proxy.pid).memory_full_info()
+            print(f"  {label:28} runs {proxy.helper:6}  PSS {mem.pss / 2**20:5.1f} MiB  "
+                  f"USS {mem.uss / 2**20:5.1f} MiB  RSS {mem.rss / 2**20:5.1f} MiB")
+        finally:
+            proxy.close()
+            proxy_mod.c_host = this_builds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ports", type=int, default=256)
     ap.add_argument("--iterations", type=int, default=3000)
     ap.add_argument("--quick", action="store_true", help="fewer iterations (CI)")
+    ap.add_argument("--memory", action="store_true", help="only each helper's PSS with the simulated spine")
     args = ap.parse_args()
     if args.quick:
         args.iterations = min(args.iterations, 500)
@@ -46,6 +81,9 @@ def main() -> None:
     path = asic.builtin_path("sim")
     if path is None:
         sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
+    if args.memory:
+        helper_memory(path)
+        return
     reader = _backend.reader
     config = f"ports={args.ports} start={time.time_ns()}"
 

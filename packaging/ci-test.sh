@@ -306,6 +306,10 @@ installed_demo() {
 	grep -E 'spine-1 +swp11s1 +symbol-ber' "$tmp/demo.out" >/dev/null || { echo "no symbol-ber on swp11s1"; return 1; }
 	grep -E 'leaf-3 +swp62 +imbalance' "$tmp/demo.out" >/dev/null || { echo "no imbalance on swp62"; return 1; }
 	ls /usr/lib/swtel/agent/asic/sim_plugin*.so /usr/lib/swtel/agent/asic/swtel_asic.h
+	# the plugin's helper process, in C: this build's (proxy.py runs it only then)
+	local version
+	version=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, "/usr/lib/swtel"); import agent; print(agent.__version__)')
+	/usr/lib/swtel/agent/asic/swtel-asic-host --version | grep -x "swtel-asic-host $version protocol 1"
 }
 check "installed swtel demo (simulated fabric, Debian's python3, user swtel) shows both field cases" installed_demo
 

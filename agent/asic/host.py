@@ -1,4 +1,6 @@
-"""The ASIC plugin's helper process (the child side of agent/asic/proxy.py).
+"""The ASIC plugin's helper process (the child side of agent/asic/proxy.py), in Python: the
+pure-Python backend's, and the C backend's fallback (the C backend runs ``swtel-asic-host``,
+agent/asic/swtel_asic_host.c, the same protocol in ~1 MiB where this costs ~7).
 
 A plugin is native code: a segfault in it, or a call that never returns, must not take
 the agent with it. So the agent never loads a plugin itself: it starts this module as a

@@ -24,6 +24,12 @@ collects the answer at a later pass.
 
 The helper is tied to the thread that started it (``PR_SET_PDEATHSIG`` fires when that
 thread ends): in the agent, the engine's tick thread, which lives as long as the agent.
+
+Which helper: with the C backend, the C program built with the extension
+(``swtel-asic-host`` beside this file, agent/asic/swtel_asic_host.c: ~1 MiB where a Python
+interpreter costs ~7), once its ``--version`` says it is this build's (a stale binary from
+another build is refused, logged once); otherwise, and with the pure-Python backend, the
+Python helper (agent/asic/host.py). Both speak the same protocol; ``helper`` says which runs.
 """
 
 from __future__ import annotations
@@ -41,7 +47,10 @@ from typing import Any
 
 import msgpack
 
+from agent import logs
 from agent.asic.host import HEADER, MAX_FRAME, READ_REPLY, U64
+
+log = logs.get("asic")
 
 OPEN_TIMEOUT_S = 5.0  # open, the helper's start-up included
 LAYOUT_TIMEOUT_S = 10.0  # layout (the largest accepted one lists in up to 2.5 s with ctypes)
@@ -121,6 +130,46 @@ HELPER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from agent.asic.hos
                "sys.exit(main(sys.argv[2:]))")
 
 
+#: the C helper (agent/asic/swtel_asic_host.c), built by setup.py beside this file
+C_HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "swtel-asic-host")
+#: the protocol this proxy speaks: the C helper's ``--version`` names the one it speaks
+HOST_PROTOCOL = 1
+_C_HOST_CHECKED: dict[str, bool] = {}  # path -> its --version is this build's (asked once a process)
+
+
+def c_host() -> str | None:
+    """The C helper's path when the agent's backend is C and the binary there is this
+    build's (its ``--version``: the agent's version and ``HOST_PROTOCOL``); else None, and
+    the Python helper runs. A binary that is missing or answers otherwise is logged once."""
+    if _backend_name() != "C":
+        return None
+    path = C_HOST
+    ok = _C_HOST_CHECKED.get(path)
+    if ok is None:
+        ok = _C_HOST_CHECKED[path] = _is_this_builds(path)
+    return path if ok else None
+
+
+def _is_this_builds(path: str) -> bool:
+    from agent import __version__
+
+    want = f"swtel-asic-host {__version__} protocol {HOST_PROTOCOL}"
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        log.warning("asic plugin helper: no C helper; the Python helper runs instead", path=path)
+        return False
+    try:
+        run = subprocess.run([path, "--version"], env=dict(HELPER_ENV), cwd="/", stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=OPEN_TIMEOUT_S, check=False)
+        got = run.stdout.strip()
+    except (OSError, subprocess.SubprocessError, UnicodeDecodeError) as exc:
+        got = f"({exc})"
+    if got != want:
+        log.warning("asic plugin helper: the C helper is another build's; the Python helper runs instead",
+                    path=path, version=got, expected=want)
+        return False
+    return True
+
+
 def _package_root() -> str:
     """The directory this agent package was imported from, so the child runs the very same
     package (a source tree, a venv or the .deb)."""
@@ -158,6 +207,8 @@ class PluginProxy:
         #: the request in flight: (op, call, deadline), or None
         self._pending: tuple[int, str, float] | None = None
         self._read_n = 0  # the values the read in flight was asked for
+        #: which helper runs the plugin: "c" (swtel-asic-host) or "python" (host.py); None before one starts
+        self.helper: str | None = None
 
     # ------------------------------------------------------------ the calls
     def open(self, path: str, config: str, fd: int | None = None) -> None:
@@ -272,8 +323,13 @@ class PluginProxy:
         try:
             self._shm_fd = os.memfd_create("swtel-asic-values", os.MFD_CLOEXEC)
             os.ftruncate(self._shm_fd, 8)
-            cmd = [sys.executable, "-I", "-c", HELPER_BOOT, _package_root(), str(child.fileno()),
-                   str(self._shm_fd), str(os.getpid()), _backend_name(), str(plugin_fd)]
+            host = c_host()
+            if host is not None:
+                cmd = [host, str(child.fileno()), str(self._shm_fd), str(os.getpid()), str(plugin_fd)]
+            else:
+                cmd = [sys.executable, "-I", "-c", HELPER_BOOT, _package_root(), str(child.fileno()),
+                       str(self._shm_fd), str(os.getpid()), _backend_name(), str(plugin_fd)]
+            self.helper = "python" if host is None else "c"
             self.proc = subprocess.Popen(
                 cmd, pass_fds=(child.fileno(), self._shm_fd, plugin_fd), env=dict(HELPER_ENV), cwd="/",
                 stdin=subprocess.DEVNULL,

@@ -553,6 +553,8 @@ class AsicSource(Source):
                 "layout_changes": self.layout_changes,
                 # the plugin's helper process (agent/asic/proxy.py), and its crashes and hangs
                 "helper_pid": self._handle.pid if self._handle is not None else None,
+                # which helper: "c" (swtel-asic-host) or "python" (agent/asic/host.py)
+                "helper": self._handle.helper if self._handle is not None else None,
                 "plugin_faults": self._backoff.faults,
                 "polls_left_in_flight": self.polls_left_in_flight}
 

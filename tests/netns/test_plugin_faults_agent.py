@@ -37,7 +37,8 @@ def _helpers(agent: AgentProcess) -> list[psutil.Process]:
     out = []
     for k in kids:
         try:
-            if "agent.asic.host" in " ".join(k.cmdline()):
+            cmdline = " ".join(k.cmdline())
+            if "agent.asic.host" in cmdline or "swtel-asic-host" in cmdline:  # the Python helper or the C one
                 out.append(k)
         except psutil.NoSuchProcess:
             pass

@@ -32,7 +32,7 @@ import pytest
 
 from agent import _backend, config
 from agent.asic import HEADER, builtin_path, resolve
-from agent.asic.proxy import HELPER_ENV, PluginProxy
+from agent.asic.proxy import C_HOST, HELPER_ENV, PluginProxy
 from agent.asic.trust import PluginRefused, check_plugin, open_checked
 from agent.control.validate import validate_main
 from agent.sources.asic import AsicSource
@@ -397,6 +397,33 @@ def test_a_bad_layout_is_refused_quickly_with_its_reason(lab, asic_config, reaso
     assert listed <= 5 * 1024, listed
 
 
+HELPER_LAYOUTS = ["ports=2 dup=port", "ports=2 ctrl=counter", "ports=2 utf8=port", "kind=2 nbins=4 bins=overlap",
+                  "ports=4096 counters=4096"]
+
+
+@pytest.mark.parametrize("asic_config", HELPER_LAYOUTS)
+def test_the_helper_refuses_a_layout_as_the_python_loader_does(lab, asic_config):
+    """Through the helper the backend runs (the C one or host.py): the refusal is an OSError
+    with the very text of the ctypes loader (the C helper's repr() of a name included)."""
+    from agent._fallback import asic as python_loader
+
+    h = python_loader.asic_open(lab["good"], asic_config)
+    try:
+        with pytest.raises(OSError) as expected:
+            python_loader.asic_layout(h)
+    finally:
+        python_loader.asic_close(h)
+    proxy = PluginProxy()
+    proxy.open(lab["good"], asic_config)
+    try:
+        with pytest.raises(OSError) as err:
+            proxy.layout()
+        assert type(err.value) is OSError and str(err.value) == str(expected.value)
+        assert proxy.alive  # the plugin's refusal, not a fault: the helper goes on
+    finally:
+        proxy.close()
+
+
 def test_the_limits_are_the_headers_on_both_backends(lab):
     header = Path(HEADER).read_text()
     want = {k: int(re.search(rf"#define SWTEL_ASIC_{k} (\d+)", header).group(1))
@@ -504,7 +531,7 @@ def test_the_source_loads_the_file_it_checked(lab, tmp_path, monkeypatch):
 
 def test_the_helper_runs_isolated_in_an_environment_of_its_own(lab, monkeypatch):
     """Nothing of the agent's environment reaches the plugin's process: not a PYTHONPATH
-    (the helper runs ``python -I``), not an LD_PRELOAD, not any other variable."""
+    (the Python helper runs ``python -I``), not an LD_PRELOAD, not any other variable."""
     monkeypatch.setenv("PYTHONPATH", "/swtel-canary/pythonpath")
     monkeypatch.setenv("LD_PRELOAD", "/swtel-canary/preload.so")
     monkeypatch.setenv("SWTEL_CANARY", "set in the agent")
@@ -515,7 +542,10 @@ def test_the_helper_runs_isolated_in_an_environment_of_its_own(lab, monkeypatch)
         env = dict(item.split("=", 1) for item in raw.decode().split("\0") if item)
         assert env == HELPER_ENV
         argv = Path(f"/proc/{proxy.pid}/cmdline").read_bytes().decode().split("\0")
-        assert argv[1] == "-I", argv
+        if proxy.helper == "python":
+            assert argv[1] == "-I", argv
+        else:  # the C helper: no interpreter, nothing to isolate beyond its environment
+            assert proxy.helper == "c" and argv[0] == C_HOST, argv
         _, ports, _ = proxy.layout()  # and it works: the package found without PYTHONPATH
         assert [p[0] for p in ports] == ["h0"]
     finally:
