@@ -22,13 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 
 def run(tree: Path, script: list[str], timeout_s: float) -> tuple[str, int]:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, str(tree / script[0]), *script[1:]], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=timeout_s, preexec_fn=dies_with_parent)
+    proc = subprocess.run(with_parent_death([sys.executable, str(tree / script[0]), *script[1:]]), cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=timeout_s)
     return proc.stdout + proc.stderr, proc.returncode
 
 

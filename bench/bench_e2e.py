@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 
 def sh(*args: str, ns: str | None = None, input: str | None = None) -> None:
@@ -172,8 +172,8 @@ def inner(args: argparse.Namespace) -> int:
         f" notifications: {args.notifications}}}\n"
         f"control: {{socket: {tmp / 'swtel.sock'}, group: null}}\nlog: {{level: warning}}\n"
     )
-    agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=dies_with_parent)
+    agent = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]), cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and (None in baseline):

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from run_all import cpu_ns, machine, slope  # noqa: E402 - after the path setup
 
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 PORTS = 64  # per switch (the sim's ports=N: plain ports with every counter of its layout)
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
@@ -73,8 +73,8 @@ class VictoriaMetrics:
         cmd = [binary, f"-storageDataPath={workdir / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{self.port}",
                "-search.latencyOffset=0s", "-retentionPeriod=1", "-search.maxUniqueTimeseries=10000000"]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         preexec_fn=dies_with_parent)
+            self.proc = subprocess.Popen(with_parent_death(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
             if self.proc.poll() is not None:

@@ -45,7 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1"
 IDLE_STREAMS, GET_CLIENTS, POLL_CLIENTS = 40, 5, 5
@@ -91,8 +91,8 @@ class Agent:
         if pure:
             env["SWTEL_PUREPYTHON"] = "1"
         self.log = open(self.workdir / "agent.log", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent)
+        self.proc = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]),
+                                     cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_up(self, bound_s: float = 60.0) -> None:
         deadline = time.monotonic() + bound_s

@@ -48,7 +48,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1"
 NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
@@ -220,8 +220,8 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
     cfg = workdir / "swtel.yaml"
     cfg.write_text(config_text(workdir, row, g, h))
     log = open(workdir / "agent.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=root, env=_agent_env(root),
-                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=dies_with_parent)
+    proc = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]), cwd=root,
+                            env=_agent_env(root), stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90  # a start on a loaded machine (CI beside other work) takes >30 s
         while True:  # the first ticks: the control socket answers and the asic source has read

@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1 scenario=symbol-errors@5s-25s:swp11s1"
 GAUGE = "/fec/prediction/state/"
@@ -81,9 +81,8 @@ def run(args: argparse.Namespace) -> int:
         f"exporters:\n  dialout:\n    - {{name: col, address: '127.0.0.1:{port}', insecure: true, "
         f"notifications: {args.notifications}}}\n"
         f"control: {{socket: {sock}, group: null}}\nlog: {{level: warning}}\n")
-    agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=tree,
-                             env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
-                             preexec_fn=dies_with_parent)
+    agent = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]), cwd=tree,
+                             env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"})
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(s.synced for s in col.streams):

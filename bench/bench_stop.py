@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 PY = sys.executable
 
@@ -63,8 +63,8 @@ def agent_stop(exporters: str, connected, settle_s: float = 1.0) -> float:
         "interval: 100ms\nsources: {netdev: {interfaces: [lo], exclude: []}, ethtool: {enabled: false},"
         " system: {interval: 200ms}}\n"
         f"exporters:\n{exporters}control: {{socket: {sock}, group: null}}\nlog: {{level: warning}}\n")
-    proc = subprocess.Popen([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")], cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
+    proc = subprocess.Popen(with_parent_death([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")]), cwd=ROOT,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait(lambda: connected(_status(sock)), 60, "the exporters connected")
         time.sleep(settle_s)  # steady state: the first snapshots sent
@@ -114,9 +114,8 @@ def tool_stop(command: str, sig: int) -> tuple[float, float]:
 
     tmp = Path(tempfile.mkdtemp(prefix="swtel-bench-tool-"))
     extra = ["--no-tui"] if command == "demo" else []
-    proc = subprocess.Popen([PY, "-m", "agent", command, "--duration", "120", *extra], cwd=ROOT,
-                            env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=dies_with_parent)
+    proc = subprocess.Popen(with_parent_death([PY, "-m", "agent", command, "--duration", "120", *extra]), cwd=ROOT,
+                            env={**_env(), "TMPDIR": str(tmp)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def ready() -> bool:
             kids = [k for k in psutil.Process(proc.pid).children() if "run" in k.cmdline()]

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 PY = sys.executable
 
@@ -121,8 +121,8 @@ def agent_idle(seconds: float, interval: str = "100ms", pure: bool = False,
     env.pop("SWTEL_PUREPYTHON", None)
     if pure:
         env["SWTEL_PUREPYTHON"] = "1"
-    agent = subprocess.Popen([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")], cwd=ROOT, env=env,
-                             stdout=subprocess.DEVNULL, preexec_fn=dies_with_parent)
+    agent = subprocess.Popen(with_parent_death([PY, "-m", "agent", "run", "-c", str(tmp / "swtel.yaml")]), cwd=ROOT,
+                             env=env, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         status = None

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 import bench_e2e  # noqa: E402 - namespaces and the packet socket
 
-from bench.lifetime import dies_with_parent, exit_on_sigterm  # noqa: E402 - after the path setup
+from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 
 def slope_per_min(samples: list[tuple[float, float]]) -> float | None:
@@ -76,8 +76,8 @@ def inner(args: argparse.Namespace) -> int:
         f"control: {{socket: {tmp / 'swtel.sock'}, group: null}}\nlog: {{level: warning}}\n"
     )
     out = open(args.out, "w") if args.out else None  # noqa: SIM115 - closed below
-    agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "-c", str(cfg)], cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=dies_with_parent)
+    agent = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]), cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     sock = bench_e2e.packet_socket_in(args.ns_a)
     frames = bench_e2e.port_frames(ports_b)
     status_of = lambda: request(str(tmp / "swtel.sock"), "status")  # noqa: E731

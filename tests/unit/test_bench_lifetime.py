@@ -1,5 +1,6 @@
 """A benchmark's agents end with it (bench/lifetime.py): killed outright (SIGKILL, no
-``finally``), the benchmark's child still gets SIGTERM from the kernel."""
+``finally``), the benchmark's child still gets SIGTERM from the kernel; spawned through
+setpriv, with no Python between fork and exec."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bench import lifetime
+from bench.lifetime import with_parent_death
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PARENT = """
 import subprocess, sys, time
 sys.path.insert(0, sys.argv[1])
-from bench.lifetime import dies_with_parent
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], preexec_fn=dies_with_parent)
+from bench.lifetime import with_parent_death
+child = subprocess.Popen(with_parent_death([sys.executable, "-c", "import time; time.sleep(600)"]))
 print(child.pid, flush=True)
 time.sleep(600)
 """
@@ -31,11 +36,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cmdline(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().decode().split("\0")[:-1]
+
+
 def test_a_benchmark_killed_outright_takes_its_agents_with_it():
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(ROOT)], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
         assert _alive(child)
+        # setpriv execs in place: the pid a benchmark signals is the program's own
+        wait_until(lambda: "import time; time.sleep(600)" in _cmdline(child), timeout=30,
+                   what="setpriv to exec the child")
         parent.send_signal(signal.SIGKILL)
         parent.wait(30)
         wait_until(lambda: not _alive(child), timeout=30, what="the orphaned child to end")
@@ -44,3 +57,24 @@ def test_a_benchmark_killed_outright_takes_its_agents_with_it():
         parent.wait(30)
         if "child" in locals() and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_the_command_asks_for_sigterm_on_the_parents_death_before_the_program():
+    argv = with_parent_death(["/usr/bin/python3", "-m", "agent", "run", "-c", Path("/tmp/x.yaml")],
+                             setpriv="/usr/bin/setpriv")
+    assert argv == ["/usr/bin/setpriv", "--pdeathsig", "TERM", "--",
+                    "/usr/bin/python3", "-m", "agent", "run", "-c", "/tmp/x.yaml"]
+
+
+def test_a_user_drops_to_that_user_and_its_groups():
+    argv = with_parent_death(["/usr/bin/swtel", "run"], user="swtel", setpriv="/usr/bin/setpriv")
+    options = argv[1:argv.index("--")]
+    assert {"--reuid=swtel", "--regid=swtel", "--init-groups"} <= set(options)
+    assert options[options.index("--pdeathsig") + 1] == "TERM"
+    assert argv[argv.index("--") + 1:] == ["/usr/bin/swtel", "run"]
+
+
+def test_without_setpriv_it_refuses_rather_than_lose_the_property(monkeypatch):
+    monkeypatch.setattr(lifetime.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match="setpriv"):
+        with_parent_death(["/bin/true"])
