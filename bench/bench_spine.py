@@ -20,10 +20,18 @@ exporter did before), and with ``--memory`` where the agent's Python memory goes
 compare rows of one run as ratios, not with another run's.
 
     python bench/bench_spine.py [--seconds 20] [--warmup 10] [--quick] [--memory] [--rows jsonl,...]
-                                [--json FILE] [--baseline TREE]
+                                [--json FILE] [--baseline TREE] [--installed]
 
 ``--baseline TREE`` runs each row first with another checkout's agent (e.g. ``git archive``
 of the commit before a change, its extension built), printed as ``[baseline]`` above it.
+
+``--installed`` (as root, the .deb installed) runs each row with the installed package's
+agent instead of this tree's, as its systemd unit does: ``/usr/bin/swtel run`` (Debian's
+``/usr/bin/python3 -I`` with /usr/lib/swtel and its vendor directory on the path, Debian's
+python3-grpcio and python3-protobuf) as user ``swtel`` (setpriv ``--reuid --regid
+--init-groups``), its config and control socket in a directory that user owns. The
+receivers, the measuring and the status queries are this process's, as for the tree's
+rows; the table labels the rows ``[installed .deb, user swtel]``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -51,6 +60,9 @@ sys.path.insert(0, str(ROOT))
 from bench.lifetime import exit_on_sigterm, with_parent_death  # noqa: E402 - after the path setup
 
 SIM = "role=spine seed=1"
+INSTALLED_SWTEL = "/usr/bin/swtel"  # the .deb's launcher: Debian's python3 -I, /usr/lib/swtel on the path
+INSTALLED_USER = "swtel"  # the units' User=
+INSTALLED_LABEL = "[installed .deb, user swtel]"
 NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
 OTLP_METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 
@@ -210,9 +222,43 @@ def _agent_env(root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "GRPC_VERBOSITY": "NONE"}
 
 
+def _installed_env() -> dict[str, str]:
+    """What the unit gives the installed agent: Debian's PATH, none of this venv's variables
+    (SWTEL_PUREPYTHON among them; the launcher's -I already drops PYTHONPATH)."""
+    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "GRPC_VERBOSITY": "NONE"}
+
+
+def installed_problem() -> str | None:
+    """Why --installed cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "--installed runs the agent as user swtel: run the bench as root"
+    if not os.access(INSTALLED_SWTEL, os.X_OK):
+        return f"--installed: no {INSTALLED_SWTEL}: install the .deb (packaging/ci-test.sh, SWTEL_CI_KEEP=1)"
+    try:
+        pwd.getpwnam(INSTALLED_USER)
+    except KeyError:
+        return f"--installed: no user {INSTALLED_USER} (the .deb's postinst makes it)"
+    return None
+
+
+def installed_versions() -> str:
+    """The installed agent's version and the Debian libraries it runs on, as one phrase."""
+    probe = ("import sys; sys.path[0:0] = ['/usr/lib/swtel', '/usr/lib/swtel/vendor']; "
+             "import grpc, google.protobuf, platform; from agent import __version__; "
+             "print(f'swtel {__version__} on Debian python3 {platform.python_version()}, grpcio {grpc.__version__}, '"
+             "f'protobuf {google.protobuf.__version__}')")
+    try:
+        out = subprocess.run(["/usr/bin/python3", "-I", "-c", probe], capture_output=True, text=True, timeout=60,
+                             env=_installed_env())
+        return out.stdout.strip() or f"(versions unknown: {out.stderr.strip()[-200:]})"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"(versions unknown: {exc!r})"
+
+
 def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
-            root: Path = ROOT) -> dict[str, Any]:
-    """One row's figures, with the agent of the source tree ``root`` (this one, or --baseline's)."""
+            root: Path | None = ROOT) -> dict[str, Any]:
+    """One row's figures, with the agent of the source tree ``root`` (this one, or --baseline's),
+    or with ``root=None`` the installed package's, as user swtel."""
     import psutil
 
     workdir = Path(tempfile.mkdtemp(prefix="swtel-spine-"))
@@ -220,8 +266,18 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
     cfg = workdir / "swtel.yaml"
     cfg.write_text(config_text(workdir, row, g, h))
     log = open(workdir / "agent.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)]), cwd=root,
-                            env=_agent_env(root), stdout=log, stderr=subprocess.STDOUT)
+    if root is None:
+        # mkdtemp's 0700 directory is root's: user swtel must read the config and make its socket there
+        account = pwd.getpwnam(INSTALLED_USER)
+        os.chown(workdir, account.pw_uid, account.pw_gid)
+        os.chmod(workdir, 0o755)
+        os.chmod(cfg, 0o644)
+        argv = with_parent_death([INSTALLED_SWTEL, "run", "-c", str(cfg)], user=INSTALLED_USER)
+        cwd, env = workdir, _installed_env()
+    else:
+        argv = with_parent_death([sys.executable, "-m", "agent", "run", "-c", str(cfg)])
+        cwd, env = root, _agent_env(root)
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90  # a start on a loaded machine (CI beside other work) takes >30 s
         while True:  # the first ticks: the control socket answers and the asic source has read
@@ -279,6 +335,8 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
         "exporters": {k: {"sent": v.get("sent"), "dropped": v.get("dropped"), "state": v.get("state")}
                       for k, v in s1["exporters"].items()},
         "window_s": wall,
+        "version": s1.get("version"), "backend": s1.get("backend"),
+        "asic_helper": s1["sources"]["asic"].get("helper"),
     }
     shutil.rmtree(workdir, ignore_errors=True)
     return out
@@ -301,12 +359,15 @@ def messages_cell(row: Row, r: dict[str, Any]) -> str:
     return " ".join(parts) or "–"
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], result_label: str = "") -> str:
+    """The markdown table; ``result_label`` follows each row's label for this run's agent (e.g.
+    the installed package's)."""
     lines = ["| configuration | agent + helper CPU (% of a core) | PSS agent + helper (MiB) | bytes a value "
              "| gRPC messages a tick | overruns (window / since start) |",
              "|---|---:|---:|---:|---|---:|"]
     for row in rows:
-        for label, r in ((f"{row.label} [baseline]", row.baseline), (row.label, row.result)):
+        this = f"{row.label} {result_label}".rstrip()
+        for label, r in ((f"{row.label} [baseline]", row.baseline), (this, row.result)):
             if not r:
                 continue
             if "error" in r:
@@ -477,15 +538,25 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, metavar="TREE",
                     help="also run each row with the agent of another source tree (its extension built), "
                          "just before this tree's: before/after side by side in one run")
+    ap.add_argument("--installed", action="store_true",
+                    help=f"run each row with the installed .deb's agent ({INSTALLED_SWTEL}, Debian's python3) as "
+                         f"user {INSTALLED_USER}, as its unit does, instead of this tree's (as root)")
     ap.add_argument("--memory-inner", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_inner:
         cfg, after, out = args.memory_inner
         return memory_inner(cfg, float(after), out)
-    from agent import asic
+    if args.installed:
+        if args.memory:
+            sys.exit("--memory traces this tree's agent in-process: not with --installed")
+        problem = installed_problem()
+        if problem:
+            sys.exit(problem)
+    else:
+        from agent import asic
 
-    if asic.builtin_path("sim") is None:
-        sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
+        if asic.builtin_path("sim") is None:
+            sys.exit("the sim plugin is not built: python setup.py build_ext --inplace")
     if args.quick:
         args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 3.0)
     rows = [r for r in ROWS if r.quick or not args.quick]
@@ -495,8 +566,9 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     try:
         for row in rows:
-            runs = [("result", ROOT)] if args.baseline is None else [("baseline", args.baseline.resolve()),
-                                                                       ("result", ROOT)]
+            this: Path | None = None if args.installed else ROOT  # None: the installed package's agent
+            runs = [("result", this)] if args.baseline is None else [("baseline", args.baseline.resolve()),
+                                                                       ("result", this)]
             for attr, root in runs:
                 try:
                     setattr(row, attr, run_row(row, args.seconds, args.warmup, g, h, root))
@@ -514,22 +586,35 @@ def main() -> int:
 def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
     from agent import _backend
 
-    print(f"\nsimulated spine ({SIM}: 68 ports, every detector on unless said), the agent at 100 ms unless "
-          f"said; {args.seconds:.0f} s windows after {args.warmup:.0f} s of warm-up; backend {_backend.NAME}; "
+    if args.installed:
+        backends = sorted({str(r.result.get("backend")) for r in rows if "backend" in r.result}) or ["?"]
+        agent = (f"the installed package's agent ({installed_versions()}; backend {', '.join(backends)}; "
+                 f"as user {INSTALLED_USER})")
+    else:
+        agent = f"this tree's agent (backend {_backend.NAME})"
+    print(f"\nsimulated spine ({SIM}: 68 ports, every detector on unless said), {agent} at 100 ms unless "
+          f"said; {args.seconds:.0f} s windows after {args.warmup:.0f} s of warm-up; "
           f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
           f"({os.cpu_count()} CPUs)\n")
-    print(table(rows))
+    print(table(rows, INSTALLED_LABEL if args.installed else ""))
+    helpers = sorted({str(r.get("asic_helper")) for row in rows for r in (row.baseline, row.result)
+                      if "asic_helper" in r})
+    if helpers:
+        print(f"\nthe ASIC plugin's helper (status sources.asic.helper): {', '.join(helpers)}")
     before = [(row.label, row.result["dialout_before_window"]) for row in rows
               if row.result.get("dialout_before_window")]
     if before:
         print("\ndial-out messages from connecting to the window's start (the snapshot, then the warm-up's "
               "ticks): " + "; ".join(f"{label}: {n:,}" for label, n in before))
-    print("\njsonl's formatting, one batch of a spine's size, best of 20, µs a line:\n")
-    cost = jsonl_cost(20)
-    for label, us in cost:
-        print(f"  {label:52} {us:7.3f} µs  ({us / cost[0][1]:5.1f}x)")
+    cost: list[tuple[str, float]] = []
+    if not args.installed:  # this tree's formatter: not the package's figure
+        print("\njsonl's formatting, one batch of a spine's size, best of 20, µs a line:\n")
+        cost = jsonl_cost(20)
+        for label, us in cost:
+            print(f"  {label:52} {us:7.3f} µs  ({us / cost[0][1]:5.1f}x)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost},
+        Path(args.json).write_text(json.dumps({"agent": "installed" if args.installed else str(ROOT),
+                                               "rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost},
                                               indent=1))
     sys.stdout.flush()
 
