@@ -46,8 +46,11 @@ def test_a_benchmark_killed_outright_takes_its_agents_with_it():
     try:
         child = int(parent.stdout.readline())
         assert _alive(child)
-        # setpriv execs in place: the pid a benchmark signals is the program's own
-        wait_until(lambda: "import time; time.sleep(600)" in _cmdline(child), timeout=30,
+        # setpriv execs in place: the pid a benchmark signals is the program's own. Wait for
+        # the exec itself (argv[0] the program, not setpriv, whose own argv holds the same
+        # words): setpriv asks for the signal just before it, and a parent killed earlier
+        # leaves an orphan that nothing signals.
+        wait_until(lambda: _cmdline(child)[:1] == [sys.executable], timeout=30,
                    what="setpriv to exec the child")
         parent.send_signal(signal.SIGKILL)
         parent.wait(30)
