@@ -230,6 +230,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         # and pretty-printer machinery (about 4 MiB of RSS, measured) for a console renderer
         # swtel never uses (agent/logs.py has its own). `swtel top`/`demo` are other processes.
         sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
+        from agent.malloc import cap_arenas
+
+        cap_arenas()  # before any thread: each would keep a malloc arena of its own
         from agent.runner import run_main
 
         return run_main(args)

@@ -59,11 +59,10 @@ FAULT_BACKOFF_MAX_S = 30.0
 
 
 def _containers(table: CounterTable) -> frozenset[Container]:
-    """Every container of ``table`` (its hidden counters' too), computed once per table."""
-    out = table.cache.get("containers")
-    if out is None:
-        out = table.cache["containers"] = frozenset(s.container for s in table.specs)
-    return out
+    """Every container of ``table`` (its hidden counters' too). Made when asked, not kept:
+    only a table's change or a source's retirement asks, and the set of a spine's ~10,000
+    containers would hold 0.5 MiB for the table's life."""
+    return frozenset(s.container for s in table.specs)
 
 
 def _rank(source: Source) -> int:
