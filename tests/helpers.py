@@ -195,3 +195,25 @@ def asic_yaml(workdir: Path, plugin: str, asic_config: str = "", *, asic: str = 
         "asic": f"{{enabled: true, plugin: '{plugin}', config: '{asic_config}'{asic}}}",
     }
     return agent_yaml(workdir, sources, **kw)
+
+
+def sim_table(sim: str = "role=spine seed=1"):
+    """The asic source's CounterTable for the built-in sim plugin's ``sim`` config (the
+    simulated spine's 16,812 values by default), built as the agent builds it; skips when
+    the plugin is not built."""
+    import pytest
+
+    import agent.plugins  # noqa: F401 - fills the registries a config is read against
+    from agent import _backend, asic, config
+    from agent.sources.asic import AsicSource
+
+    if asic.builtin_path("sim") is None:
+        pytest.skip("the sim plugin is not built")
+    src = AsicSource(config.parse(f"sources:\n  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"))
+    handle = _backend.reader.asic_open(asic.builtin_path("sim"), sim)
+    try:
+        _gen, ports, counters = _backend.reader.asic_layout(handle)
+    finally:
+        _backend.reader.asic_close(handle)
+    src._build(ports, counters)
+    return src.table

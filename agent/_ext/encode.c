@@ -2,7 +2,10 @@
  *
  * Python precomputes, once per CounterTable, the serialized relative gnmi.Path of
  * every counter and the serialized prefix gnmi.Path (origin, target, elems) of every
- * container (agent/gnmi/encode.py). Per tick this file only groups the changed
+ * container (agent/gnmi/encode.py). A counter's path is one bytes object, or a (head, tail)
+ * pair of bytes whose concatenation it is: a serialized Path's elems are its fields one
+ * after another, so the per-tick codec shares a port's head and a leaf's tail among
+ * counters instead of keeping a whole path per value. Per tick this file only groups the changed
  * indices by container and writes protobuf framing around those cached bytes:
  *
  *   SubscribeResponse { update(1): Notification {
@@ -43,16 +46,62 @@ static inline size_t update_len(Py_ssize_t path_len, uint64_t value)
     return 1 + varint_len((uint64_t)path_len) + (size_t)path_len + 1 + varint_len(tv) + tv;
 }
 
+/* One counter's serialized Path, in one or two pieces (tail_len 0 for one). */
+typedef struct {
+    const char *head, *tail;
+    Py_ssize_t head_len, tail_len;
+} path_ref;
+
+static inline Py_ssize_t path_len(const path_ref *r)
+{
+    return r->head_len + r->tail_len;
+}
+
+/* paths[i] as a path_ref: bytes, or a pair of bytes. 0, or -1 with TypeError. */
+static int get_path(PyObject *item, path_ref *out)
+{
+    if (PyBytes_Check(item)) {
+        out->head = PyBytes_AS_STRING(item);
+        out->head_len = PyBytes_GET_SIZE(item);
+        out->tail = NULL;
+        out->tail_len = 0;
+        return 0;
+    }
+    if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+        PyObject *h = PyTuple_GET_ITEM(item, 0), *t = PyTuple_GET_ITEM(item, 1);
+        if (PyBytes_Check(h) && PyBytes_Check(t)) {
+            out->head = PyBytes_AS_STRING(h);
+            out->head_len = PyBytes_GET_SIZE(h);
+            out->tail = PyBytes_AS_STRING(t);
+            out->tail_len = PyBytes_GET_SIZE(t);
+            return 0;
+        }
+    }
+    PyErr_SetString(PyExc_TypeError, "paths must hold bytes or (bytes, bytes) pairs");
+    return -1;
+}
+
+static inline char *put_path(char *p, const path_ref *r)
+{
+    memcpy(p, r->head, (size_t)r->head_len);
+    p += r->head_len;
+    if (r->tail_len) {
+        memcpy(p, r->tail, (size_t)r->tail_len);
+        p += r->tail_len;
+    }
+    return p;
+}
+
 /* Write one SubscribeResponse holding updates order[0..n) of one container. */
 static PyObject *write_response(int64_t ts, const char *prefix, Py_ssize_t prefix_len,
                                 const Py_ssize_t *order, Py_ssize_t n, const uint64_t *values,
-                                char *const *path_ptrs, const Py_ssize_t *path_lens)
+                                const path_ref *refs)
 {
     size_t notif = 1 + varint_len((uint64_t)ts) + 1 + varint_len((uint64_t)prefix_len) +
                    (size_t)prefix_len;
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_ssize_t i = order[k];
-        size_t u = update_len(path_lens[k], values[i]);
+        size_t u = update_len(path_len(&refs[k]), values[i]);
         notif += 1 + varint_len(u) + u;
     }
     size_t total = 1 + varint_len(notif) + notif;
@@ -70,14 +119,13 @@ static PyObject *write_response(int64_t ts, const char *prefix, Py_ssize_t prefi
     p += prefix_len;
     for (Py_ssize_t k = 0; k < n; k++) {
         uint64_t v = values[order[k]];
-        Py_ssize_t pl = path_lens[k];
+        Py_ssize_t pl = path_len(&refs[k]);
         size_t tv = 1 + varint_len(v);
         *p++ = 0x22; /* Notification.update */
         p = put_varint(p, update_len(pl, v));
         *p++ = 0x0a; /* Update.path */
         p = put_varint(p, (uint64_t)pl);
-        memcpy(p, path_ptrs[k], (size_t)pl);
-        p += pl;
+        p = put_path(p, &refs[k]);
         *p++ = 0x1a; /* Update.val */
         p = put_varint(p, tv);
         *p++ = 0x18; /* TypedValue.uint_val */
@@ -92,7 +140,7 @@ PyDoc_STRVAR(encode_updates_doc,
 "every max_updates updates). indices: changed counter indices (a u32 array, or a sequence\n"
 "of ints); values: u64 buffer of every counter; containers: u32 buffer, container id of\n"
 "every counter; prefixes: list of serialized prefix Paths by container id; paths: list of\n"
-"serialized relative Paths by counter index. Notifications come in order of first appearance.");
+"serialized relative Paths by counter index (bytes, or a (head, tail) pair of bytes). Notifications come in order of first appearance.");
 
 static PyObject *encode_updates(PyObject *self, PyObject *args)
 {
@@ -113,8 +161,8 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     PyObject *objs[2] = {values_obj, containers_obj};
     Py_buffer views[2];
     Py_buffer *vbuf = &views[0], *cbuf = &views[1];
-    Py_ssize_t *idx = NULL, *start = NULL, *order = NULL, *plens = NULL;
-    char **pptrs = NULL;
+    Py_ssize_t *idx = NULL, *start = NULL, *order = NULL;
+    path_ref *refs = NULL;
     unsigned char *written = NULL;
     PyObject *result = NULL;
     if (swtel_get_buffers(objs, views, bufs, 2) < 0)
@@ -132,10 +180,9 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     idx = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
     order = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
     start = PyMem_Calloc((size_t)nprefix + 1, sizeof(Py_ssize_t));
-    pptrs = PyMem_Malloc(sizeof(char *) * (size_t)n);
-    plens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    refs = PyMem_Malloc(sizeof(path_ref) * (size_t)n);
     written = PyMem_Calloc((size_t)nprefix + 1, 1);
-    if (!idx || !order || !start || !pptrs || !plens || !written) {
+    if (!idx || !order || !start || !refs || !written) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -167,15 +214,9 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < n; k++)
         order[cursor[cont[idx[k]]]++] = idx[k];
     PyMem_Free(cursor);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *pb = PyList_GET_ITEM(paths, order[k]);
-        if (!PyBytes_Check(pb)) {
-            PyErr_SetString(PyExc_TypeError, "paths must hold bytes");
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (get_path(PyList_GET_ITEM(paths, order[k]), &refs[k]) < 0)
             goto fail;
-        }
-        pptrs[k] = PyBytes_AS_STRING(pb);
-        plens[k] = PyBytes_GET_SIZE(pb);
-    }
     /* Emit containers in order of first appearance among the changed indices. */
     for (Py_ssize_t k = 0; k < n; k++) {
         uint32_t c = cont[idx[k]];
@@ -191,8 +232,7 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
         for (Py_ssize_t s = lo; s < hi; s += max_updates) {
             Py_ssize_t m = hi - s < max_updates ? hi - s : max_updates;
             PyObject *msg = write_response((int64_t)ts, PyBytes_AS_STRING(pb),
-                                           PyBytes_GET_SIZE(pb), order + s, m, values,
-                                           pptrs + s, plens + s);
+                                           PyBytes_GET_SIZE(pb), order + s, m, values, refs + s);
             if (msg == NULL)
                 goto fail;
             int rc = PyList_Append(result, msg);
@@ -208,8 +248,7 @@ done:
     PyMem_Free(idx);
     PyMem_Free(order);
     PyMem_Free(start);
-    PyMem_Free(pptrs);
-    PyMem_Free(plens);
+    PyMem_Free(refs);
     PyMem_Free(written);
     swtel_release_buffers(views, 2);
 done_indices:
@@ -226,18 +265,17 @@ static inline size_t update_field_len(Py_ssize_t path_len, uint64_t value)
 
 /* Write updates order[0..n) as Notification.update fields at p; returns the end. */
 static char *write_update_fields(char *p, const Py_ssize_t *order, Py_ssize_t n, const uint64_t *values,
-                                 char *const *path_ptrs, const Py_ssize_t *path_lens)
+                                 const path_ref *refs)
 {
     for (Py_ssize_t k = 0; k < n; k++) {
         uint64_t v = values[order[k]];
-        Py_ssize_t pl = path_lens[k];
+        Py_ssize_t pl = path_len(&refs[k]);
         size_t tv = 1 + varint_len(v);
         *p++ = 0x22; /* Notification.update */
         p = put_varint(p, update_len(pl, v));
         *p++ = 0x0a; /* Update.path */
         p = put_varint(p, (uint64_t)pl);
-        memcpy(p, path_ptrs[k], (size_t)pl);
-        p += pl;
+        p = put_path(p, &refs[k]);
         *p++ = 0x1a; /* Update.val */
         p = put_varint(p, tv);
         *p++ = 0x18; /* TypedValue.uint_val */
@@ -249,15 +287,15 @@ static char *write_update_fields(char *p, const Py_ssize_t *order, Py_ssize_t n,
 /* Append (group, updates, fields) for updates order[lo..hi) of one group, cut into runs
  * of at most max_bytes (a lone update larger than that is a run of its own). 0 or -1. */
 static int append_runs(PyObject *result, unsigned int group, Py_ssize_t lo, Py_ssize_t hi,
-                       const Py_ssize_t *order, const uint64_t *values, char *const *pptrs,
-                       const Py_ssize_t *plens, Py_ssize_t max_bytes)
+                       const Py_ssize_t *order, const uint64_t *values, const path_ref *refs,
+                       Py_ssize_t max_bytes)
 {
     Py_ssize_t s = lo;
     while (s < hi) {
         size_t size = 0;
         Py_ssize_t e = s;
         while (e < hi) {
-            size_t f = update_field_len(plens[e], values[order[e]]);
+            size_t f = update_field_len(path_len(&refs[e]), values[order[e]]);
             if (e > s && size + f > (size_t)max_bytes)
                 break;
             size += f;
@@ -266,7 +304,7 @@ static int append_runs(PyObject *result, unsigned int group, Py_ssize_t lo, Py_s
         PyObject *fields = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
         if (fields == NULL)
             return -1;
-        write_update_fields(PyBytes_AS_STRING(fields), order + s, e - s, values, pptrs + s, plens + s);
+        write_update_fields(PyBytes_AS_STRING(fields), order + s, e - s, values, refs + s);
         PyObject *run = Py_BuildValue("(InN)", group, e - s, fields);
         if (run == NULL)
             return -1;
@@ -284,7 +322,7 @@ PyDoc_STRVAR(encode_fields_doc,
 "The changed counters as serialized Notification.update fields (tag 4, uint_val values), to be\n"
 "concatenated into a Notification whose header the caller writes (agent/gnmi/encode.py Packer).\n"
 "containers: u32 buffer, group id (< ngroups) of every counter; paths: serialized Paths by\n"
-"counter index. One item per run of one group's updates (index order within a group, groups in\n"
+"counter index (bytes, or a (head, tail) pair of bytes). One item per run of one group's updates (index order within a group, groups in\n"
 "order of first appearance), each run at most max_bytes long unless one update alone is longer.");
 
 static PyObject *encode_fields(PyObject *self, PyObject *args)
@@ -304,8 +342,8 @@ static PyObject *encode_fields(PyObject *self, PyObject *args)
     static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
     PyObject *objs[2] = {values_obj, containers_obj};
     Py_buffer views[2];
-    Py_ssize_t *idx = NULL, *start = NULL, *cursor = NULL, *order = NULL, *plens = NULL;
-    char **pptrs = NULL;
+    Py_ssize_t *idx = NULL, *start = NULL, *cursor = NULL, *order = NULL;
+    path_ref *refs = NULL;
     unsigned char *written = NULL;
     PyObject *result = NULL;
     if (swtel_get_buffers(objs, views, bufs, 2) < 0)
@@ -321,10 +359,9 @@ static PyObject *encode_fields(PyObject *self, PyObject *args)
     order = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
     start = PyMem_Calloc((size_t)ngroups + 1, sizeof(Py_ssize_t));
     cursor = PyMem_Malloc(sizeof(Py_ssize_t) * ((size_t)ngroups + 1));
-    pptrs = PyMem_Malloc(sizeof(char *) * (size_t)n);
-    plens = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)n);
+    refs = PyMem_Malloc(sizeof(path_ref) * (size_t)n);
     written = PyMem_Calloc((size_t)ngroups + 1, 1);
-    if (!idx || !order || !start || !cursor || !pptrs || !plens || !written) {
+    if (!idx || !order || !start || !cursor || !refs || !written) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -348,21 +385,15 @@ static PyObject *encode_fields(PyObject *self, PyObject *args)
     memcpy(cursor, start, sizeof(Py_ssize_t) * ((size_t)ngroups + 1));
     for (Py_ssize_t k = 0; k < n; k++)
         order[cursor[cont[idx[k]]]++] = idx[k];
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *pb = PyList_GET_ITEM(paths, order[k]);
-        if (!PyBytes_Check(pb)) {
-            PyErr_SetString(PyExc_TypeError, "paths must hold bytes");
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (get_path(PyList_GET_ITEM(paths, order[k]), &refs[k]) < 0)
             goto fail;
-        }
-        pptrs[k] = PyBytes_AS_STRING(pb);
-        plens[k] = PyBytes_GET_SIZE(pb);
-    }
     for (Py_ssize_t k = 0; k < n; k++) {
         uint32_t c = cont[idx[k]];
         if (written[c])
             continue;
         written[c] = 1;
-        if (append_runs(result, c, start[c], start[c + 1], order, values, pptrs, plens, max_bytes) < 0)
+        if (append_runs(result, c, start[c], start[c + 1], order, values, refs, max_bytes) < 0)
             goto fail;
     }
     goto done;
@@ -373,8 +404,7 @@ done:
     PyMem_Free(order);
     PyMem_Free(start);
     PyMem_Free(cursor);
-    PyMem_Free(pptrs);
-    PyMem_Free(plens);
+    PyMem_Free(refs);
     PyMem_Free(written);
     swtel_release_buffers(views, 2);
 done_indices:

@@ -8,6 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+#: A counter's serialized Path: bytes, or a (head, tail) pair whose concatenation it is
+Path = bytes | tuple[bytes, bytes]
+
+
+def _path(p: Path) -> bytes:
+    if isinstance(p, bytes):
+        return p
+    if isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], bytes) and isinstance(p[1], bytes):
+        return p[0] + p[1]
+    raise TypeError("paths must hold bytes or (bytes, bytes) pairs")
+
 
 def encode_updates(
     ts_ns: int,
@@ -15,7 +26,7 @@ def encode_updates(
     values: Sequence[int],
     containers: Sequence[int],
     prefixes: list[bytes],
-    paths: list[bytes],
+    paths: list[Path],
     max_updates: int,
 ) -> list[bytes]:
     """One serialized SubscribeResponse per container with changed counters
@@ -42,7 +53,7 @@ def encode_updates(
             notif = gnmi_pb2.Notification(timestamp=ts_ns, prefix=prefix)
             for i in members[s : s + max_updates]:
                 update = notif.update.add()
-                update.path.MergeFromString(paths[i])
+                update.path.MergeFromString(_path(paths[i]))
                 update.val.uint_val = values[i]
             out.append(gnmi_pb2.SubscribeResponse(update=notif).SerializeToString())
     return out
@@ -52,7 +63,7 @@ def encode_fields(
     indices: Sequence[int],
     values: Sequence[int],
     containers: Sequence[int],
-    paths: list[bytes],
+    paths: list[Path],
     ngroups: int,
     max_bytes: int,
 ) -> list[tuple[int, int, bytes]]:
@@ -78,7 +89,7 @@ def encode_fields(
         for i in members:
             one = gnmi_pb2.Notification()  # only its update field set: serializes to that field alone
             update = one.update.add()
-            update.path.MergeFromString(paths[i])
+            update.path.MergeFromString(_path(paths[i]))
             update.val.uint_val = values[i]
             field = one.SerializeToString()
             if run and size + len(field) > max_bytes:

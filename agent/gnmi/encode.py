@@ -57,13 +57,34 @@ class TableCodec:
     """Cached encoder inputs for one CounterTable and one target."""
 
     prefixes: list[bytes]  # by container id
-    paths: list[bytes]  # by counter index
+    paths: list[bytes | tuple[bytes, bytes]]  # by counter index: the Path, or its (head, tail)
     containers: array  # 'I': container id by counter index
     origins: tuple[str, ...] = ()  # per-tick codecs: the origin of each id
 
 
 def prefix_bytes(container: Container, target: str) -> bytes:
     return paths.encoded(container.path, container.origin, target)
+
+
+class _Pieces:
+    """Absolute paths as (head, tail) pairs of serialized elems, each piece one bytes object
+    shared by every counter that has it: the tail is the last two elems (``counters/in-octets``,
+    a FEC bin's ``rs-num-corr-err[upper-boundary=3]/count``: the same on every port), the head
+    the rest (a port's or a lane's: the same for its counters). A serialized Path's elems are
+    its fields one after another, so head + tail is the whole path's bytes; the encoders write
+    the two, instead of a whole path kept per value (what it saves: docs/PERFORMANCE.md)."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[bytes, bytes] = {}
+
+    def _shared(self, elems: list) -> bytes:
+        raw = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=n, key=k) for n, k in elems]).SerializeToString()
+        return self._bytes.setdefault(raw, raw)
+
+    def of(self, path: str) -> tuple[bytes, bytes]:
+        elems = paths.split(path)
+        cut = max(len(elems) - 2, 0)
+        return (self._shared(elems[:cut]), self._shared(elems[cut:]))
 
 
 def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCodec:
@@ -85,13 +106,16 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container.origin, len(ids)))
             prefixes = [paths.encoded("/", origin, target) for origin in ids]
-            leaf_paths = [b"" if i in bad else paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString()
+            pieces = _Pieces()
+            leaf_paths = [b"" if i in bad else pieces.of(f"{s.container.path}/{s.leaf}")
                           for i, s in enumerate(table.specs)]
         else:
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container, len(ids)))
             prefixes = [prefix_bytes(c, target) if text_ok(c.path) else b"" for c in ids]
-            leaf_paths = [b"" if i in bad else paths.encoded(spec.leaf) for i, spec in enumerate(table.specs)]
+            leaves: dict[str, bytes] = {}  # one bytes object per leaf name, not per counter
+            leaf_paths = [b"" if i in bad else leaves.get(spec.leaf) or leaves.setdefault(spec.leaf, paths.encoded(spec.leaf))
+                          for i, spec in enumerate(table.specs)]
         origins = tuple(ids) if per_tick else ()
         cached = TableCodec(prefixes=prefixes, paths=leaf_paths, containers=containers, origins=origins)
         table.cache[key] = cached

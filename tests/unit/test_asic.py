@@ -13,7 +13,7 @@ import pytest
 from agent import _backend
 from agent.asic import HEADER
 from agent.sources.asic import map_name
-from tests.helpers import asic_yaml, status_doc
+from tests.helpers import asic_yaml, sim_table, status_doc
 from tests.namespaces import AgentProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,21 +131,7 @@ def test_a_spine_table_holds_one_container_and_one_leaf_string_per_path():
     """Memory a value (issue 35): the counters of one container share one Container object
     and one string per leaf name; 16,812 values on the simulated spine had 16,812 Containers
     for 9,196 paths and 1,384 strings for 44 leaf names."""
-    import agent.plugins  # noqa: F401 - fills the registries a config is read against
-    from agent import asic, config
-    from agent.sources.asic import AsicSource
-
-    if asic.builtin_path("sim") is None:
-        pytest.skip("the sim plugin is not built")
-    sim = "role=spine seed=1"
-    src = AsicSource(config.parse(f"sources:\n  asic: {{enabled: true, plugin: sim, config: '{sim}'}}\n"))
-    handle = reader.asic_open(asic.builtin_path("sim"), sim)
-    try:
-        _gen, ports, counters = reader.asic_layout(handle)
-    finally:
-        reader.asic_close(handle)
-    src._build(ports, counters)
-    specs = src.table.specs
+    specs = sim_table().specs
     assert len(specs) > 16_000
     assert len({id(s.container) for s in specs}) == len({s.container for s in specs}) < len(specs)
     assert len({id(s.leaf) for s in specs}) == len({s.leaf for s in specs}) < 100

@@ -35,7 +35,7 @@ from agent.listener import Listener
 from agent.store import Store
 from agent.tools.collect import Collector
 from tests.gnmi_helpers import free_port, make_batch
-from tests.helpers import wait_until
+from tests.helpers import sim_table, wait_until
 
 TARGET = "spine01"
 BACKENDS = {"C": _swtel, "python": _fallback}
@@ -503,3 +503,52 @@ def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(bac
     latest: dict[str, Any] = {}
     _apply([gnmi_pb2.SubscribeResponse(update=kept).SerializeToString()], latest, set())
     assert latest == {event.container.full(event.leaf): "critical"}
+
+
+def test_the_per_tick_codec_shares_path_pieces_and_writes_the_same_bytes():
+    """Memory a value (issue 35): the per-tick codec keeps each counter's absolute path as a
+    (head, tail) pair of shared pieces, not a whole path per value; head + tail is the path's
+    serialization, and both encoders write the same fields from pairs as from whole paths."""
+    table = sim_table()
+    codec = encode.codec(table, TARGET, per_tick=True)
+    whole = [paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString() for s in table.specs]
+    assert [head + tail for head, tail in codec.paths] == whole
+    pieces = {id(p) for pair in codec.paths for p in pair}
+    # 16,812 values: ~3,800 heads (a port, lane, queue or priority group each) and 59 tails
+    assert len(pieces) < len(table.specs) // 4
+    rng = random.Random(3)
+    values = array("Q", [rng.randrange(2**64) for _ in table.specs])
+    indices = array("I", sorted(rng.sample(range(len(table.specs)), 3000)))
+    want = _decoded_runs(_fallback.encode_fields(list(indices), values, codec.containers, whole,
+                                                 len(codec.origins), 4096))
+    assert sum(len(updates) for _g, updates in want) == 3000
+    prefixes = [b""] * len(codec.origins)
+    want_updates = _decoded_responses(_fallback.encode_updates(5, list(indices), values, codec.containers,
+                                                               prefixes, whole, 100))
+    for name in sorted(BACKENDS):
+        got = BACKENDS[name].encode_fields(indices, values, codec.containers, codec.paths, len(codec.origins), 4096)
+        assert _decoded_runs(got) == want
+        got = BACKENDS[name].encode_updates(5, indices, values, codec.containers, prefixes, codec.paths, 100)
+        assert _decoded_responses(got) == want_updates
+        with pytest.raises(TypeError, match=r"\(bytes, bytes\) pairs"):
+            BACKENDS[name].encode_fields([0], values, codec.containers, [(b"a", "b")], 2, 700)
+
+
+def _updates(notif: gnmi_pb2.Notification) -> list[tuple[tuple, int]]:
+    # keys sorted: protobuf may serialize a PathElem's key map (the spine's
+    # ``pool[index=0][type=ingress]``) in another order than it was written, so the bytes of
+    # a re-serializing encoder (the fallback) and a copying one (C) may differ; the paths not
+    return [(tuple((e.name, tuple(sorted(e.key.items()))) for e in u.path.elem), u.val.uint_val)
+            for u in notif.update]
+
+
+def _decoded_runs(runs: list[tuple[int, int, bytes]]) -> list[tuple[int, list]]:
+    return [(group, _updates(gnmi_pb2.Notification.FromString(fields))) for group, _n, fields in runs]
+
+
+def _decoded_responses(messages: list[bytes]) -> list[tuple[int, list]]:
+    out = []
+    for raw in messages:
+        notif = gnmi_pb2.SubscribeResponse.FromString(raw).update
+        out.append((notif.timestamp, _updates(notif)))
+    return out
