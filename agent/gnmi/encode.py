@@ -113,7 +113,8 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container, len(ids)))
             prefixes = [prefix_bytes(c, target) if text_ok(c.path) else b"" for c in ids]
-            leaves = {leaf: paths.encoded(leaf) for leaf in {spec.leaf for spec in table.specs}}
+            leaves = {leaf: paths.encoded(leaf)
+                      for leaf in {spec.leaf for i, spec in enumerate(table.specs) if i not in bad}}
             # one bytes object per leaf name, not per counter
             leaf_paths = [b"" if i in bad else leaves[spec.leaf] for i, spec in enumerate(table.specs)]
         origins = tuple(ids) if per_tick else ()
