@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import os
 import re
-import secrets
 import stat
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+# hashlib (~0.7 MiB of OpenSSL's digests), hmac and secrets are imported where a password is
+# hashed or checked: an agent without password authentication never loads them.
 
 MAX_SECRET_BYTES = 64 * 1024  # a password, token or key file larger than this is refused unread
 MAX_USERS_BYTES = 1024 * 1024  # a credentials file: thousands of entries fit
@@ -104,6 +104,9 @@ def _unb64(text: str) -> bytes:
 def hash_password(password: str | bytes, *, ln: int = SCRYPT_LN, r: int = SCRYPT_R, p: int = SCRYPT_P,
                   salt: bytes | None = None) -> str:
     """``$scrypt$ln=14,r=8,p=1$SALT$HASH`` for ``password`` with a fresh 16-byte salt."""
+    import hashlib
+    import secrets
+
     pw = password.encode() if isinstance(password, str) else password
     salt = secrets.token_bytes(16) if salt is None else salt
     digest = hashlib.scrypt(pw, salt=salt, n=1 << ln, r=r, p=p, maxmem=_SCRYPT_MAXMEM, dklen=32)
@@ -135,6 +138,9 @@ class Entry:
         return cls(ln, r, p, salt, digest)
 
     def verify(self, password: bytes) -> bool:
+        import hashlib
+        import hmac
+
         got = hashlib.scrypt(password, salt=self.salt, n=1 << self.ln, r=self.r, p=self.p,
                              maxmem=_SCRYPT_MAXMEM, dklen=len(self.digest))
         return hmac.compare_digest(got, self.digest)
@@ -223,6 +229,8 @@ class Users:
         self._lock = threading.Lock()
         self._sig: tuple[int, int, int, int] | None = None
         self._users: dict[str, Entry] = {}
+        import secrets
+
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
         self.load()
@@ -251,6 +259,9 @@ class Users:
                 pass  # a half-written or broken file: keep the last good one
 
     def check(self, name: str, password: bytes) -> bool:
+        import hashlib
+        import hmac
+
         self._fresh()
         with self._lock:
             entry = self._users.get(name)

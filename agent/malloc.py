@@ -1,4 +1,4 @@
-"""glibc's malloc arenas, capped for the daemon.
+"""glibc's malloc, tuned for the daemon: arenas capped, free pages handed back.
 
 glibc gives each thread that allocates its own arena (up to eight per core), and an
 arena keeps the pages of what was freed in it for reuse by that arena only. The agent has
@@ -9,6 +9,15 @@ holds the GIL for almost all of its allocations, so a shared arena is rarely con
 
 An operator's ``MALLOC_ARENA_MAX`` (e.g. in the unit's environment) wins: glibc read it at
 start, and this leaves it alone. Not glibc (musl has no arenas): nothing to do.
+
+glibc also keeps what the start freed: the tables' construction and the first snapshot are
+a burst of allocations the steady state never reuses, and glibc returns heap pages to the
+kernel only from the heap's top, past a threshold it raises after each large free. With
+Debian's C++ protobuf and grpcio 1.51 the installed agent's heap kept ~7 MiB that way on the
+simulated spine with dial-out; ``malloc_trim(0)`` after the start, and once a minute after
+(a collector's reconnect builds a snapshot again), hands them back for ~0.5 ms each
+(docs/PERFORMANCE.md). A fixed ``M_MMAP_THRESHOLD`` did as well for memory but cost about
+a point of a core: each tick's messages were then mapped and faulted in anew.
 """
 
 from __future__ import annotations
@@ -34,3 +43,16 @@ def cap_arenas(n: int = ARENAS) -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     return mallopt(_M_ARENA_MAX, n) == 1
+
+
+def release_free_pages() -> bool:
+    """Hand the free pages glibc's malloc holds back to the kernel (``malloc_trim(0)``: the
+    heap's top and whole free pages inside every arena); True if any went. Not glibc: False."""
+    try:
+        import ctypes
+
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = (ctypes.c_size_t,)
+    return malloc_trim(0) == 1

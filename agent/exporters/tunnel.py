@@ -32,9 +32,7 @@ The exchange follows the Go reference implementation (tunnel/tunnel.go):
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -53,10 +51,13 @@ if TYPE_CHECKING:
 
 log = logs.get("tunnel")
 
-# gRPC and the tunnel's messages: imported when a tunnel is built (base.lazy_imports)
+# gRPC, the tunnel's messages and its socket directory's tools (shutil brings bz2 and lzma):
+# imported when a tunnel is built (base.lazy_imports)
 grpc: Any = None
 pb: Any = None
-_load = lazy_imports(globals(), grpc="grpc", pb="agent.gnmi.tunnel_pb")
+shutil: Any = None
+tempfile: Any = None
+_load = lazy_imports(globals(), grpc="grpc", pb="agent.gnmi.tunnel_pb", shutil="shutil", tempfile="tempfile")
 
 BACKOFF_MIN_S = 0.5
 CHUNK = 32 * 1024  # bytes per Data frame, as the Go implementation reads

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import math
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -168,6 +165,8 @@ class PamUsers:
         self.remember_s = remember_s
         self._clock = clock
         self._local = threading.local()
+        import secrets  # here, as hashlib and hmac below: an agent without PAM never loads them
+
         self._key = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self._verified: dict[str, tuple[bytes, float]] = {}
@@ -181,6 +180,9 @@ class PamUsers:
         return handle
 
     def check(self, name: str, password: bytes) -> bool:
+        import hashlib
+        import hmac
+
         mark = hmac.new(self._key, name.encode() + b"\0" + password, hashlib.sha256).digest()
         now = self._clock()
         with self._lock:

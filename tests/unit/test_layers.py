@@ -165,3 +165,22 @@ def test_parsing_a_config_leaves_the_grpc_stack_unloaded():
                              env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "[]", (pure, out.stdout)
+
+
+def test_an_agent_without_password_checks_or_a_tunnel_leaves_their_libraries_unloaded():
+    """hashlib (OpenSSL's digests), hmac and secrets load where a password is hashed or
+    checked, tempfile where a tunnel makes its socket's directory: a dial-out agent without
+    either, its gRPC stack loaded, carries none of them (~1 MiB of PSS, docs/PERFORMANCE.md)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, agent.plugins, agent.config as c, agent.runner\n"
+            "cfg = c.parse('exporters: {dialout: [{address: \"127.0.0.1:57400\", insecure: true}]}')\n"
+            "agent.runner.build_exporters(cfg)\n"
+            "assert 'grpc' in sys.modules\n"
+            "print(sorted({'hashlib', 'hmac', 'secrets', 'tempfile'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
