@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,7 +109,13 @@ def test_write_user_adds_replaces_and_keeps_the_others(tmp_path):
     assert credentials.write_user(str(path), "b", "two") is False
     assert credentials.write_user(str(path), "a", "uno") is True
     text = path.read_text()
-    assert "one" not in text and "uno" not in text and "two" not in text  # hashes only
+    # hashes only: each user's entry parses as $scrypt$..., and no field is a password (a
+    # search of the whole text would find "two" inside a random base64 salt or hash now and then)
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert sorted(line.split(":", 1)[0] for line in lines) == ["a", "b"]
+    for line in lines:
+        credentials.Entry.parse(line.split(":", 1)[1])
+        assert not {"one", "uno", "two"} & set(re.split(r"[:$,]", line)), line
     assert "# a comment" in text
     users = credentials.Users(str(path))
     assert users.check("a", b"uno") and not users.check("a", b"one") and users.check("b", b"two")
