@@ -1,8 +1,9 @@
-# Sourced by .ci/test and .ci/test-debian: run test passes side by side, each into its own
-# log, and print the logs whole, one after the other, when all have ended. The suite mostly
-# waits (agents starting, a collector down for 30 s, timeouts running out), so passes at once
-# take little more than the longest. SWTEL_SERIAL=1 runs them one after the other instead,
-# output as it comes.
+# Sourced by .ci/test and .ci/test-debian: run test passes one after the other, output as it
+# comes; or, with SWTEL_SIDE_BY_SIDE=1, side by side, each into its own log, the logs printed
+# whole when all have ended. The suite mostly waits (agents starting, a collector down for
+# 30 s, timeouts running out), so side by side the two passes took 23-24 min instead of 46.
+# Not the default yet: each of three side-by-side runs failed one timing-dependent or random
+# test (docs/DEVELOPING.md, "A busy machine"); CI runs one pass at a time until they are fixed.
 #
 #   side_by_side "TITLE ONE" func_one "TITLE TWO" func_two   # each func gets no arguments
 #
@@ -10,7 +11,7 @@
 side_by_side() {
   local logs names=() titles=() i rc=0 start
   start=$(date +%s)
-  if [ -n "${SWTEL_SERIAL:-}" ]; then
+  if [ -z "${SWTEL_SIDE_BY_SIDE:-}" ]; then
     while [ $# -gt 0 ]; do
       echo "$1"; local t=$(date +%s)
       "$2" || rc=1
