@@ -3,7 +3,8 @@
 # whole when all have ended. The suite mostly waits (agents starting, a collector down for
 # 30 s, timeouts running out), so side by side the two passes took 23-24 min instead of 46.
 # Not the default yet: each of three side-by-side runs failed one timing-dependent or random
-# test (docs/DEVELOPING.md, "A busy machine"); CI runs one pass at a time until they are fixed.
+# test (docs/DEVELOPING.md; the three fixed since); CI runs one pass at a time until several
+# side-by-side runs in a row pass.
 #
 #   side_by_side "TITLE ONE" func_one "TITLE TWO" func_two   # each func gets no arguments
 #

@@ -183,7 +183,10 @@ def test_idle_and_trickling_clients_time_out(make_server):
                 closed = True
                 break
             time.sleep(0.1)
-        replies = read_replies(slow)
+        try:
+            replies = read_replies(slow)
+        except ConnectionResetError:  # closed with our late bytes unread: the reply went with them
+            closed, replies = True, []
     assert closed or (len(replies) == 1 and "timed out" in replies[0]["error"])
 
 
