@@ -23,6 +23,7 @@ a point of a core: each tick's messages were then mapped and faulted in anew.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 #: mallopt's parameter number for the arena cap (glibc's malloc.h)
 _M_ARENA_MAX = -8
@@ -30,29 +31,33 @@ _M_ARENA_MAX = -8
 ARENAS = 2
 
 
+def _glibc(name: str, *argtypes: object) -> Any:
+    """glibc's function ``name`` with its argument types, or None (not glibc: musl has none)."""
+    try:
+        import ctypes
+
+        fn = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = argtypes
+    return fn
+
+
 def cap_arenas(n: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas at ``n`` for threads started from now on; True if applied.
     Call before the daemon starts its threads."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
-    try:
-        import ctypes
+    import ctypes
 
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return mallopt(_M_ARENA_MAX, n) == 1
+    mallopt = _glibc("mallopt", ctypes.c_int, ctypes.c_int)
+    return mallopt is not None and mallopt(_M_ARENA_MAX, n) == 1
 
 
 def release_free_pages() -> bool:
     """Hand the free pages glibc's malloc holds back to the kernel (``malloc_trim(0)``: the
     heap's top and whole free pages inside every arena); True if any went. Not glibc: False."""
-    try:
-        import ctypes
+    import ctypes
 
-        malloc_trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    malloc_trim.argtypes = (ctypes.c_size_t,)
-    return malloc_trim(0) == 1
+    malloc_trim = _glibc("malloc_trim", ctypes.c_size_t)
+    return malloc_trim is not None and malloc_trim(0) == 1
