@@ -24,6 +24,7 @@ corrupts a delta. docs/paths.md ("One counter, one path") says it for users.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
 from agent.pathgrammar import INTERFACE_PREFIX, interface_path, read_key
@@ -87,7 +88,7 @@ def deletes(vanished: set[str], containers: set[Container]) -> list[Container]:
 #: hashes in C from their cached hashes, so the sets below cost no Python loop per counter)
 Key = tuple[str, str, str]
 #: a key's counters in one table: the index of the one counter on its own path (the common
-#: case: no list, no tuple, the very int of ``table.visible``), ``~index`` of a hardware counter
+#: case: no list, no tuple), ``~index`` of a hardware counter
 #: standing for a standard leaf (an alias), or a list of those when several share the key
 Members = int | list[int]
 #: a table's relabelled counters: index -> (container, leaf) published instead of its own
@@ -140,14 +141,22 @@ def members(entry: Members) -> list[tuple[int, bool]]:
     return [(~m, True) if m < 0 else (m, False) for m in (entry if isinstance(entry, list) else (entry,))]
 
 
-def keys_of(table: CounterTable) -> dict[Key, Members]:
-    """Per :func:`standard_key` of ``table``'s reported counters, their indices (as
-    :data:`Members`: :func:`members` reads them); computed once per table (a table is
-    rebuilt, never changed)."""
-    out = table.cache.get("standard")
-    if out is not None:
-        return out
-    out = {}
+class TableKeys(NamedTuple):
+    """What an election needs of one table (:func:`keys_of`)."""
+
+    #: per :func:`standard_key`, the indices of the counters it gives (:func:`members` reads them)
+    members: dict[Key, Members]
+    #: a hardware counter's key -> the standard (container, leaf) it stands for
+    standard_to: dict[Key, tuple[Container, str]]
+    #: (index, port) of the counters on a port's :data:`STANDARD_LEAVES`
+    standard_leaves: list[tuple[int, str]]
+
+
+def keys_of(table: CounterTable) -> TableKeys:
+    """``table``'s reported counters by :func:`standard_key`. Made at each election and not
+    kept: elections run only when a table changes, and the spine's ~17,000 keys would hold
+    ~2 MiB for the agent's life (issue 35, memory a value)."""
+    out: dict[Key, Members] = {}
     targets: dict[Key, tuple[Container, str]] = {}  # a hardware counter's key -> its standard leaf
     std: dict[Container, Container] = {}  # a port's hw container -> its standard one
     leaves: list[tuple[int, str]] = []  # (index, port) of counters on a port's standard leaves
@@ -173,10 +182,7 @@ def keys_of(table: CounterTable) -> dict[Key, Members]:
         _add(out, (c.origin, c.path, spec.leaf), i)
         if spec.leaf in STANDARD_LEAVES and is_std[c]:
             leaves.append((i, spec.port))
-    table.cache["standard"] = out
-    table.cache["standard_to"] = targets
-    table.cache["standard_leaves"] = leaves
-    return out
+    return TableKeys(out, targets, leaves)
 
 
 def yielded(container: Container, source: str) -> Container:
@@ -209,7 +215,8 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
     than one of them that may give the port moves aside meanwhile, so the leaf's first value
     is the winner's. Returns per table the counters published elsewhere than their own path
     (empty: as they are)."""
-    keyed = [keys_of(table) for _name, table, _rank in tables]
+    made = [keys_of(table) for _name, table, _rank in tables]
+    keyed = [k.members for k in made]
     seen: set[Key] = set()
     shared: set[Key] = set()  # keys of two tables or more (set operations: no loop per counter)
     for keys in keyed:
@@ -249,12 +256,12 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
             pos, i, alias = m
             if m is top:
                 if alias:
-                    moves[pos][i] = tables[pos][1].cache["standard_to"][key]
+                    moves[pos][i] = made[pos].standard_to[key]
                 continue
             step_aside(pos, i)
-    for pos, (_name, table, rank) in enumerate(tables):
+    for pos, (_name, _table, rank) in enumerate(tables):
         if rank > 0:  # a hardware counter alone on its standard leaf's group: it takes the leaf
-            to = table.cache["standard_to"]
+            to = made[pos].standard_to
             keys = keyed[pos]
             for key in to.keys() - shared:
                 entry = keys[key]
@@ -262,7 +269,7 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
                     moves[pos][~entry] = to[key]
         above = [serves for hold_rank, serves in holds if hold_rank > rank]
         if above:  # kept from this source while one above it opens
-            for i, port in table.cache["standard_leaves"]:
+            for i, port in made[pos].standard_leaves:
                 if i not in moves[pos] and any(serves(port) for serves in above):
                     step_aside(pos, i)
     return moves

@@ -130,7 +130,7 @@ def test_a_tables_keys_are_standard_keys_made_of_its_own_strings():
     own origin, container path and leaf (a hardware alias: its standard container's path),
     and an entry lists the counters standard_key gives it, aliases marked."""
     table = _named("asic", "swp1", ("HwIfInOctets", "carrier_changes", "phy_symbol_errors", "vendor_thing"))
-    keys = keys_of(table)
+    keys = keys_of(table).members
     got = {(i, alias): key for key, entry in keys.items() for i, alias in members(entry)}
     assert got == {(i, standard_key(s)[1]): standard_key(s)[0] for i, s in enumerate(table.specs)}
     for (i, alias), (origin, path, leaf) in got.items():
@@ -140,6 +140,17 @@ def test_a_tables_keys_are_standard_keys_made_of_its_own_strings():
     assert table.specs[0].container.origin == SWTEL_ORIGIN  # HwIfInOctets: the alias of in-octets
     assert got[(0, True)] == (OPENCONFIG, interface("swp1", OPENCONFIG, "state/counters").path, "in-octets")
     assert members([3, ~0]) == [(3, False), (0, True)] and members(5) == [(5, False)]
+
+
+def test_an_election_keeps_nothing_in_the_tables():
+    """The keys are made at each election and dropped after it (issue 35: the spine's ~17,000
+    would hold ~2 MiB for the agent's life); a second election elects the same."""
+    tables = [_netdev("swp1"), _named("asic", "swp1", ("HwIfInOctets", "carrier_changes"))]
+    args = [(t.source, t, r) for t, r in zip(tables, (0, 1), strict=True)]
+    first = elect(args)
+    assert first[1]  # the ASIC's hardware counter takes in-octets: something moved
+    assert all(set(t.cache) <= {"visible"} for t in tables)  # (the reported indices: kept)
+    assert elect(args) == first
 
 
 def test_keys_and_aside_paths_keep_escaped_names_and_every_key():
