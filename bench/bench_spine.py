@@ -15,7 +15,9 @@ then measures a steady-state window:
 * **bytes per value**: (agent + helper PSS) / the values the sources hold (their ``counters``).
 
 Also: the jsonl formatter's cost per line (C, its Python twin, and json.dumps of a dict as the
-exporter did before), and with ``--memory`` where the agent's Python memory goes
+exporter did before); the floor under dial-out (a bare Python gRPC client streaming what the
+dial-out row sent, and the interpreter alone: what any process that dials out pays); and with
+``--memory`` where the agent's Python memory goes
 (tracemalloc, top 10 modules). Figures only: nothing is asserted. The machine is shared:
 compare rows of one run as ratios, not with another run's.
 
@@ -300,10 +302,10 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
         agent = psutil.Process(proc.pid)
         procs = [agent, *agent.children(recursive=True)]
         s0, c0, t0 = status(workdir), _cpu(procs), time.monotonic()
-        d0, o0, r0 = g.dialout.messages, g.otlp.messages, h.requests.messages
+        d0, o0, r0, db0 = g.dialout.messages, g.otlp.messages, h.requests.messages, g.dialout.bytes
         time.sleep(seconds)
         s1, c1, t1 = status(workdir), _cpu(procs), time.monotonic()
-        d1, o1, r1 = g.dialout.messages, g.otlp.messages, h.requests.messages
+        d1, o1, r1, db1 = g.dialout.messages, g.otlp.messages, h.requests.messages, g.dialout.bytes
         helpers = agent.children(recursive=True)
         pss_agent, pss_helper = _pss(agent), sum(_pss(p) for p in helpers)
     finally:
@@ -333,6 +335,7 @@ def run_row(row: Row, seconds: float, warmup: float, g: GrpcSink, h: HttpSink,
         "asic_reads": s1["sources"]["asic"]["reads"] - s0["sources"]["asic"]["reads"],
         "ticks": ticks,
         "dialout_per_tick": (d1 - d0) / ticks,
+        "dialout_bytes_per_tick": (db1 - db0) / ticks,
         "dialout_before_window": d0 - start,  # the snapshot on connecting, and the warm-up's ticks
         "otlp_per_tick": (o1 - o0) / ticks,
         "rw_requests": r1 - r0,
@@ -382,6 +385,73 @@ def table(rows: list[Row], result_label: str = "") -> str:
                          f"| {r['bytes_per_value']:,.0f} | {messages_cell(row, r)} "
                          f"| {r['overruns_window']} / {r.get('overruns_after_1s', '–')} / {r['overruns_total']} |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the floor under dial-out
+
+
+def floor_inner(port: int, per_tick: float, size: int, seconds: float) -> int:
+    """A bare gRPC client: what the dial-out exporter loads (grpc, gNMI's messages; glibc's
+    arenas capped and the start's free pages trimmed, as the agent does) streaming ``per_tick``
+    messages of ``size`` bytes a tick at 100 ms to the receiver at ``port`` for ``seconds``."""
+    import queue
+
+    from agent import malloc
+
+    malloc.cap_arenas()
+    import grpc
+    from pygnmi.spec.v080 import gnmi_pb2  # noqa: F401 - loaded by the exporter: its memory counts
+
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    messages: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    call = channel.stream_stream(NOKIA_METHOD)(iter(messages.get, None))
+    threading.Thread(target=lambda: sum(1 for _ in call), daemon=True).start()  # the replies, drained
+    payload, credit = os.urandom(size), 0.0
+    start = next_tick = time.monotonic()
+    trimmed = False
+    while time.monotonic() - start < seconds:
+        credit += per_tick
+        while credit >= 1.0:
+            messages.put(payload)
+            credit -= 1.0
+        if not trimmed and time.monotonic() - start > 2.0:
+            trimmed = malloc.release_free_pages() or True  # the agent's trim after its start
+        next_tick += 0.1
+        time.sleep(max(next_tick - time.monotonic(), 0.0))
+    messages.put(None)
+    channel.close()
+    return 0
+
+
+def measure_floor(args: argparse.Namespace, g: GrpcSink, per_tick: float, size: int) -> dict[str, Any]:
+    """CPU and PSS of :func:`floor_inner` and of a bare interpreter, windows as the rows'."""
+    import psutil
+
+    out: dict[str, Any] = {"per_tick": per_tick, "size": size}
+    for name, argv in (("grpc", [sys.executable, __file__, "--floor-inner", str(g.port), str(per_tick), str(size),
+                                 str(args.warmup + args.seconds + 5)]),
+                       ("interpreter", [sys.executable, "-c", "import time; time.sleep(86400)"])):
+        proc = subprocess.Popen(with_parent_death(argv), cwd=ROOT, env=_agent_env())
+        try:
+            time.sleep(args.warmup)
+            p = psutil.Process(proc.pid)
+            c0, t0 = _cpu([p]), time.monotonic()
+            time.sleep(args.seconds)
+            out[name] = {"cpu_pct": (_cpu([p]) - c0) / (time.monotonic() - t0) * 100, "pss": _pss(p)}
+        finally:
+            proc.kill()
+            proc.wait()
+    return out
+
+
+def floor_text(floor: dict[str, Any]) -> str:
+    grpc_, bare = floor["grpc"], floor["interpreter"]
+    return (f"\nthe floor under dial-out: a bare Python gRPC client (grpc and gNMI's messages loaded, arenas capped, "
+            f"trimmed) streaming what the dial-out row sent, {floor['per_tick']:.1f} messages of "
+            f"{floor['size'] / 1e3:,.0f} kB a tick at 100 ms, to the same receiver: **{grpc_['cpu_pct']:.1f} % of a "
+            f"core, {grpc_['pss'] / 2**20:.1f} MiB PSS**; the interpreter alone: {bare['pss'] / 2**20:.1f} MiB. "
+            f"So gRPC's client adds {(grpc_['pss'] - bare['pss']) / 2**20:.1f} MiB to any process that dials out: "
+            "the dial-out row is about the no-exporter row plus that.")
 
 
 # ---------------------------------------------------------------- jsonl's formatter, per line
@@ -547,10 +617,14 @@ def main() -> int:
                     help=f"run each row with the installed .deb's agent ({INSTALLED_SWTEL}, Debian's python3) as "
                          f"user {INSTALLED_USER}, as its unit does, instead of this tree's (as root)")
     ap.add_argument("--memory-inner", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--floor-inner", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_inner:
         cfg, after, out = args.memory_inner
         return memory_inner(cfg, float(after), out)
+    if args.floor_inner:
+        port, per_tick, size, seconds = args.floor_inner
+        return floor_inner(int(port), float(per_tick), int(size), float(seconds))
     if args.installed:
         if args.memory:
             sys.exit("--memory traces this tree's agent in-process: not with --installed")
@@ -579,7 +653,12 @@ def main() -> int:
                     setattr(row, attr, run_row(row, args.seconds, args.warmup, g, h, root))
                 except Exception as exc:  # noqa: BLE001 - one row's failure is shown, the others still run
                     setattr(row, attr, {"error": repr(exc)})
-        report(args, rows, load0)
+        floor = None
+        dialout = next((row.result for row in rows if row.label.startswith("dial-out (nokia")), {})
+        if dialout.get("dialout_per_tick") and not args.installed:
+            size = int(dialout["dialout_bytes_per_tick"] / dialout["dialout_per_tick"])
+            floor = measure_floor(args, g, dialout["dialout_per_tick"], size)
+        report(args, rows, load0, floor)
         if args.memory:
             print("\n" + memory(20.0, g, h))
     finally:
@@ -588,7 +667,7 @@ def main() -> int:
     return 0
 
 
-def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
+def report(args: argparse.Namespace, rows: list[Row], load0: float, floor: dict[str, Any] | None = None) -> None:
     from agent import _backend
 
     if args.installed:
@@ -611,6 +690,8 @@ def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
     if before:
         print("\ndial-out messages from connecting to the window's start (the snapshot, then the warm-up's "
               "ticks): " + "; ".join(f"{label}: {n:,}" for label, n in before))
+    if floor:
+        print(floor_text(floor))
     cost: list[tuple[str, float]] = []
     if not args.installed:  # this tree's formatter: not the package's figure
         print("\njsonl's formatting, one batch of a spine's size, best of 20, µs a line:\n")
@@ -619,7 +700,8 @@ def report(args: argparse.Namespace, rows: list[Row], load0: float) -> None:
             print(f"  {label:52} {us:7.3f} µs  ({us / cost[0][1]:5.1f}x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"agent": "installed" if args.installed else str(ROOT),
-                                               "rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost},
+                                               "rows": {r.label: r.result for r in rows}, "jsonl_us_per_line": cost,
+                                               "dialout_floor": floor},
                                               indent=1))
     sys.stdout.flush()
 
