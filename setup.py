@@ -55,9 +55,28 @@ class BuildExtAndHost(build_ext):
         return [*super().get_source_files(), *HOST_SOURCES, *HOST_DEPENDS]
 
 
+def grpc_core() -> list[Extension]:
+    """agent._grpcstream, dial-out's transport on grpc's C core, when its headers are here
+    (Debian 12: libgrpc-dev); without it the exporter uses grpcio (agent/exporters/dialout.py)."""
+    import subprocess
+
+    try:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [Extension(
+        "agent._grpcstream", sources=["agent/_ext_grpc/grpcstream.c"],
+        include_dirs=[f[2:] for f in flags if f.startswith("-I")],
+        library_dirs=[f[2:] for f in flags if f.startswith("-L")],
+        libraries=[f[2:] for f in flags if f.startswith("-l")] + ["pthread"],
+        extra_compile_args=["-O2", "-std=gnu11", *WARNINGS],
+    )]
+
+
 setup(
     cmdclass={"build_ext": BuildExtAndHost},
-    ext_modules=[
+    ext_modules=[*grpc_core(),
         Extension(
             "agent._swtel",
             sources=sorted(glob("agent/_ext/*.c")),

@@ -52,11 +52,33 @@ if TYPE_CHECKING:
     from agent.counters import Batch, StateUpdate
     from agent.store import Store
 
-# gRPC and the gNMI encoder: imported when a destination is built (base.lazy_imports; the
-# gRPC stack is about 15 MiB of RSS)
+# The gNMI encoder, and grpcio when it is the transport: imported when a destination is built
+# (base.lazy_imports; grpcio's Python stack is about 15 MiB of RSS)
 grpc: Any = None
 encode: Any = None
-_load = lazy_imports(globals(), grpc="grpc", encode="agent.gnmi.encode")
+_load = lazy_imports(globals(), encode="agent.gnmi.encode")
+_load_grpcio = lazy_imports(globals(), grpc="grpc")
+#: a status code's name by its number (grpc's status.h: the same in every gRPC)
+STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+                "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")
+#: messages handed to the C core's stream ahead of the wire (the rest wait in the queue, where
+#: overflow is counted and a snapshot supersedes them)
+CORE_AHEAD = 2
+
+
+def core_transport() -> Any | None:
+    """agent._grpcstream (dial-out on grpc's C core: no Python runs per message), or None: not
+    built (no libgrpc-dev at build time) or the pure-Python backend asked for."""
+    from agent import _backend
+
+    if _backend.NAME != "C":
+        return None
+    try:
+        from agent import _grpcstream
+    except ImportError:
+        return None
+    return _grpcstream
 
 
 METHODS = {
@@ -168,6 +190,10 @@ class DialoutConfig:
             "(e.g. `/interfaces/interface[name=swp1]/state/counters`) per tick, update paths relative "
             "to it, for collectors that name series after the notification prefix; it falls behind at "
             "full churn (see docs/gnmi.md)"))
+    transport: str = setting("auto", type="`auto` or `grpcio`", choices=("auto", "grpcio"), doc=(
+        "`auto`: grpc's C core (libgrpc) when the agent was built with it and runs its C backend: no "
+        "Python runs per message (a third of grpcio's CPU and memory, docs/PERFORMANCE.md); else "
+        "grpcio. `grpcio`: always grpcio's Python client"))
 
 
 @register
@@ -204,6 +230,9 @@ class DialoutExporter(ReconnectingSender, Exporter):
 
     def __init__(self, cfg: DialoutConfig, target: str) -> None:
         _load()
+        self._core = core_transport() if cfg.transport == "auto" else None
+        if self._core is None:
+            _load_grpcio()
         super().__init__(log, BACKOFF_MIN_S, BACKOFF_MAX_S)
         self.cfg = cfg
         self.target = target
@@ -302,6 +331,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
             "state": self.state,
             "address": str(self.cfg.address),
             "protocol": self.cfg.protocol,
+            "transport": "grpc-core" if self._core is not None else "grpcio",
             "tls": not self.cfg.insecure,
             "queue": len(self._queue),
             "queue_max": self.cfg.queue,
@@ -449,6 +479,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
 
     def _session(self, s: _Session) -> None:
         """One connection: stream until it fails or we stop; ``s`` records how far it got."""
+        if self._core is not None:
+            return self._session_core(s)
         metadata = self._metadata()
         channel = self._channel()
 
@@ -467,35 +499,123 @@ class DialoutExporter(ReconnectingSender, Exporter):
             drain = threading.Thread(target=self._drain, args=(call, s),
                                      name=f"dialout-{self.name}-rx", daemon=True)
             drain.start()
-            while not s.failed.is_set():
-                if self._stopping.is_set():
-                    # Everything queued is sent (or the flush's time is up) and the stream
-                    # half-closed: a collector that has read it all ends the call at once. One
-                    # that does not is cut off CLOSE_GRACE_S later.
-                    left = self._flush_deadline + CLOSE_GRACE_S - self._clock()
-                    if left <= 0 or not s.ready.is_set():  # not connected: nothing to close
-                        s.cut_off = s.ready.is_set()
-                        call.cancel()
-                        break
-                    s.wake.wait(left)
-                    s.wake.clear()
-                    continue
-                if s.ready.is_set() and subscribed:
-                    # READY is all on_state waits for: unsubscribed now, grpc's poller thread
-                    # is gone long before the session ends, and closing needs no wait for it
+
+            def once_ready() -> None:
+                # READY is all on_state waits for: unsubscribed now, grpc's poller thread
+                # is gone long before the session ends, and closing needs no wait for it
+                nonlocal subscribed
+                if subscribed:
                     channel.unsubscribe(on_state)
                     subscribed = False
-                if (s.ready.is_set() and not s.proven.is_set()
-                        and time.monotonic() - s.ready_at >= self.healthy_after_s):
-                    self._prove(s, f"{self.healthy_after_s:g}s without error")
-                s.wake.wait(0.2)  # the proving clock's pace; a stop or the stream's end wakes it
-                s.wake.clear()
+
+            self._supervise(s, call.cancel, once_ready)
             drain.join(2.0)
         finally:
             if subscribed:
                 channel.unsubscribe(on_state)
             _wait_connectivity_poller(channel)
             channel.close()
+
+    def _supervise(self, s: _Session, cancel: Callable[[], Any], once_ready: Callable[[], None]) -> None:
+        """The session's own thread until the stream fails: a stop's close and grace, the proving
+        clock. ``cancel`` ends the call; ``once_ready`` runs when the connection is up."""
+        while not s.failed.is_set():
+            if self._stopping.is_set():
+                # Everything queued is sent (or the flush's time is up) and the stream
+                # half-closed: a collector that has read it all ends the call at once. One
+                # that does not is cut off CLOSE_GRACE_S later.
+                left = self._flush_deadline + CLOSE_GRACE_S - self._clock()
+                if left <= 0 or not s.ready.is_set():  # not connected: nothing to close
+                    s.cut_off = s.ready.is_set()
+                    cancel()
+                    break
+                s.wake.wait(left)
+                s.wake.clear()
+                continue
+            if s.ready.is_set():
+                once_ready()
+            if (s.ready.is_set() and not s.proven.is_set()
+                    and time.monotonic() - s.ready_at >= self.healthy_after_s):
+                self._prove(s, f"{self.healthy_after_s:g}s without error")
+            s.wake.wait(0.2)  # the proving clock's pace; a stop or the stream's end wakes it
+            s.wake.clear()
+
+    # ------------------------------------------------------------ the C core's transport
+    def _session_core(self, s: _Session) -> None:
+        """One connection on grpc's C core: a feeder thread hands each message of
+        :meth:`_requests` to the stream (at most CORE_AHEAD ahead of the wire), a watcher thread
+        follows the stream's phase and replies; this thread supervises as grpcio's session does."""
+        stream = self._open_stream(self._metadata())
+        watcher = threading.Thread(target=self._watch_core, args=(stream, s),
+                                   name=f"dialout-{self.name}-rx", daemon=True)
+        feeder = threading.Thread(target=self._feed_core, args=(stream, s),
+                                  name=f"dialout-{self.name}-tx", daemon=True)
+        watcher.start()
+        feeder.start()
+        try:
+            self._supervise(s, stream.cancel, lambda: None)
+        finally:
+            if not s.failed.is_set():
+                stream.cancel()
+            watcher.join(2.0)
+            feeder.join(2.0)
+
+    def _open_stream(self, metadata: list[tuple[str, str]]) -> Any:
+        """The call on the C core (connecting from now): plaintext, or TLS as grpcio's channel."""
+        address = str(self.cfg.address)
+        if self.cfg.insecure:
+            stream = self._core.Stream(address, self.method, metadata)
+        else:
+            t = self.cfg.tls
+            if bool(t.cert) != bool(t.key):
+                raise tls.TlsError("client cert and key go together")
+            if t.crl:  # as grpcio's path: the C core takes no CRL either
+                tls.check_server_crl(address, t.ca, t.crl, t.server_name)
+
+            def text(pem: bytes | None) -> str | None:
+                return pem.decode("ascii", "replace") if pem is not None else None
+
+            stream = self._core.Stream(address, self.method, metadata, True, text(tls.read_pem(t.ca, "CA")),
+                                       text(tls.read_pem(t.cert, "client cert")),
+                                       text(tls.read_pem(t.key, "client key", private=True)), t.server_name)
+        return stream
+
+    def _feed_core(self, stream: Any, s: _Session) -> None:
+        try:
+            for message in self._requests(s):
+                if stream.send([message]) < 0:
+                    return  # the call ended: the watcher says why
+                while stream.wait_room(CORE_AHEAD, 0.2)[3] >= CORE_AHEAD and not s.failed.is_set():
+                    pass
+        except Exception as exc:  # noqa: BLE001 - whatever it is ends this session, not the thread
+            s.error = f"{type(exc).__name__}: {exc}"
+            stream.cancel()
+            return
+        stream.finish()  # half-close once the last has gone: a stop's flush is over
+
+    def _watch_core(self, stream: Any, s: _Session) -> None:
+        seen = 0
+        try:
+            while True:
+                phase, _sent, replies, _waiting, code, details, connected = stream.wait(0.2)
+                if connected and not s.ready.is_set():
+                    s.ready_at = time.monotonic()
+                    s.ready.set()
+                    s.wake.set()
+                if replies > seen:  # the collector answers (gnmic: every message): the first proves it
+                    self.responses += replies - seen
+                    seen = replies
+                    if not s.proven.is_set():
+                        self._prove(s, "reply")
+                if phase == self._core.ENDED:
+                    if not self._stopping.is_set():
+                        name = STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else f"STATUS_{code}"
+                        s.error = ("collector closed the stream" if code == 0
+                                   else logs.remote_text(f"{name}: {details}"))
+                    return
+        finally:
+            s.failed.set()
+            s.wake.set()
 
     def _prove(self, s: _Session, by: str) -> None:
         """The collector accepted the stream: connected (once per session)."""

@@ -560,15 +560,16 @@ def test_unexpected_error_logged_and_retried():
     col = _collector(port)
     feed = Feed(ports=1)
     exp = DialoutExporter(_cfg(port, insecure=True), TARGET)
-    real_channel = exp._channel
+    opens = "_open_stream" if exp.status()["transport"] == "grpc-core" else "_channel"  # either transport's
+    real_open = getattr(exp, opens)
     failures = [RuntimeError("injected fault"), KeyError("also injected")]
 
-    def flaky_channel():
+    def flaky_open(*args):
         if failures:
             raise failures.pop(0)
-        return real_channel()
+        return real_open(*args)
 
-    exp._channel = flaky_channel
+    setattr(exp, opens, flaky_open)
     try:
         with structlog.testing.capture_logs() as logs:
             exp.start(feed.store)
