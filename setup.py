@@ -1,6 +1,7 @@
 """Build the C hot path (read, diff, encode) as one extension module: agent._swtel, the
 simulated switch's plugin (agent.asic.sim_plugin) and the ASIC plugin's C helper process
-(agent/asic/swtel-asic-host)."""
+(agent/asic/swtel-asic-host); with libgrpc-dev installed, dial-out's transport on grpc's C
+core as a module of its own (agent._grpcstream), so that the rest builds without it."""
 import os
 import re
 import shlex
