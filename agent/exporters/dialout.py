@@ -625,7 +625,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
             s.proven.set()
         down_for = self._connected()  # the next failure is news again
         log.info("destination connected", destination=self.name, address=str(self.cfg.address),
-                 method=self.method, tls=not self.cfg.insecure, reconnects=self.reconnects,
+                 method=self.method, tls=not self.cfg.insecure,
+                 transport="grpc-core" if self._core is not None else "grpcio", reconnects=self.reconnects,
                  down_for_s=round(down_for, 3), confirmed_by=by)
 
     def _drain(self, call: Any, s: _Session) -> None:
