@@ -224,15 +224,29 @@ static int Stream_init(Stream *s, PyObject *args, PyObject *kw) {
     } else {
         creds = grpc_insecure_credentials_create();
     }
-    grpc_arg arg;
-    grpc_channel_args channel_args = {0, NULL};
+    /* grpcio's path sets the same (agent/exporters/dialout.py _channel): keepalive no more often
+     * than servers' default policy allows, reconnects soon (the exporter's backoff decides when
+     * to retry); and, the C core's own: the collector's replies are a few bytes, so its reads
+     * need no 4 MiB buffer (GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE's default) nor a growing window */
+    grpc_arg args_[9];
+    size_t n_args = 0;
+#define INT_ARG(name, v) (args_[n_args].type = GRPC_ARG_INTEGER, args_[n_args].key = (char *)(name), \
+                          args_[n_args].value.integer = (v), n_args++)
+    INT_ARG(GRPC_ARG_KEEPALIVE_TIME_MS, 310000);
+    INT_ARG(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+    INT_ARG(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+    INT_ARG(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 30000);
+    INT_ARG(GRPC_ARG_TCP_READ_CHUNK_SIZE, 16384);
+    INT_ARG(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 65536);
+    INT_ARG(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+#undef INT_ARG
     if (use_tls && server_name) {
-        arg.type = GRPC_ARG_STRING;
-        arg.key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-        arg.value.string = (char *)server_name;
-        channel_args.num_args = 1;
-        channel_args.args = &arg;
+        args_[n_args].type = GRPC_ARG_STRING;
+        args_[n_args].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+        args_[n_args].value.string = (char *)server_name;
+        n_args++;
     }
+    grpc_channel_args channel_args = {n_args, args_};
     s->channel = grpc_channel_create(target, creds, &channel_args);
     grpc_channel_credentials_release(creds);
     s->cq = grpc_completion_queue_create_for_next(NULL);
