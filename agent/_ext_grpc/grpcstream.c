@@ -343,17 +343,23 @@ static PyObject *Stream_state(Stream *s, PyObject *unused) {
     return out;
 }
 
+/* CLOCK_MONOTONIC (the conditions' clock: a wall-clock step moves no wait) + timeout_s (>= 0) */
+static struct timespec deadline_after(double timeout_s) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    long long ns = t.tv_nsec + (long long)((timeout_s > 0 ? timeout_s : 0) * 1e9);
+    t.tv_sec += (time_t)(ns / 1000000000LL);
+    t.tv_nsec = (long)(ns % 1000000000LL);
+    return t;
+}
+
 static PyObject *Stream_wait(Stream *s, PyObject *arg) {
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&s->lock);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)(timeout * 1e9);
-    until.tv_sec += (time_t)(ns / 1000000000LL);
-    until.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec until = deadline_after(timeout);
     if (s->phase != PHASE_ENDED && timeout > 0)
         pthread_cond_timedwait(&s->changed, &s->lock, &until);
     pthread_mutex_unlock(&s->lock);
@@ -368,11 +374,7 @@ static PyObject *Stream_wait_room(Stream *s, PyObject *args) {
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&s->lock);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)(timeout * 1e9);
-    until.tv_sec += (time_t)(ns / 1000000000LL);
-    until.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec until = deadline_after(timeout);
     while (s->waiting >= limit && s->phase != PHASE_ENDED && !s->cancelled)
         if (pthread_cond_timedwait(&s->room, &s->lock, &until) != 0)
             break;
@@ -442,8 +444,12 @@ static PyObject *Stream_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     if (!s)
         return NULL;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->changed, NULL);
-    pthread_cond_init(&s->room, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->changed, &monotonic);
+    pthread_cond_init(&s->room, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     grpc_metadata_array_init(&s->headers);
     grpc_metadata_array_init(&s->trailers);
     s->details = grpc_empty_slice();
