@@ -67,19 +67,24 @@ def pair_problem(cert: str, key: str) -> str | None:
     return None
 
 
+def client_pems(ca: str | None, cert: str | None = None,
+                key: str | None = None) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """A client's (CA, cert, key) PEMs: the CA to verify the server against (None: the system's
+    roots), cert and key for mTLS (both or neither). For grpcio and for grpc's C core alike."""
+    if bool(cert) != bool(key):
+        raise TlsError("client cert and key go together")
+    root, private = read_pem(ca, "CA"), read_pem(key, "client key", private=True)
+    return root, read_pem(cert, "client cert"), private
+
+
 def channel_credentials(
     ca: str | None, cert: str | None = None, key: str | None = None
 ) -> grpc.ChannelCredentials:
     """Client side: verify the server against ``ca`` (system roots when None); mTLS with cert+key."""
-    if bool(cert) != bool(key):
-        raise TlsError("client cert and key go together")
+    root, chain, private = client_pems(ca, cert, key)
     import grpc
 
-    return grpc.ssl_channel_credentials(
-        root_certificates=read_pem(ca, "CA"),
-        private_key=read_pem(key, "client key", private=True),
-        certificate_chain=read_pem(cert, "client cert"),
-    )
+    return grpc.ssl_channel_credentials(root_certificates=root, private_key=private, certificate_chain=chain)
 
 
 def check_server_crl(address: str, ca: str | None, crl: str, server_name: str | None = None,

@@ -567,17 +567,11 @@ class DialoutExporter(ReconnectingSender, Exporter):
             stream = self._core.Stream(address, self.method, metadata)
         else:
             t = self.cfg.tls
-            if bool(t.cert) != bool(t.key):
-                raise tls.TlsError("client cert and key go together")
+            pems = tls.client_pems(t.ca, t.cert, t.key)
             if t.crl:  # as grpcio's path: the C core takes no CRL either
                 tls.check_server_crl(address, t.ca, t.crl, t.server_name)
-
-            def text(pem: bytes | None) -> str | None:
-                return pem.decode("ascii", "replace") if pem is not None else None
-
-            stream = self._core.Stream(address, self.method, metadata, True, text(tls.read_pem(t.ca, "CA")),
-                                       text(tls.read_pem(t.cert, "client cert")),
-                                       text(tls.read_pem(t.key, "client key", private=True)), t.server_name)
+            root, cert, key = (pem.decode("ascii", "replace") if pem is not None else None for pem in pems)
+            stream = self._core.Stream(address, self.method, metadata, True, root, cert, key, t.server_name)
         return stream
 
     def _feed_core(self, stream: Any, s: _Session) -> None:
