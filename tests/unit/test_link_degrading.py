@@ -478,17 +478,35 @@ def test_an_agent_sends_the_same_gauges_by_otlp_and_gnmi(tmp_path):
         after = [v for t, v in points if t >= ts]
         # (an export between the read and its pass's end stamps the old value with that read)
         assert float(value) in after[:2], (leaf, ts, value, points)
-    # an order of magnitude at least: usually ~2.7 orders (1.1e-8 against healthy ports' worst lanes
-    # at 1-2e-11, their low-bin noise fitted over a lane's codewords), but a loaded pure-Python run
-    # fitted a healthy port at 3.4e-10 (29x below swp2): 1e2 failed there, 1e3 failed 3 runs in 8
-    healthy = max(rx.latest(flr_name, interface=f"swp{i}").value for i in (1, 3, 4))
-    assert rx.latest(flr_name, interface="swp2").value > max(healthy, 1e-16) * 1e1
+    # swp2's FLR above the healthy ports' by an order of magnitude at least, among the fits the
+    # detector trusts (R² >= min_r2: the event's rule): a healthy port's few codewords in its top
+    # bins (0 or 1 a window) can fit a flat tail at 1e-9-1e-8 with R² ~0.5 when load moves where
+    # its buckets close (seen in pure-Python runs beside two busy loops: 1.5e-8 at R² 0.48), a
+    # prediction the detector does not act on; the highest bin with codewords orders them always
+    min_r2 = Insights().link_degrading.min_r2
+    _assert_degrading_above_healthy(rx, otlp_names.PHY_PREDICTION, min_r2, "swp2",
+                                    [{"interface": f"swp{i}"} for i in (1, 3, 4)])
     # each lane's under the _lane names (the sim's 400G ports: 4 lanes; the degrade is on lane 0)
     lane_flr = otlp_names.PHY_LANE_PREDICTION["predicted-flr"]
     lanes = {p.attr["lane"] for p in rx.series(lane_flr, interface="swp2")}
     assert lanes == {"0", "1", "2", "3"}
-    calm = max(rx.latest(lane_flr, interface="swp2", lane=lane).value for lane in ("1", "2", "3"))
-    assert rx.latest(lane_flr, interface="swp2", lane="0").value > max(calm, 1e-16) * 1e1  # the same noise as above
+    _assert_degrading_above_healthy(rx, otlp_names.PHY_LANE_PREDICTION, min_r2,
+                                    {"interface": "swp2", "lane": "0"},
+                                    [{"interface": "swp2", "lane": lane} for lane in ("1", "2", "3")])
+
+
+def _assert_degrading_above_healthy(rx, names: dict, min_r2: float, degrading, healthy: list[dict]) -> None:
+    """The degrading unit's latest gauges against the healthy ones': its fit trusted and its FLR
+    10x above every trusted healthy fit, its highest bin above theirs."""
+    def latest(attrs: dict) -> dict:
+        return {leaf: rx.latest(name, **attrs).value for leaf, name in names.items() if leaf != "observed-cer"}
+
+    sick = latest(degrading if isinstance(degrading, dict) else {"interface": degrading})
+    others = [latest(attrs) for attrs in healthy]
+    assert sick["fit-r2"] >= min_r2, (sick, others)
+    trusted = [g["predicted-flr"] for g in others if g["fit-r2"] >= min_r2]
+    assert sick["predicted-flr"] > max(trusted, default=0.0) * 1e1 and sick["predicted-flr"] > 0, (sick, others)
+    assert sick["max-bin"] > max(g["max-bin"] for g in others), (sick, others)
 
 
 @pytest.mark.nolibs  # the detector on batches: no versioned library decides it
