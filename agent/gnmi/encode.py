@@ -166,10 +166,24 @@ def _field(tag: int, body: bytes) -> bytes:
     return bytes((tag,)) + _varint(len(body)) + body
 
 
-@lru_cache(maxsize=65536)
 def absolute_path(container: Container, leaf: str) -> bytes:
-    """The serialized absolute path of a leaf (states repeat: a detector's gauges)."""
-    return paths.encoded(f"{container.path}/{leaf}" if leaf else container.path)
+    """The serialized absolute path of a leaf: its container's elems then the leaf's (a Path's
+    elems are its fields one after another, so the two pieces joined are the whole path)."""
+    return _container_elems(container) + _leaf_elems(leaf) if leaf else _container_elems(container)
+
+
+# States repeat (a detector's gauges every bucket), so their pieces are cached, but each once
+# and bounded: a cache per (container, leaf) held ~3.8 MiB on the simulated spine, most of it
+# paths sent once (every FEC bin's upper-boundary, at start and in snapshots); its steady state
+# (~90 states a second) hits 1,024 containers every time (measured: 0 misses in 15 s).
+@lru_cache(maxsize=1024)
+def _container_elems(container: Container) -> bytes:
+    return paths.to_proto(container.path).SerializeToString()
+
+
+@lru_cache(maxsize=256)
+def _leaf_elems(leaf: str) -> bytes:
+    return paths.to_proto(leaf).SerializeToString()
 
 
 def update_field(path: bytes, value: bytes) -> bytes:

@@ -536,6 +536,28 @@ def test_the_per_tick_codec_shares_path_pieces_and_writes_the_same_bytes():
             BACKENDS[name].encode_fields([0], values, codec.containers, [(b"a", "b")], 2, 700)
 
 
+def test_a_state_s_path_is_its_container_s_elems_then_its_leaf_s_each_cached_once():
+    """Memory (issue 35): a state's path is two cached pieces, its container's elems and its
+    leaf's, joined; the same Path as the whole string serialized, for keyed containers and
+    leaves, the root container and no leaf; the container cache is bounded."""
+    from agent.counters import Container
+
+    cases = [(Container("openconfig", "/interfaces/interface[name=swp1]/phy/histograms/state"
+                                      "/rs-num-corr-err[upper-boundary=3]"), "upper-boundary"),
+             (Container("swtel", "/qos/interfaces/interface[name=swp2]/pool[index=0][type=ingress]"), "max-level"),
+             (Container("swtel", "/"), "insights/state/open"),
+             (Container("swtel", "/system/state"), ""),
+             (Container("swtel", "/a"), "b[k=v]/c")]
+    for container, leaf in cases:
+        whole = f"{container.path}/{leaf}" if leaf else container.path
+        assert _path_elems(encode.absolute_path(container, leaf)) == _elems(paths.to_proto(whole)), (container, leaf)
+    # ten thousand containers sent once (the spine's FEC bins' upper boundaries) keep at most
+    # the cache's bound, not one path each
+    for i in range(10_000):
+        encode.absolute_path(Container("openconfig", f"/interfaces/interface[name=swp{i}]/phy/state"), "x")
+    assert encode._container_elems.cache_info().currsize <= 1024
+
+
 def _elems(path: gnmi_pb2.Path) -> tuple:
     return tuple((e.name, tuple(sorted(e.key.items()))) for e in path.elem)
 
