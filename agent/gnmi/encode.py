@@ -4,7 +4,8 @@ Counters go through the active backend's ``encode_updates`` (C, or the gnmi_pb2
 fallback) with per-table caches: the serialized relative path of every counter
 and the serialized prefix (origin, target, container elems) of every container.
 The caches live on ``CounterTable.cache``, so a rebuilt table starts fresh.
-States, deletes and sync are rare and built with gnmi_pb2 directly.
+States, deletes and sync are rare; every message is written by :mod:`agent.gnmi.wire`, so an
+agent that only sends never imports protobuf (gnmi_pb2 only for the server's messages).
 
 Rules (DESIGN.md "Paths"): one Notification per container per batch; target and
 origin only on the prefix; update paths relative to it; int64 ns timestamps.
@@ -21,9 +22,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, NamedTuple
-
-from pygnmi.spec.v080 import gnmi_pb2
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent import _backend
 from agent.counters import (
@@ -37,9 +36,11 @@ from agent.counters import (
     text_ok,
     unencodable,
 )
-from agent.gnmi import paths
+from agent.gnmi import paths, wire
+from agent.pathgrammar import split
 
-_SYNC = gnmi_pb2.SubscribeResponse(sync_response=True).SerializeToString()
+if TYPE_CHECKING:
+    from pygnmi.spec.v080 import gnmi_pb2
 
 #: Updates per Notification before a container is split in several (same prefix and
 #: timestamp): keeps one message well below gRPC's 4 MB default receive limit.
@@ -78,11 +79,11 @@ class _Pieces:
         self._bytes: dict[bytes, bytes] = {}
 
     def _shared(self, elems: list) -> bytes:
-        raw = gnmi_pb2.Path(elem=[gnmi_pb2.PathElem(name=n, key=k) for n, k in elems]).SerializeToString()
+        raw = wire.path(elems)
         return self._bytes.setdefault(raw, raw)
 
     def of(self, path: str) -> tuple[bytes, bytes]:
-        elems = paths.split(path)
+        elems = split(path)
         cut = max(len(elems) - 2, 0)
         return (self._shared(elems[:cut]), self._shared(elems[cut:]))
 
@@ -152,20 +153,6 @@ def counter_runs(ts_ns: int, table: CounterTable, indices: Any, values: array, t
     return [(c.origins[group], ts_ns, fields, None) for group, _n, fields in got]
 
 
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-def _field(tag: int, body: bytes) -> bytes:
-    """One length-delimited protobuf field: tag byte, length, body."""
-    return bytes((tag,)) + _varint(len(body)) + body
-
-
 def absolute_path(container: Container, leaf: str) -> bytes:
     """The serialized absolute path of a leaf: its container's elems then the leaf's (a Path's
     elems are its fields one after another, so the two pieces joined are the whole path)."""
@@ -178,22 +165,16 @@ def absolute_path(container: Container, leaf: str) -> bytes:
 # (~90 states a second) hits 1,024 containers every time (measured: 0 misses in 15 s).
 @lru_cache(maxsize=1024)
 def _container_elems(container: Container) -> bytes:
-    return paths.to_proto(container.path).SerializeToString()
+    return wire.path(split(container.path))
 
 
 @lru_cache(maxsize=256)
 def _leaf_elems(leaf: str) -> bytes:
-    return paths.to_proto(leaf).SerializeToString()
+    return wire.path(split(leaf))
 
 
-def update_field(path: bytes, value: bytes) -> bytes:
-    """A ``Notification.update`` field from a serialized Path and a serialized TypedValue."""
-    return _field(0x22, _field(0x0A, path) + _field(0x1A, value))
-
-
-def delete_field(path: bytes) -> bytes:
-    """A ``Notification.delete`` field from a serialized Path."""
-    return _field(0x2A, path)
+update_field = wire.update  # (path bytes, TypedValue bytes) -> a Notification.update field
+delete_field = wire.delete  # path bytes -> a Notification.delete field
 
 
 def state_run(u: StateUpdate) -> Run:
@@ -201,7 +182,7 @@ def state_run(u: StateUpdate) -> Run:
     path = absolute_path(u.container, u.leaf)
     if u.value is None:
         return (u.container.origin, u.ts_ns, delete_field(path), u)
-    return (u.container.origin, u.ts_ns, update_field(path, typed_value(u.value).SerializeToString()), u)
+    return (u.container.origin, u.ts_ns, update_field(path, wire.typed_value(u.value)), u)
 
 
 class Packed(NamedTuple):
@@ -260,13 +241,12 @@ class Packer:
         out: list[Packed] = []
         for origin, mine in by_origin.items():
             ts = max(run[1] for run in mine)
-            head = _field(0x12, _prefix(origin, self.target))
-            head = b"\x08" + _varint(ts & 0xFFFFFFFFFFFFFFFF) + head
+            head = wire.notification_head(ts, _prefix(origin, self.target))
             body: list[bytes] = [head]
             size, counters, states = len(head), False, []
             for _origin, _ts, fields, state in mine:
                 if len(body) > 1 and size + len(fields) > self.max_bytes:
-                    out.append(Packed(_field(0x0A, b"".join(body)), counters, states))
+                    out.append(Packed(wire.response(b"".join(body)), counters, states))
                     body, size, counters, states = [head], len(head), False, []
                 body.append(fields)
                 size += len(fields)
@@ -274,7 +254,7 @@ class Packer:
                     counters = True
                 else:
                     states.append(state)
-            out.append(Packed(_field(0x0A, b"".join(body)), counters, states))
+            out.append(Packed(wire.response(b"".join(body)), counters, states))
         return out
 
     def messages(self) -> list[bytes]:
@@ -287,20 +267,11 @@ def _prefix(origin: str, target: str) -> bytes:
 
 
 def typed_value(value: Any) -> gnmi_pb2.TypedValue:
-    """A Python value as the gNMI TypedValue a collector expects for it."""
-    if isinstance(value, bool):
-        return gnmi_pb2.TypedValue(bool_val=value)
-    if isinstance(value, int):
-        if 0 <= value < 2**64:
-            return gnmi_pb2.TypedValue(uint_val=value)
-        return gnmi_pb2.TypedValue(int_val=value)
-    if isinstance(value, float):
-        return gnmi_pb2.TypedValue(double_val=value)
-    if isinstance(value, str):
-        return gnmi_pb2.TypedValue(string_val=value)
-    if isinstance(value, bytes):
-        return gnmi_pb2.TypedValue(bytes_val=value)
-    return gnmi_pb2.TypedValue(json_ietf_val=json.dumps(value, sort_keys=True).encode())
+    """A Python value as the gNMI TypedValue a collector expects for it (the message, for the
+    server's replies): :func:`wire.typed_value`'s rule, decoded."""
+    from pygnmi.spec.v080 import gnmi_pb2
+
+    return gnmi_pb2.TypedValue.FromString(wire.typed_value(value))
 
 
 def python_value(tv: gnmi_pb2.TypedValue) -> Any:
@@ -320,35 +291,28 @@ def python_value(tv: gnmi_pb2.TypedValue) -> Any:
 
 def encode_states(updates: Iterable[StateUpdate], target: str) -> list[bytes]:
     """Non-counter values, one Notification per (timestamp, container); ``None`` deletes the leaf."""
-    groups: dict[tuple[int, Container], gnmi_pb2.Notification] = {}
+    groups: dict[tuple[int, Container], tuple[list[bytes], list[bytes]]] = {}
     for u in encodable_states(updates):
-        notif = groups.get((u.ts_ns, u.container))
-        if notif is None:
-            notif = gnmi_pb2.Notification(timestamp=u.ts_ns)
-            notif.prefix.MergeFromString(prefix_bytes(u.container, target))
-            groups[(u.ts_ns, u.container)] = notif
-        leaf = paths.to_proto(u.leaf)
+        changed, deleted = groups.setdefault((u.ts_ns, u.container), ([], []))
+        leaf = paths.encoded(u.leaf)
         if u.value is None:
-            notif.delete.append(leaf)
+            deleted.append(wire.delete(leaf))
         else:
-            notif.update.add(path=leaf, val=typed_value(u.value))
-    return [gnmi_pb2.SubscribeResponse(update=n).SerializeToString() for n in groups.values()]
+            changed.append(wire.update(leaf, wire.typed_value(u.value)))
+    return [wire.response(wire.notification_head(ts_ns, prefix_bytes(container, target)) + b"".join(changed)
+                          + b"".join(deleted))
+            for (ts_ns, container), (changed, deleted) in groups.items()]
 
 
 def encode_deletes(ts_ns: int, containers: Iterable[Container], target: str) -> list[bytes]:
     """Whole containers gone (a port removed): one Notification per origin, prefix without elems."""
-    groups: dict[str, gnmi_pb2.Notification] = {}
+    groups: dict[str, list[bytes]] = {}
     for c in encodable_containers(containers):
-        notif = groups.get(c.origin)
-        if notif is None:
-            notif = gnmi_pb2.Notification(
-                timestamp=ts_ns, prefix=gnmi_pb2.Path(origin=c.origin, target=target)
-            )
-            groups[c.origin] = notif
-        notif.delete.append(paths.to_proto(c.path))
-    return [gnmi_pb2.SubscribeResponse(update=n).SerializeToString() for n in groups.values()]
+        groups.setdefault(c.origin, []).append(wire.delete(wire.path(split(c.path))))
+    return [wire.response(wire.notification_head(ts_ns, wire.path((), origin, target)) + b"".join(deleted))
+            for origin, deleted in groups.items()]
 
 
 def encode_sync() -> bytes:
     """``SubscribeResponse{sync_response: true}``: the initial snapshot is complete."""
-    return _SYNC
+    return wire.SYNC

@@ -7,16 +7,21 @@ Path strings use the gNMI string form: ``/a/b[k=v][k2=v2]/c``, an optional
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from pygnmi.spec.v080 import gnmi_pb2
-
+from agent.gnmi import wire
 from agent.pathgrammar import escape_key, format_path, split, split_origin
+
+if TYPE_CHECKING:  # the messages: imported where they are built (a dial-out agent never does)
+    from pygnmi.spec.v080 import gnmi_pb2
 
 # the grammar lives in agent/pathgrammar.py; these names stay here for this package's callers
 __all__ = ["escape_key", "split", "split_origin", "to_proto", "from_proto", "join", "encoded", "matches"]
 
 
 def to_proto(path: str, origin: str = "", target: str = "") -> gnmi_pb2.Path:
+    from pygnmi.spec.v080 import gnmi_pb2
+
     return gnmi_pb2.Path(
         origin=origin,
         target=target,
@@ -43,7 +48,7 @@ def join(prefix: gnmi_pb2.Path | None, path: gnmi_pb2.Path) -> str:
 @lru_cache(maxsize=65536)
 def encoded(path: str, origin: str = "", target: str = "") -> bytes:
     """Serialized ``gnmi.Path`` for a string, cached: the encoder's per-counter path bytes."""
-    return to_proto(path, origin, target).SerializeToString()
+    return wire.path(split(path), origin, target)
 
 
 def matches(pattern: list[tuple[str, dict[str, str]]], concrete: list[tuple[str, dict[str, str]]]) -> bool:
