@@ -1,10 +1,9 @@
-# Sourced by .ci/test and .ci/test-debian: run test passes one after the other, output as it
-# comes; or, with SWTEL_SIDE_BY_SIDE=1, side by side, each into its own log (its path printed
-# first: `tail -f` it to follow), the logs printed whole when all have ended. The suite mostly
-# waits (agents starting, a collector down for 30 s, timeouts running out), so side by side
-# the C and pure-Python passes take ~22-24 min instead of ~45, and CI ~43 min instead of ~65.
-# Not the default: of session 19's three side-by-side runs one failed a load-dependent test
-# (docs/DEVELOPING.md lists every one found so far).
+# Sourced by .ci/test and .ci/test-debian: run test passes side by side (the default), each
+# into its own log (its path printed first: `tail -f` it to follow), the logs printed whole
+# when all have ended; or, with SWTEL_SIDE_BY_SIDE=0, one after the other, output as it comes.
+# The suite mostly waits (agents starting, a collector down for 30 s, timeouts running out), so
+# side by side the C and pure-Python passes take ~18-24 min instead of ~45, and CI ~33-43 min
+# instead of ~62 (docs/DEVELOPING.md: the runs that decided it, and the load flakes found).
 #
 #   side_by_side "TITLE ONE" func_one "TITLE TWO" func_two   # each func gets no arguments
 #
@@ -12,7 +11,7 @@
 side_by_side() {
   local logs names=() titles=() i rc=0 start
   start=$(date +%s)
-  if [ "${SWTEL_SIDE_BY_SIDE:-0}" != 1 ]; then
+  if [ "${SWTEL_SIDE_BY_SIDE:-1}" = 0 ]; then
     while [ $# -gt 0 ]; do
       echo "$1"; local t=$(date +%s)
       "$2" || rc=1
