@@ -210,5 +210,6 @@ def test_dialout_on_the_c_core_leaves_grpcio_unloaded():
         "[exp] = agent.runner.build_exporters(cfg).values()\n"
         "from agent.counters import Container, StateUpdate\n"
         "exp.open_pass(); exp.on_state([StateUpdate(1, Container('swtel', '/a'), 'b', 2.5, 'x')]); exp.close_pass()\n"
-        "print(exp.status()['transport'], exp.status()['queue'], 'grpc' in sys.modules, 'google.protobuf' in sys.modules)")
+        "print(exp.status()['transport'], exp.status()['queue'],\n"
+        "      'grpc' in sys.modules, 'google.protobuf' in sys.modules)")
     assert out.split() == ["grpc-core", "1", "False", "False"], out
