@@ -81,6 +81,65 @@ static int get_path(PyObject *item, path_ref *out)
     return -1;
 }
 
+/* The paths argument: a list by counter index (bytes, or (head, tail) pairs), or a
+ * (pieces, heads, tails) triple, counter i's path pieces[heads[i]] + pieces[tails[i]] (heads
+ * and tails u32 buffers): the per-tick codec's form, two u32 a counter instead of a tuple. */
+typedef struct {
+    PyObject *list, *pieces; /* borrowed: the one given */
+    Py_buffer views[2];      /* heads, tails (triple only) */
+    Py_ssize_t n;            /* counters with a path */
+} paths_arg;
+
+static int paths_get(PyObject *obj, paths_arg *pa)
+{
+    pa->list = pa->pieces = NULL;
+    if (PyList_Check(obj)) {
+        pa->list = obj;
+        pa->n = PyList_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 3 && PyList_Check(PyTuple_GET_ITEM(obj, 0))) {
+        static const swtel_bufspec bufs[] = {{4, 0, "heads"}, {4, 0, "tails"}};
+        PyObject *objs[2] = {PyTuple_GET_ITEM(obj, 1), PyTuple_GET_ITEM(obj, 2)};
+        if (swtel_get_buffers(objs, pa->views, bufs, 2) < 0)
+            return -1;
+        pa->pieces = PyTuple_GET_ITEM(obj, 0);
+        pa->n = pa->views[0].len / 4 < pa->views[1].len / 4 ? pa->views[0].len / 4 : pa->views[1].len / 4;
+        return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "paths must be a list or a (pieces, heads, tails) triple");
+    return -1;
+}
+
+static void paths_release(paths_arg *pa)
+{
+    if (pa->pieces != NULL)
+        swtel_release_buffers(pa->views, 2);
+}
+
+/* Counter i's path (i < pa->n, checked by the caller). 0, or -1 with an exception. */
+static int path_at(const paths_arg *pa, Py_ssize_t i, path_ref *out)
+{
+    if (pa->list != NULL)
+        return get_path(PyList_GET_ITEM(pa->list, i), out);
+    uint32_t h = ((const uint32_t *)pa->views[0].buf)[i], t = ((const uint32_t *)pa->views[1].buf)[i];
+    Py_ssize_t npieces = PyList_GET_SIZE(pa->pieces);
+    if (h >= (uint32_t)npieces || t >= (uint32_t)npieces) {
+        PyErr_Format(PyExc_IndexError, "path piece %u out of range", h >= (uint32_t)npieces ? h : t);
+        return -1;
+    }
+    PyObject *hb = PyList_GET_ITEM(pa->pieces, h), *tb = PyList_GET_ITEM(pa->pieces, t);
+    if (!PyBytes_Check(hb) || !PyBytes_Check(tb)) {
+        PyErr_SetString(PyExc_TypeError, "path pieces must be bytes");
+        return -1;
+    }
+    out->head = PyBytes_AS_STRING(hb);
+    out->head_len = PyBytes_GET_SIZE(hb);
+    out->tail = PyBytes_AS_STRING(tb);
+    out->tail_len = PyBytes_GET_SIZE(tb);
+    return 0;
+}
+
 static inline char *put_path(char *p, const path_ref *r)
 {
     memcpy(p, r->head, (size_t)r->head_len);
@@ -140,23 +199,30 @@ PyDoc_STRVAR(encode_updates_doc,
 "every max_updates updates). indices: changed counter indices (a u32 array, or a sequence\n"
 "of ints); values: u64 buffer of every counter; containers: u32 buffer, container id of\n"
 "every counter; prefixes: list of serialized prefix Paths by container id; paths: list of\n"
-"serialized relative Paths by counter index (bytes, or a (head, tail) pair of bytes). Notifications come in order of first appearance.");
+"serialized relative Paths by counter index (bytes, or a (head, tail) pair of bytes), or a\n"
+"(pieces, heads, tails) triple: counter i's path pieces[heads[i]] + pieces[tails[i]] (u32\n"
+"buffers). Notifications come in order of first appearance.");
 
 static PyObject *encode_updates(PyObject *self, PyObject *args)
 {
     long long ts;
-    PyObject *indices_obj, *values_obj, *containers_obj, *prefixes, *paths;
+    PyObject *indices_obj, *values_obj, *containers_obj, *prefixes, *paths_obj;
     Py_ssize_t max_updates;
-    if (!PyArg_ParseTuple(args, "LOOOO!O!n", &ts, &indices_obj, &values_obj, &containers_obj,
-                          &PyList_Type, &prefixes, &PyList_Type, &paths, &max_updates))
+    if (!PyArg_ParseTuple(args, "LOOOO!On", &ts, &indices_obj, &values_obj, &containers_obj,
+                          &PyList_Type, &prefixes, &paths_obj, &max_updates))
         return NULL;
     if (max_updates < 1) {
         PyErr_SetString(PyExc_ValueError, "max_updates must be at least 1");
         return NULL;
     }
-    swtel_ints indices;
-    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0)
+    paths_arg paths;
+    if (paths_get(paths_obj, &paths) < 0)
         return NULL;
+    swtel_ints indices;
+    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0) {
+        paths_release(&paths);
+        return NULL;
+    }
     static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
     PyObject *objs[2] = {values_obj, containers_obj};
     Py_buffer views[2];
@@ -171,7 +237,7 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
     const uint64_t *values = (const uint64_t *)vbuf->buf;
     const uint32_t *cont = (const uint32_t *)cbuf->buf;
     Py_ssize_t nvalues = vbuf->len / 8, ncounters = cbuf->len / 4;
-    Py_ssize_t nprefix = PyList_GET_SIZE(prefixes), npaths = PyList_GET_SIZE(paths);
+    Py_ssize_t nprefix = PyList_GET_SIZE(prefixes), npaths = paths.n;
     Py_ssize_t n = indices.n;
 
     result = PyList_New(0);
@@ -215,7 +281,7 @@ static PyObject *encode_updates(PyObject *self, PyObject *args)
         order[cursor[cont[idx[k]]]++] = idx[k];
     PyMem_Free(cursor);
     for (Py_ssize_t k = 0; k < n; k++)
-        if (get_path(PyList_GET_ITEM(paths, order[k]), &refs[k]) < 0)
+        if (path_at(&paths, order[k], &refs[k]) < 0)
             goto fail;
     /* Emit containers in order of first appearance among the changed indices. */
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -253,6 +319,7 @@ done:
     swtel_release_buffers(views, 2);
 done_indices:
     swtel_ints_release(&indices);
+    paths_release(&paths);
     return result;
 }
 
@@ -322,23 +389,29 @@ PyDoc_STRVAR(encode_fields_doc,
 "The changed counters as serialized Notification.update fields (tag 4, uint_val values), to be\n"
 "concatenated into a Notification whose header the caller writes (agent/gnmi/encode.py Packer).\n"
 "containers: u32 buffer, group id (< ngroups) of every counter; paths: serialized Paths by\n"
-"counter index (bytes, or a (head, tail) pair of bytes). One item per run of one group's updates (index order within a group, groups in\n"
+"counter index (bytes, or a (head, tail) pair of bytes), or a (pieces, heads, tails) triple as\n"
+"encode_updates takes. One item per run of one group's updates (index order within a group, groups in\n"
 "order of first appearance), each run at most max_bytes long unless one update alone is longer.");
 
 static PyObject *encode_fields(PyObject *self, PyObject *args)
 {
-    PyObject *indices_obj, *values_obj, *containers_obj, *paths;
+    PyObject *indices_obj, *values_obj, *containers_obj, *paths_obj;
     Py_ssize_t ngroups, max_bytes;
-    if (!PyArg_ParseTuple(args, "OOOO!nn", &indices_obj, &values_obj, &containers_obj, &PyList_Type, &paths,
+    if (!PyArg_ParseTuple(args, "OOOOnn", &indices_obj, &values_obj, &containers_obj, &paths_obj,
                           &ngroups, &max_bytes))
         return NULL;
     if (max_bytes < 1 || ngroups < 0 || ngroups > (Py_ssize_t)UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "max_bytes must be at least 1, ngroups within u32");
         return NULL;
     }
-    swtel_ints indices;
-    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0)
+    paths_arg paths;
+    if (paths_get(paths_obj, &paths) < 0)
         return NULL;
+    swtel_ints indices;
+    if (swtel_ints_get(indices_obj, &indices, 'I', "indices must be a sequence") < 0) {
+        paths_release(&paths);
+        return NULL;
+    }
     static const swtel_bufspec bufs[] = {{8, 0, "values"}, {4, 0, "containers"}};
     PyObject *objs[2] = {values_obj, containers_obj};
     Py_buffer views[2];
@@ -350,7 +423,7 @@ static PyObject *encode_fields(PyObject *self, PyObject *args)
         goto done_indices;
     const uint64_t *values = (const uint64_t *)views[0].buf;
     const uint32_t *cont = (const uint32_t *)views[1].buf;
-    Py_ssize_t nvalues = views[0].len / 8, ncounters = views[1].len / 4, npaths = PyList_GET_SIZE(paths);
+    Py_ssize_t nvalues = views[0].len / 8, ncounters = views[1].len / 4, npaths = paths.n;
     Py_ssize_t n = indices.n;
     result = PyList_New(0);
     if (result == NULL || n == 0)
@@ -386,7 +459,7 @@ static PyObject *encode_fields(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < n; k++)
         order[cursor[cont[idx[k]]]++] = idx[k];
     for (Py_ssize_t k = 0; k < n; k++)
-        if (get_path(PyList_GET_ITEM(paths, order[k]), &refs[k]) < 0)
+        if (path_at(&paths, order[k], &refs[k]) < 0)
             goto fail;
     for (Py_ssize_t k = 0; k < n; k++) {
         uint32_t c = cont[idx[k]];
@@ -409,6 +482,7 @@ done:
     swtel_release_buffers(views, 2);
 done_indices:
     swtel_ints_release(&indices);
+    paths_release(&paths);
     return result;
 }
 

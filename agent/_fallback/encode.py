@@ -6,7 +6,7 @@ reference the property test holds the C bytes to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: A counter's serialized Path: bytes, or a (head, tail) pair whose concatenation it is
 Path = bytes | tuple[bytes, bytes]
@@ -20,13 +20,36 @@ def _path(p: Path) -> bytes:
     raise TypeError("paths must hold bytes or (bytes, bytes) pairs")
 
 
+#: The paths argument: a list by counter index, or (pieces, heads, tails): counter i's path is
+#: pieces[heads[i]] + pieces[tails[i]]
+Paths = list[Path] | tuple[list[bytes], Sequence[int], Sequence[int]]
+
+
+def _path_getter(paths: Paths) -> tuple[int, Callable[[int], bytes]]:
+    """(how many counters have a path, counter index -> its serialized Path)."""
+    if isinstance(paths, list):
+        return len(paths), lambda i: _path(paths[i])
+    if isinstance(paths, tuple) and len(paths) == 3 and isinstance(paths[0], list):
+        pieces, heads, tails = paths
+
+        def piece(k: int) -> bytes:
+            if not 0 <= k < len(pieces):
+                raise IndexError(f"path piece {k} out of range")
+            if not isinstance(pieces[k], bytes):
+                raise TypeError("path pieces must be bytes")
+            return pieces[k]
+
+        return min(len(heads), len(tails)), lambda i: piece(heads[i]) + piece(tails[i])
+    raise TypeError("paths must be a list or a (pieces, heads, tails) triple")
+
+
 def encode_updates(
     ts_ns: int,
     indices: Sequence[int],
     values: Sequence[int],
     containers: Sequence[int],
     prefixes: list[bytes],
-    paths: list[Path],
+    paths: Paths,
     max_updates: int,
 ) -> list[bytes]:
     """One serialized SubscribeResponse per container with changed counters
@@ -38,9 +61,10 @@ def encode_updates(
 
     if max_updates < 1:
         raise ValueError("max_updates must be at least 1")
+    npaths, path_of = _path_getter(paths)
     groups: dict[int, list[int]] = {}
     for i in indices:
-        if not 0 <= i < min(len(values), len(containers), len(paths)):
+        if not 0 <= i < min(len(values), len(containers), npaths):
             raise IndexError(f"counter index {i} out of range")
         c = containers[i]
         if c >= len(prefixes):
@@ -53,7 +77,7 @@ def encode_updates(
             notif = gnmi_pb2.Notification(timestamp=ts_ns, prefix=prefix)
             for i in members[s : s + max_updates]:
                 update = notif.update.add()
-                update.path.MergeFromString(_path(paths[i]))
+                update.path.MergeFromString(path_of(i))
                 update.val.uint_val = values[i]
             out.append(gnmi_pb2.SubscribeResponse(update=notif).SerializeToString())
     return out
@@ -63,7 +87,7 @@ def encode_fields(
     indices: Sequence[int],
     values: Sequence[int],
     containers: Sequence[int],
-    paths: list[Path],
+    paths: Paths,
     ngroups: int,
     max_bytes: int,
 ) -> list[tuple[int, int, bytes]]:
@@ -74,9 +98,10 @@ def encode_fields(
 
     if max_bytes < 1 or not 0 <= ngroups <= 0xFFFFFFFF:
         raise ValueError("max_bytes must be at least 1, ngroups within u32")
+    npaths, path_of = _path_getter(paths)
     groups: dict[int, list[int]] = {}
     for i in indices:
-        if not 0 <= i < min(len(values), len(containers), len(paths)):
+        if not 0 <= i < min(len(values), len(containers), npaths):
             raise IndexError(f"counter index {i} out of range")
         c = containers[i]
         if c >= ngroups:
@@ -89,7 +114,7 @@ def encode_fields(
         for i in members:
             one = gnmi_pb2.Notification()  # only its update field set: serializes to that field alone
             update = one.update.add()
-            update.path.MergeFromString(_path(paths[i]))
+            update.path.MergeFromString(path_of(i))
             update.val.uint_val = values[i]
             field = one.SerializeToString()
             if run and size + len(field) > max_bytes:

@@ -58,7 +58,9 @@ class TableCodec:
     """Cached encoder inputs for one CounterTable and one target."""
 
     prefixes: list[bytes]  # by container id
-    paths: list[bytes | tuple[bytes, bytes]]  # by counter index: the Path, or its (head, tail)
+    #: by counter index, the relative Path (per container); per tick, (pieces, heads, tails):
+    #: counter i's absolute Path is pieces[heads[i]] + pieces[tails[i]]
+    paths: list[bytes] | tuple[list[bytes], array, array]
     containers: array  # 'I': container id by counter index
     origins: tuple[str, ...] = ()  # per-tick codecs: the origin of each id
 
@@ -68,24 +70,41 @@ def prefix_bytes(container: Container, target: str) -> bytes:
 
 
 class _Pieces:
-    """Absolute paths as (head, tail) pairs of serialized elems, each piece one bytes object
-    shared by every counter that has it: the tail is the last two elems (``counters/in-octets``,
-    a FEC bin's ``rs-num-corr-err[upper-boundary=3]/count``: the same on every port), the head
-    the rest (a port's or a lane's: the same for its counters). A serialized Path's elems are
-    its fields one after another, so head + tail is the whole path's bytes; the encoders write
-    the two, instead of a whole path kept per value (what it saves: docs/PERFORMANCE.md)."""
+    """Absolute paths as two pieces of serialized elems, each piece one bytes object shared
+    by every counter that has it: the tail is the last two elems (``counters/in-octets``, a FEC
+    bin's ``rs-num-corr-err[upper-boundary=3]/count``: the same on every port), the head the
+    rest (a port's or a lane's: the same for its counters). A serialized Path's elems are its
+    fields one after another, so head + tail is the whole path's bytes; the encoders write the
+    two, instead of a whole path kept per value, and a counter keeps two u32 indices into the
+    pieces, not a tuple (what it saves: docs/PERFORMANCE.md)."""
 
     def __init__(self) -> None:
-        self._bytes: dict[bytes, bytes] = {}
+        self.pieces: list[bytes] = [b""]  # 0: a counter whose path cannot be encoded (never sent)
+        self.heads, self.tails = array("I"), array("I")
+        self._index: dict[bytes, int] = {b"": 0}
 
-    def _shared(self, elems: list) -> bytes:
+    def _piece(self, elems: list) -> int:
         raw = wire.path(elems)
-        return self._bytes.setdefault(raw, raw)
+        k = self._index.get(raw)
+        if k is None:
+            k = self._index[raw] = len(self.pieces)
+            self.pieces.append(raw)
+        return k
 
-    def of(self, path: str) -> tuple[bytes, bytes]:
+    def add(self, path: str | None) -> None:
+        """The next counter's path (None: it has none that encodes)."""
+        if path is None:
+            self.heads.append(0)
+            self.tails.append(0)
+            return
         elems = split(path)
         cut = max(len(elems) - 2, 0)
-        return (self._shared(elems[:cut]), self._shared(elems[cut:]))
+        self.heads.append(self._piece(elems[:cut]))
+        self.tails.append(self._piece(elems[cut:]))
+
+    def triple(self) -> tuple[list[bytes], array, array]:
+        """What the encoders take as ``paths``: (pieces, heads, tails)."""
+        return (self.pieces, self.heads, self.tails)
 
 
 def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCodec:
@@ -108,8 +127,9 @@ def codec(table: CounterTable, target: str, per_tick: bool = False) -> TableCode
                 containers.append(ids.setdefault(spec.container.origin, len(ids)))
             prefixes = [paths.encoded("/", origin, target) for origin in ids]
             pieces = _Pieces()
-            leaf_paths = [b"" if i in bad else pieces.of(f"{s.container.path}/{s.leaf}")
-                          for i, s in enumerate(table.specs)]
+            for i, s in enumerate(table.specs):
+                pieces.add(None if i in bad else f"{s.container.path}/{s.leaf}")
+            leaf_paths = pieces.triple()
         else:
             for spec in table.specs:
                 containers.append(ids.setdefault(spec.container, len(ids)))

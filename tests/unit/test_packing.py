@@ -506,16 +506,19 @@ def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(bac
 
 
 def test_the_per_tick_codec_shares_path_pieces_and_writes_the_same_bytes():
-    """Memory a value (issue 35): the per-tick codec keeps each counter's absolute path as a
-    (head, tail) pair of shared pieces, not a whole path per value; head + tail is the path's
-    serialization, and both encoders write the same fields from pairs as from whole paths."""
+    """Memory a value (issue 35): the per-tick codec keeps each counter's absolute path as two
+    u32 indices into shared pieces (head, tail), not a whole path or a tuple per value; head +
+    tail is the path's serialization, and both encoders write the same fields from the pieces
+    as from whole paths, as from (head, tail) pairs."""
     table = sim_table()
     codec = encode.codec(table, TARGET, per_tick=True)
+    pieces, heads, tails = codec.paths
+    assert heads.typecode == tails.typecode == "I" and len(heads) == len(tails) == len(table.specs)
     whole = [paths.to_proto(f"{s.container.path}/{s.leaf}").SerializeToString() for s in table.specs]
     # decoded, keys sorted: a PathElem's key map may serialize in either order (Debian's C++
     # protobuf wrote the spine's pool[index=0][type=ingress] one way whole, the other in pieces)
-    assert [_path_elems(head + tail) for head, tail in codec.paths] == [_path_elems(w) for w in whole]
-    pieces = {id(p) for pair in codec.paths for p in pair}
+    pairs = [(pieces[h], pieces[t]) for h, t in zip(heads, tails, strict=True)]
+    assert [_path_elems(head + tail) for head, tail in pairs] == [_path_elems(w) for w in whole]
     # 16,812 values: ~3,800 heads (a port, lane, queue or priority group each) and 59 tails
     assert len(pieces) < len(table.specs) // 4
     rng = random.Random(3)
@@ -528,12 +531,21 @@ def test_the_per_tick_codec_shares_path_pieces_and_writes_the_same_bytes():
     want_updates = _decoded_responses(_fallback.encode_updates(5, list(indices), values, codec.containers,
                                                                prefixes, whole, 100))
     for name in sorted(BACKENDS):
-        got = BACKENDS[name].encode_fields(indices, values, codec.containers, codec.paths, len(codec.origins), 4096)
-        assert _decoded_runs(got) == want
-        got = BACKENDS[name].encode_updates(5, indices, values, codec.containers, prefixes, codec.paths, 100)
-        assert _decoded_responses(got) == want_updates
+        for form in (codec.paths, pairs):
+            got = BACKENDS[name].encode_fields(indices, values, codec.containers, form, len(codec.origins), 4096)
+            assert _decoded_runs(got) == want
+            got = BACKENDS[name].encode_updates(5, indices, values, codec.containers, prefixes, form, 100)
+            assert _decoded_responses(got) == want_updates
         with pytest.raises(TypeError, match=r"\(bytes, bytes\) pairs"):
             BACKENDS[name].encode_fields([0], values, codec.containers, [(b"a", "b")], 2, 700)
+        with pytest.raises(TypeError, match=r"list or a \(pieces, heads, tails\) triple"):
+            BACKENDS[name].encode_fields([0], values, codec.containers, (b"a", heads, tails), 2, 700)
+        with pytest.raises(IndexError, match="path piece 99999 out of range"):
+            BACKENDS[name].encode_fields([0], values, codec.containers, (pieces, array("I", [99999]), tails), 2, 700)
+        with pytest.raises(IndexError, match="counter index 1 out of range"):  # heads shorter than the table
+            BACKENDS[name].encode_updates(5, [1], values, codec.containers, prefixes, (pieces, heads[:1], tails), 9)
+        with pytest.raises(TypeError, match="pieces must be bytes"):
+            BACKENDS[name].encode_fields([0], values, codec.containers, (["x"] * len(pieces), heads, tails), 2, 700)
 
 
 def test_a_state_s_path_is_its_container_s_elems_then_its_leaf_s_each_cached_once():
