@@ -54,6 +54,7 @@ import zlib
 from array import array
 from collections import namedtuple
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import add, sub
 
 from agent import _backend
@@ -129,6 +130,7 @@ def prediction_container(port: str, lane: int | None = None) -> Container:
     return Container(SWTEL_ORIGIN, interface_path(port) + tail)
 
 
+@lru_cache(maxsize=64)  # the same keys on every port: one copy (~0.3 MiB on the spine's 68 ports)
 def lane_keys(lane: int) -> tuple[tuple[str, str], ...]:
     """A lane's bins as the feeds key them (classify.py: sub = ``lane/upper-boundary``)."""
     return tuple((c.FEC_BIN, f"{lane}/{i}") for i in range(BINS))
