@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent import logs, tls
 from agent.config import ClientTls, Duration, HostPort, setting
@@ -92,6 +92,16 @@ HEALTHY_AFTER_S = 5.0
 # Queue item kinds: counter changes (superseded by a snapshot), states, deletes, and a pass
 # packed per tick (its counters superseded by a snapshot, its states kept: extra holds them).
 _COUNTERS, _EVENTS, _DELETES, _PASS = 0, 1, 2, 3
+
+
+class _PassExtra(NamedTuple):
+    """A queued pass's states (kept when a snapshot supersedes its counters) and the store's
+    generation once its counters were in the store: a snapshot that read the store at or
+    after it holds them (a pass still being packed when the snapshot read the store is queued
+    after the snapshot took the queue, and would otherwise repeat its values after sync)."""
+
+    states: list
+    generation: int
 
 log = logs.get("dialout")
 
@@ -249,6 +259,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
         self._snapshot_left = 0
         #: per-tick: the engine's open pass, packed at its close (open_pass .. close_pass)
         self._pass: encode.Packer | None = None
+        self._pass_generation = 0  # the store's generation after the pass's newest counters
+        self._snapshot_generation = -1  # the store's generation the last snapshot read at (or after)
         self._current = _Session()  # the latest attempt's: how far it got, for the hint
         # status (the rest: ReconnectingSender)
         self.sent = 0
@@ -270,6 +282,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
         """The engine starts a pass: per tick, what it hands on is packed until close_pass."""
         if self.per_tick:
             self._pass = encode.Packer(self.target)
+            self._pass_generation = 0
 
     def close_pass(self) -> None:
         """The pass is over: its counters and states go out as one Notification per origin."""
@@ -278,10 +291,14 @@ class DialoutExporter(ReconnectingSender, Exporter):
             self._enqueue_packed(packer)
 
     def on_batch(self, batch: Batch) -> None:
+        # (the engine stores a batch's values before it hands them on: a snapshot that has read
+        # the store since then holds them, which is how a queued pass knows it is superseded)
+        generation = self._store.generation if self._store is not None else 0  # (the engine stored it first)
         if self._pass is not None:
             self._pass.add_runs(_shared.runs(batch, self.target))
+            self._pass_generation = generation
         else:  # per-container, or a call outside an engine pass: sent on its own
-            self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick))
+            self._enqueue(_COUNTERS, _shared.batch(batch, self.target, self.per_tick), generation)
 
     def on_state(self, updates: list[StateUpdate]) -> None:
         if self._pass is not None:
@@ -353,8 +370,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
     def _enqueue_packed(self, packer: encode.Packer) -> None:
         packed = packer.take()
         if packed:
-            self._queue.put(((_PASS if p.counters else _EVENTS, p.message, p.states) for p in packed),
-                            self._on_drop)
+            self._queue.put(((_PASS, p.message, _PassExtra(p.states, self._pass_generation)) if p.counters
+                             else (_EVENTS, p.message, p.states) for p in packed), self._on_drop)
 
     def _on_drop(self, item: tuple[int, bytes, Any]) -> None:
         if item[0] in (_COUNTERS, _EVENTS, _PASS):
@@ -375,6 +392,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
         msgs: list[bytes] = []
         live: set[Container] = set()
         if store is not None:
+            self._snapshot_generation = store.generation  # read before the values: they are as new
             packer = encode.Packer(self.target) if self.per_tick else None
             for batch in store.snapshot_batches():
                 if packer is not None:  # per tick: the whole snapshot packed as one pass
@@ -393,12 +411,8 @@ class DialoutExporter(ReconnectingSender, Exporter):
         for kind, m, extra in queued:
             if kind == _COUNTERS:
                 self.superseded += 1
-            elif kind == _PASS and extra:  # its counters superseded, its states kept in their turn
-                again = encode.Packer(self.target)  # (one origin's, within the size of the original)
-                again.add_states(extra)
-                kept.extend((_EVENTS, p.message, p.states) for p in again.take())
-            elif kind == _PASS:  # counters alone: superseded
-                self.superseded += 1
+            elif kind == _PASS:  # its counters superseded, its states kept in their turn
+                kept.extend(self._states_of(extra))
             elif kind == _DELETES and any(c in live for c in extra[1]):
                 ts_ns, gone = extra[0], [c for c in extra[1] if c not in live]
                 kept.extend((kind, m2, (ts_ns, tuple(gone)))
@@ -693,8 +707,31 @@ class DialoutExporter(ReconnectingSender, Exporter):
                 item = self._queue.take(min(0.2, max(next_heartbeat - now, 0.0)))
                 if item is None:
                     continue
-            self.sent += 1
-            yield item[1]
+            for message in self._unless_in_snapshot(item):
+                self.sent += 1
+                yield message
+
+    def _states_of(self, extra: _PassExtra) -> list[tuple[int, bytes, Any]]:
+        """A pass whose counters a snapshot superseded: its states as queue items (none: it is
+        counted superseded)."""
+        if not extra.states:
+            self.superseded += 1
+            return []
+        again = encode.Packer(self.target)  # (one origin's, within the size of the original)
+        again.add_states(extra.states)
+        return [(_EVENTS, p.message, p.states) for p in again.take()]
+
+    def _unless_in_snapshot(self, item: tuple[int, bytes, Any]) -> list[bytes]:
+        """What a dequeued item sends: all of it, or, when its counters were in the store by the
+        time the last snapshot read it (a pass queued after the snapshot took the queue), only
+        its states."""
+        kind, message, extra = item
+        if kind == _PASS and extra.generation <= self._snapshot_generation:
+            return [m for _k, m, _s in self._states_of(extra)]
+        if kind == _COUNTERS and extra is not None and extra <= self._snapshot_generation:
+            self.superseded += 1
+            return []
+        return [message]
 
 
 def _wait_connectivity_poller(channel: grpc.Channel, limit_s: float = 0.5) -> None:

@@ -371,11 +371,14 @@ def test_dialout_per_tick_sends_a_pass_and_its_snapshot_packed(backend):
         assert wait_until(lambda: any(s.synced for s in col.streams), timeout=15, what="sync")
         snapshot = len(col.streams[0].responses) - 1  # the sync_response aside
         assert snapshot <= 20
-        exp.open_pass()
-        exp.on_batch(make_batch(table, [v + 1 for v in values], 20, [0, 1, 2, 3, 4, 5]))
+        exp.open_pass()  # as the engine: each source's values stored, then handed on
+        newer = array("Q", [v + 1 for v in values])
+        store.set_source("asic", table, newer, 20)
+        exp.on_batch(make_batch(table, list(newer), 20, [0, 1, 2, 3, 4, 5]))
         exp.on_state([StateUpdate(21, c, "predicted-flr", 2e-9)])
-        exp.on_batch(make_batch(CounterTable("sys", [CounterSpec(Container(OPENCONFIG, "/system/state"), "up")]),
-                                [7], 22))
+        sys_table = CounterTable("sys", [CounterSpec(Container(OPENCONFIG, "/system/state"), "up")])
+        store.set_source("sys", sys_table, array("Q", [7]), 22)
+        exp.on_batch(make_batch(sys_table, [7], 22))
         exp.on_state([StateUpdate(23, c, "fit-r2", 0.9)])
         exp.close_pass()
         wait_until(lambda: col.values(TARGET).get(c.full("fit-r2")) == 0.9 and
@@ -503,6 +506,43 @@ def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(bac
     latest: dict[str, Any] = {}
     _apply([gnmi_pb2.SubscribeResponse(update=kept).SerializeToString()], latest, set())
     assert latest == {event.container.full(event.leaf): "critical"}
+
+
+def test_a_pass_still_being_packed_when_a_snapshot_reads_the_store_sends_only_its_states(backend):
+    """The race CI found (tests/netns/test_dialout_veth.py, a value repeated after sync): the
+    engine stores a pass's values, then hands them on; a snapshot that reads the store in
+    between holds them, and the pass, queued after the snapshot took the queue, must not send
+    them again; its states still go. A pass stored after the snapshot's read goes whole."""
+    store = Store()
+    table = _table(4, 6)
+    old = array("Q", range(len(table.specs)))
+    store.set_source("asic", table, old, 10)
+    store.primed.set()
+    exp = DialoutExporter(DialoutConfig(name="t", address=HostPort(f"127.0.0.1:{free_port()}"), insecure=True),
+                          TARGET)
+    exp._store = store
+    event = StateUpdate(30, Container(SWTEL_ORIGIN, "/agent/events/event[id=1]/state"), "severity", "critical")
+    new = array("Q", [v + 100 for v in old])
+    for states in ([], [event]):
+        exp.open_pass()
+        store.set_source("asic", table, new, 20)  # as the engine: stored, then handed on
+        exp.on_batch(make_batch(table, list(new), 20, [0, 4]))
+        exp.on_state(states)
+        assert exp._snapshot(sync=True)  # the dial-out thread, between the two: holds the new values
+        exp.close_pass()
+        got = [m for item in list(exp._queue.take_all()) for m in exp._unless_in_snapshot(item)]
+        latest: dict[str, Any] = {}
+        _apply(got, latest, set())
+        assert latest == ({event.container.full(event.leaf): "critical"} if states else {}), latest
+    superseded = exp.superseded
+    # stored after the snapshot's read: a change it does not hold, sent whole
+    exp.open_pass()
+    newer = array("Q", [v + 1 for v in new])
+    store.set_source("asic", table, newer, 30)
+    exp.on_batch(make_batch(table, list(newer), 30, [0]))
+    exp.close_pass()
+    (item,) = exp._queue.take_all()
+    assert exp._unless_in_snapshot(item) == [item[1]] and exp.superseded == superseded
 
 
 def test_the_per_tick_codec_shares_path_pieces_and_writes_the_same_bytes():
