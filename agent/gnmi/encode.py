@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent import _backend
@@ -252,29 +253,33 @@ class Packer:
 
     def take(self) -> list[Packed]:
         """The pass as messages (origins in order of first appearance, counters before states
-        within one); the packer is empty again."""
-        runs = self._runs + [self.encode_state(u) for u in self._states.values()]
+        within one); the packer is empty again. Each state is encoded as it is written into its
+        message, not all first: a snapshot's ~12,000 states on a spine would otherwise be as many
+        runs alive at once, a peak Python's allocator keeps as empty pools afterwards."""
+        runs, states = self._runs, self._states
         self._runs, self._states = [], {}
-        by_origin: dict[str, list[Run]] = {}
+        by_origin: dict[str, tuple[list[Run], list[StateUpdate]]] = {}
         for run in runs:
-            by_origin.setdefault(run[0], []).append(run)
+            by_origin.setdefault(run[0], ([], []))[0].append(run)
+        for u in states.values():
+            by_origin.setdefault(u.container.origin, ([], []))[1].append(u)
         out: list[Packed] = []
-        for origin, mine in by_origin.items():
-            ts = max(run[1] for run in mine)
+        for origin, (mine, pending) in by_origin.items():
+            ts = max([run[1] for run in mine] + [u.ts_ns for u in pending])
             head = wire.notification_head(ts, _prefix(origin, self.target))
-            body: list[bytes] = [head]
-            size, counters, states = len(head), False, []
-            for _origin, _ts, fields, state in mine:
-                if len(body) > 1 and size + len(fields) > self.max_bytes:
-                    out.append(Packed(wire.response(b"".join(body)), counters, states))
-                    body, size, counters, states = [head], len(head), False, []
-                body.append(fields)
-                size += len(fields)
+            body, counters, carried = bytearray(head), False, []
+            for fields, state in chain(((run[2], run[3]) for run in mine), ((None, u) for u in pending)):
+                if fields is None:
+                    fields = self.encode_state(state)[2]
+                if len(body) > len(head) and len(body) + len(fields) > self.max_bytes:
+                    out.append(Packed(wire.response(bytes(body)), counters, carried))
+                    body, counters, carried = bytearray(head), False, []
+                body += fields
                 if state is None:
                     counters = True
                 else:
-                    states.append(state)
-            out.append(Packed(wire.response(b"".join(body)), counters, states))
+                    carried.append(state)
+            out.append(Packed(wire.response(bytes(body)), counters, carried))
         return out
 
     def messages(self) -> list[bytes]:
