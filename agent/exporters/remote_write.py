@@ -54,6 +54,7 @@ from agent.exporters.base import (
 from agent.exporters.otlp import names_of
 from agent.exporters.sender import BoundedQueue, PeriodicSender
 from agent.exporters.state_gauges import gauges as state_gauges
+from agent.gnmi import wire
 
 if TYPE_CHECKING:
     import http.client
@@ -139,18 +140,8 @@ def _messages() -> tuple[type, type, type, type]:
     return tuple(out)  # type: ignore[return-value]
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: its tag byte, the payload's length, the payload."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
+# protobuf's wire format, the same as the gNMI messages': one varint, one length-delimited field
+_varint, _field = wire.varint, wire.field
 
 
 _TIMESERIES = 1 << 3 | 2  # WriteRequest.timeseries: field 1, length-delimited

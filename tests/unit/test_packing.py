@@ -478,10 +478,9 @@ def test_server_stream_per_tick_packs_snapshot_and_pass_with_the_same_values(bac
             srv.stop(0.5)
 
 
-def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(backend):
-    """Queued while down, per tick: a pass of counters alone (superseded: counted) and a pass
-    of counters and an event (its event kept, as a message of its own, after the snapshot;
-    not counted as superseded: every queued message is sent, superseded or still queued)."""
+def _queued_exporter() -> tuple[Store, CounterTable, array, DialoutExporter, StateUpdate]:
+    """A per-tick exporter never started (its queue read by the test) on a store holding a
+    4-port table's values at t=10, and an event to send."""
     store = Store()
     table = _table(4, 6)
     values = array("Q", range(len(table.specs)))
@@ -491,6 +490,14 @@ def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(bac
                           TARGET)
     exp._store = store
     event = StateUpdate(30, Container(SWTEL_ORIGIN, "/agent/events/event[id=1]/state"), "severity", "critical")
+    return store, table, values, exp, event
+
+
+def test_a_snapshot_supersedes_a_queued_pass_s_counters_and_keeps_its_states(backend):
+    """Queued while down, per tick: a pass of counters alone (superseded: counted) and a pass
+    of counters and an event (its event kept, as a message of its own, after the snapshot;
+    not counted as superseded: every queued message is sent, superseded or still queued)."""
+    store, table, values, exp, event = _queued_exporter()
     exp.open_pass()
     exp.on_batch(make_batch(table, list(values), 20, [0, 1]))  # both origins
     exp.close_pass()
@@ -513,15 +520,7 @@ def test_a_pass_still_being_packed_when_a_snapshot_reads_the_store_sends_only_it
     engine stores a pass's values, then hands them on; a snapshot that reads the store in
     between holds them, and the pass, queued after the snapshot took the queue, must not send
     them again; its states still go. A pass stored after the snapshot's read goes whole."""
-    store = Store()
-    table = _table(4, 6)
-    old = array("Q", range(len(table.specs)))
-    store.set_source("asic", table, old, 10)
-    store.primed.set()
-    exp = DialoutExporter(DialoutConfig(name="t", address=HostPort(f"127.0.0.1:{free_port()}"), insecure=True),
-                          TARGET)
-    exp._store = store
-    event = StateUpdate(30, Container(SWTEL_ORIGIN, "/agent/events/event[id=1]/state"), "severity", "critical")
+    store, table, old, exp, event = _queued_exporter()
     new = array("Q", [v + 100 for v in old])
     for states in ([], [event]):
         exp.open_pass()
