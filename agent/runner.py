@@ -496,8 +496,9 @@ def serve(cfg: config.Config, duration: float | None = None) -> int:
 #: come with the first samples
 FREEZE_AFTER_S = 10.0
 #: how often the agent hands the pages malloc keeps free back to the kernel once frozen
-#: (~0.5 ms each on the simulated spine: agent/malloc.py)
-TRIM_EVERY_S = 60.0
+#: (~0.5 ms each on the simulated spine: agent/malloc.py; a minute let the dial-out spine's
+#: freed message buffers hold ~2 MiB of free heap pages between trims)
+TRIM_EVERY_S = 10.0
 #: the cyclic collector's first threshold once the long-lived state is frozen (Python's is 700):
 #: a tick's short-lived containers (live samples, gauge updates) are freed by their counts
 #: before it is reached, so the collector seldom walks them (at 700 it ran about once a tick,
