@@ -17,7 +17,8 @@ Debian's C++ protobuf and grpcio 1.51 the installed agent's heap kept ~7 MiB tha
 simulated spine with dial-out; ``malloc_trim(0)`` after the start, and every 10 s after
 (a collector's reconnect builds a snapshot again; the ticks' freed buffers gather ~2 MiB
 of free heap pages in 15 s), hands them back for ~0.5 ms each (docs/PERFORMANCE.md). A
-fixed ``M_MMAP_THRESHOLD`` did as well for memory but cost about a point of a core: each tick's messages were then mapped and faulted in anew.
+fixed ``M_MMAP_THRESHOLD`` did as well for memory but cost about a point of a core: each
+tick's messages were then mapped and faulted in anew.
 """
 
 from __future__ import annotations
