@@ -293,7 +293,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
     def on_batch(self, batch: Batch) -> None:
         # (the engine stores a batch's values before it hands them on: a snapshot that has read
         # the store since then holds them, which is how a queued pass knows it is superseded)
-        generation = self._store.generation if self._store is not None else 0  # (the engine stored it first)
+        generation = self._store.generation if self._store is not None else 0
         if self._pass is not None:
             self._pass.add_runs(_shared.runs(batch, self.target))
             self._pass_generation = generation
