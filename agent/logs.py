@@ -14,15 +14,46 @@ control character (C0, C1, ESC, DEL), ``json`` escapes them as ``\\uNNNN``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TextIO
 
-import structlog
+
+class _AsyncioOnFirstUse(ModuleType):
+    """What structlog's ``import asyncio`` binds: the real asyncio, imported when an
+    attribute is first asked for (only structlog's async loggers do, which swtel never
+    uses). asyncio brings ssl, OpenSSL's initialised libraries, inspect and ~45 modules:
+    ~6 MiB of a dial-out agent's 50 MB. Only structlog holds this stand-in: it leaves
+    ``sys.modules`` once structlog is imported, so every other ``import asyncio`` is the
+    real one. (importlib's ``LazyLoader`` does not help: an ``import`` statement reads
+    the module's ``__spec__``, which loads it.)"""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(importlib.import_module("asyncio"), name)
+
+
+def _import_structlog() -> ModuleType:
+    if "asyncio" in sys.modules or "structlog" in sys.modules:
+        import structlog
+
+        return structlog
+    stand_in = _AsyncioOnFirstUse("asyncio")
+    sys.modules["asyncio"] = stand_in
+    try:
+        import structlog
+    finally:
+        if sys.modules.get("asyncio") is stand_in:
+            del sys.modules["asyncio"]
+    return structlog
+
+
+structlog = _import_structlog()
 
 LEVELS = {
     "debug": logging.DEBUG,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 import socket
-import ssl
 import struct
 import threading
 import time
@@ -58,6 +57,7 @@ from agent.gnmi import wire
 
 if TYPE_CHECKING:
     import http.client
+    import ssl
 
     from agent.store import Store
 
@@ -332,6 +332,8 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
 
 def ssl_context(tls_cfg: ClientTls) -> ssl.SSLContext:
     """A client context: the system's CAs or ``ca``, a client certificate for mTLS."""
+    import ssl  # here, not at the top: every agent imports this module, few send over TLS (4 MiB)
+
     ctx = ssl.create_default_context(cafile=tls_cfg.ca) if tls_cfg.ca else ssl.create_default_context()
     if tls_cfg.crl:  # read at every new connection: a renewed CRL is taken without a reload
         try:

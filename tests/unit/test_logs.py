@@ -160,3 +160,32 @@ def test_same_output_on_debian_structlog():
     kv, js = r.stdout.splitlines()
     assert "level=error component=t event=boom" in kv and 'a="x y"' in kv and "ZeroDivisionError" in kv
     assert json.loads(js)["n"] == 1
+
+
+def test_structlog_is_imported_without_asyncio_which_loads_on_first_use():
+    """structlog imports asyncio (and with it ssl and OpenSSL, ~6 MiB) for async loggers
+    swtel never uses: agent.logs imports it with a stand-in that loads the real asyncio
+    when structlog first asks it for something; any other ``import asyncio`` is the real one."""
+    import sys
+
+    script = (
+        "import sys, types\n"
+        "from agent import logs\n"
+        "logs.configure('info', 'kv'); logs.get('t').info('hi')\n"
+        "print('asyncio' in sys.modules, 'ssl' in sys.modules)\n"
+        "import structlog.stdlib as stdlib\n"
+        "stand_in = stdlib.asyncio\n"
+        "assert type(stand_in) is not types.ModuleType and 'asyncio' not in sys.modules\n"
+        "loop_of = stand_in.get_running_loop\n"  # the stand-in's first use imports asyncio
+        "import asyncio\n"
+        "print(type(asyncio) is types.ModuleType, loop_of is asyncio.get_running_loop)\n"
+        "async def main():\n"
+        "    return stand_in.get_running_loop() is asyncio.get_running_loop()\n"
+        "print(asyncio.run(main()))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    logged, *printed = r.stdout.splitlines()
+    assert "event=hi" in logged
+    assert " ".join(printed).split() == ["False", "False", "True", "True", "True"], r.stdout
