@@ -35,6 +35,8 @@ class _AsyncioOnFirstUse(ModuleType):
     the module's ``__spec__``, which loads it.)"""
 
     def __getattr__(self, name: str) -> Any:
+        if sys.modules.get("asyncio") is self:  # asked while structlog is still importing
+            del sys.modules["asyncio"]
         return getattr(importlib.import_module("asyncio"), name)
 
 

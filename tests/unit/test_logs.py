@@ -189,3 +189,22 @@ def test_structlog_is_imported_without_asyncio_which_loads_on_first_use():
     logged, *printed = r.stdout.splitlines()
     assert "event=hi" in logged
     assert " ".join(printed).split() == ["False", "False", "True", "True", "True"], r.stdout
+
+
+def test_the_asyncio_stand_in_asked_while_it_is_still_in_sys_modules_loads_the_real_one():
+    """Were structlog to use asyncio while it is being imported, the stand-in (still in
+    sys.modules then) steps aside for the real module rather than finding itself again."""
+    import sys
+
+    script = (
+        "import sys\n"
+        "from agent import logs\n"
+        "stand_in = sys.modules['asyncio'] = logs._AsyncioOnFirstUse('asyncio')\n"
+        "sleep = stand_in.sleep\n"
+        "import asyncio\n"
+        "print(asyncio is not stand_in, sleep is asyncio.sleep, sys.modules['asyncio'] is asyncio)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True", "True"], r.stdout
