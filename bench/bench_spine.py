@@ -15,8 +15,9 @@ then measures a steady-state window:
 * **bytes per value**: (agent + helper PSS) / the values the sources hold (their ``counters``).
 
 Also: the jsonl formatter's cost per line (C, its Python twin, and json.dumps of a dict as the
-exporter did before); the floor under dial-out (a bare Python gRPC client streaming what the
-dial-out row sent, and the interpreter alone: what any process that dials out pays); and with
+exporter did before); the floor under a Python gRPC client (a bare one streaming what the
+dial-out row sent, and the interpreter alone: what any process that dials out with grpcio
+pays; the agent's dial-out runs on grpc's C core with the C backend); and with
 ``--memory`` where the agent's Python memory goes
 (tracemalloc, top 10 modules). Figures only: nothing is asserted. The machine is shared:
 compare rows of one run as ratios, not with another run's.
@@ -444,14 +445,24 @@ def measure_floor(args: argparse.Namespace, g: GrpcSink, per_tick: float, size: 
     return out
 
 
-def floor_text(floor: dict[str, Any]) -> str:
+def floor_text(floor: dict[str, Any], rows: list[Any]) -> str:
+    """The floor's figures, and what the dial-out row added to the no-exporter row's in this run
+    (the agent's dial-out runs on grpc's C core with the C backend, not on the Python client)."""
     grpc_, bare = floor["grpc"], floor["interpreter"]
-    return (f"\nthe floor under dial-out: a bare Python gRPC client (grpc and gNMI's messages loaded, arenas capped, "
+    text = (f"\nthe floor under a Python gRPC client: a bare one (grpc and gNMI's messages loaded, arenas capped, "
             f"trimmed) streaming what the dial-out row sent, {floor['per_tick']:.1f} messages of "
             f"{floor['size'] / 1e3:,.0f} kB a tick at 100 ms, to the same receiver: **{grpc_['cpu_pct']:.1f} % of a "
             f"core, {grpc_['pss'] / 2**20:.1f} MiB PSS**; the interpreter alone: {bare['pss'] / 2**20:.1f} MiB. "
-            f"So gRPC's client adds {(grpc_['pss'] - bare['pss']) / 2**20:.1f} MiB to any process that dials out: "
-            "the dial-out row is about the no-exporter row plus that.")
+            f"So grpcio's client adds {(grpc_['pss'] - bare['pss']) / 2**20:.1f} MiB to any process that dials "
+            "out with it.")
+    by_label = {row.label: row.result for row in rows}
+    none, dial = by_label.get("no exporter"), next(
+        (r for label, r in by_label.items() if label.startswith("dial-out (nokia")), None)
+    if none and dial:
+        mib = (dial["pss_agent"] + dial["pss_helper"] - none["pss_agent"] - none["pss_helper"]) / 2**20
+        text += (f" The agent's dial-out (grpc's C core with the C backend) added {mib:.1f} MiB and "
+                 f"{dial['cpu_pct'] - none['cpu_pct']:.1f} points of a core to the no-exporter row in this run.")
+    return text
 
 
 # ---------------------------------------------------------------- jsonl's formatter, per line
@@ -691,7 +702,7 @@ def report(args: argparse.Namespace, rows: list[Row], load0: float, floor: dict[
         print("\ndial-out messages from connecting to the window's start (the snapshot, then the warm-up's "
               "ticks): " + "; ".join(f"{label}: {n:,}" for label, n in before))
     if floor:
-        print(floor_text(floor))
+        print(floor_text(floor, rows))
     cost: list[tuple[str, float]] = []
     if not args.installed:  # this tree's formatter: not the package's figure
         print("\njsonl's formatting, one batch of a spine's size, best of 20, µs a line:\n")
