@@ -215,6 +215,32 @@ class Packed(NamedTuple):
     states: list[StateUpdate]
 
 
+class _Message:
+    """One Notification being packed: its head, the counters' runs as they are (bytes the
+    runs already hold), the states' fields written into one buffer as they come; copied
+    into the SubscribeResponse once (a tick's two 130 kB messages were copied three times
+    each, and moved as the buffer grew)."""
+
+    def __init__(self, head: bytes) -> None:
+        self.parts: list[bytes] = [head]
+        self.states = bytearray()
+        self.size = len(head)
+        self.counters = False
+        self.carried: list[StateUpdate] = []
+
+    def add(self, fields: bytes, state: StateUpdate | None) -> None:
+        if state is None:  # counters come before states (Packer.take)
+            self.parts.append(fields)
+            self.counters = True
+        else:
+            self.states += fields
+            self.carried.append(state)
+        self.size += len(fields)
+
+    def packed(self) -> Packed:
+        return Packed(wire.response_of(self.parts + [self.states], self.size), self.counters, self.carried)
+
+
 class Packer:
     """Everything one engine pass produced, as one Notification per origin (split at
     ``max_bytes``): every source's counters and every listener's states, whatever produced
@@ -267,19 +293,15 @@ class Packer:
         for origin, (mine, pending) in by_origin.items():
             ts = max([run[1] for run in mine] + [u.ts_ns for u in pending])
             head = wire.notification_head(ts, _prefix(origin, self.target))
-            body, counters, carried = bytearray(head), False, []
+            message = _Message(head)
             for fields, state in chain(((run[2], run[3]) for run in mine), ((None, u) for u in pending)):
                 if fields is None:
                     fields = self.encode_state(state)[2]
-                if len(body) > len(head) and len(body) + len(fields) > self.max_bytes:
-                    out.append(Packed(wire.response(bytes(body)), counters, carried))
-                    body, counters, carried = bytearray(head), False, []
-                body += fields
-                if state is None:
-                    counters = True
-                else:
-                    carried.append(state)
-            out.append(Packed(wire.response(bytes(body)), counters, carried))
+                if message.size > len(head) and message.size + len(fields) > self.max_bytes:
+                    out.append(message.packed())
+                    message = _Message(head)
+                message.add(fields, state)
+            out.append(message.packed())
         return out
 
     def messages(self) -> list[bytes]:

@@ -104,3 +104,9 @@ def notification_head(ts_ns: int, prefix: bytes) -> bytes:
 def response(notification: bytes) -> bytes:
     """``SubscribeResponse{update: notification}`` from a serialized Notification."""
     return field(RESPONSE_UPDATE, notification)
+
+
+def response_of(parts: list[bytes | bytearray], size: int) -> bytes:
+    """``SubscribeResponse{update: notification}`` from a Notification serialized in pieces
+    (``size`` bytes together), each copied once."""
+    return b"".join([bytes((RESPONSE_UPDATE,)) + varint(size), *parts])

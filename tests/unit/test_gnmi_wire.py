@@ -85,6 +85,16 @@ def test_a_response_with_updates_and_deletes_decodes_as_built_with_gnmi_pb2(ts):
     assert gnmi_pb2.SubscribeResponse.FromString(wire.SYNC) == gnmi_pb2.SubscribeResponse(sync_response=True)
 
 
+def test_a_response_of_pieces_is_the_response_of_them_joined():
+    """Packer writes a message from its pieces (head, counter runs, a buffer of states);
+    the length prefix is the pieces' total, a varint of two bytes or more past 127."""
+    head = wire.notification_head(9, wire.path((), "openconfig", "t"))
+    big = wire.update(wire.path(split("/a/b")), wire.typed_value(1)) * 20
+    for parts in ([head], [head, big], [head, big, bytearray(big)], [head, b"", bytearray()]):
+        joined = b"".join(parts)
+        assert wire.response_of(parts, len(joined)) == wire.response(joined)
+
+
 def test_encoding_what_an_agent_sends_never_imports_protobuf():
     """The point of the module (issue 35): a per-tick pass, a per-container state message, a
     delete and a sync are written without loading protobuf (~2.5 MiB a dial-out agent keeps)."""
