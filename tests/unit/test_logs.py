@@ -162,12 +162,20 @@ def test_same_output_on_debian_structlog():
     assert json.loads(js)["n"] == 1
 
 
+def _fresh_interpreter(script: str) -> str:
+    """What ``script`` prints in a new interpreter (this one imported asyncio long ago)."""
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def test_structlog_is_imported_without_asyncio_which_loads_on_first_use():
     """structlog imports asyncio (and with it ssl and OpenSSL, ~6 MiB) for async loggers
     swtel never uses: agent.logs imports it with a stand-in that loads the real asyncio
     when structlog first asks it for something; any other ``import asyncio`` is the real one."""
-    import sys
-
     script = (
         "import sys, types\n"
         "from agent import logs\n"
@@ -183,19 +191,15 @@ def test_structlog_is_imported_without_asyncio_which_loads_on_first_use():
         "    return stand_in.get_running_loop() is asyncio.get_running_loop()\n"
         "print(asyncio.run(main()))\n"
     )
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert r.returncode == 0, r.stderr
-    logged, *printed = r.stdout.splitlines()
+    out = _fresh_interpreter(script)
+    logged, *printed = out.splitlines()
     assert "event=hi" in logged
-    assert " ".join(printed).split() == ["False", "False", "True", "True", "True"], r.stdout
+    assert " ".join(printed).split() == ["False", "False", "True", "True", "True"], out
 
 
 def test_the_asyncio_stand_in_asked_while_it_is_still_in_sys_modules_loads_the_real_one():
     """Were structlog to use asyncio while it is being imported, the stand-in (still in
     sys.modules then) steps aside for the real module rather than finding itself again."""
-    import sys
-
     script = (
         "import sys\n"
         "from agent import logs\n"
@@ -204,7 +208,5 @@ def test_the_asyncio_stand_in_asked_while_it_is_still_in_sys_modules_loads_the_r
         "import asyncio\n"
         "print(asyncio is not stand_in, sleep is asyncio.sleep, sys.modules['asyncio'] is asyncio)\n"
     )
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "True", "True"], r.stdout
+    out = _fresh_interpreter(script)
+    assert out.split() == ["True", "True", "True"], out
