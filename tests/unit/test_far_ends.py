@@ -63,6 +63,20 @@ def test_the_far_ends_of_a_leaf_from_its_lldp_states():
     assert far.of_port("swp61") == "" and far.of_port("swp62") == "spine-1 swp11s1" and far.generation > before
 
 
+def test_states_of_no_declared_shape_are_not_remembered():
+    """A state whose container starts as no declared shape does is answered without a cache
+    entry (issue 35: every FEC bin's upper-boundary was one); the shapes still match."""
+    far = FarEnds()
+    bins = [StateUpdate(1, Container("openconfig", f"/interfaces/interface[name=swp{p}]/phy/histograms/state/"
+                                                   f"rs-num-corr-err[upper-boundary={u}]"), "upper-boundary", u, "asic")
+            for p in range(1, 5) for u in range(16)]
+    far.on_state(bins)
+    assert far._of == {}
+    far.on_state(_lldp(Topology.field().lldp_document("leaf-3")))
+    assert far.of_port("swp61") == "spine-1 swp11s0"
+    assert far._of and all(hit is not None for hit in far._of.values())
+
+
 def test_two_neighbours_on_one_port_are_both_named():
     doc = {"lldp": [{"interface": [
         {"name": "swp1", "rid": "1", "chassis": [{"name": [{"value": "b-host"}]}],
