@@ -62,7 +62,7 @@ def _containers(table: CounterTable) -> frozenset[Container]:
     """Every container of ``table`` (its hidden counters' too). Made when asked, not kept:
     only a table's change or a source's retirement asks, and the set of a spine's ~10,000
     containers would hold 0.5 MiB for the table's life."""
-    return frozenset(s.container for s in table.specs)
+    return frozenset(table.containers)
 
 
 def _rank(source: Source) -> int:
@@ -141,9 +141,9 @@ class PolledSource:
         gone: list[Container] = []
         ports: set[str] = set()
         if old is not None and len(old):
-            where = {(s.container, s.leaf): i for i, s in enumerate(old.specs)}
-            for i, spec in enumerate(new.specs):
-                j = where.get((spec.container, spec.leaf))
+            where = {old.path_at(j): j for j in range(len(old))}
+            for i in range(n):
+                j = where.get(new.path_at(i))
                 if j is not None:
                     prev[i], acc[i], known[i] = self.prev[j], self.acc[j], self.known[j]
             gone = _containers(old) - _containers(new)
@@ -151,7 +151,7 @@ class PolledSource:
             ports = ports_of(old) - ports_of(new)
         self.table, self.prev, self.acc, self.known = new, prev, acc, known
         speeds = self.source.port_speeds
-        self.rates = array("Q", [speeds.get(s.port, 0) if s.port else 0 for s in new.specs])
+        self.rates = array("Q", [speeds.get(port, 0) if port else 0 for port in map(new.port_at, range(n))])
         self.out_idx = array("I", bytes(4 * n))
         self.out_delta = array("q", bytes(8 * n))
         self.out_flags = bytearray(n)
@@ -607,20 +607,20 @@ class Engine:
             gone |= _containers(old) - now
             mine = _containers(r.published)
             for i in old.visible:
-                spec = old.specs[i]
-                if spec.container in now and (i in old_moves or spec.container not in mine):
-                    stale.add((spec.container, spec.leaf))
+                container, leaf = old.path_at(i)
+                if container in now and (i in old_moves or container not in mine):
+                    stale.add((container, leaf))
             if r.announce_from is None and (old_moves or r.moves):  # paths an election moved
-                r.announce_from = {(s.container, s.leaf) for s in (old.specs[i] for i in old.visible)}
+                r.announce_from = {old.path_at(i) for i in old.visible}
             if r.announce_from is not None and not r.republish and r.reads:  # stored: announce now
                 values = array("Q", r.acc)
                 self.store.set_source(r.name, r.published, values, r.last_ok_ns)
                 self._announce(r, values, r.last_ok_ns, set())
         if stale:
             for r in tabled:
-                specs = r.published.specs
+                path_at = r.published.path_at
                 for i in r.published.visible:
-                    stale.discard((specs[i].container, specs[i].leaf))
+                    stale.discard(path_at(i))
             leaves = [Container(c.origin, f"{c.path}/{leaf}") for c, leaf in sorted(
                 stale, key=lambda x: (x[0].origin, x[0].path, x[1]))]
             if leaves:
@@ -636,18 +636,18 @@ class Engine:
         before: dict[tuple[Container, str], str] = {}
         for r, old, _old_moves in [*((r, r.published, {}) for r in retired), *changed]:
             if old is not None:
-                specs = old.specs
                 for i in old.visible:
-                    before[(specs[i].container, specs[i].leaf)] = r.name
+                    before[old.path_at(i)] = r.name
         if not before:
             return
         moved: set[tuple[Container, str]] = set()
         for r, _old, _old_moves in changed:  # a path newly taken is taken by a changed table
-            specs = r.published.specs
+            path_at = r.published.path_at
             for i in r.published.visible:
-                was = before.get((specs[i].container, specs[i].leaf))
+                path = path_at(i)
+                was = before.get(path)
                 if was is not None and was != r.name:
-                    moved.add((specs[i].container, specs[i].leaf))
+                    moved.add(path)
         if moved:
             leaves = [Container(c.origin, f"{c.path}/{leaf}") for c, leaf in sorted(
                 moved, key=lambda x: (x[0].origin, x[0].path, x[1]))]
@@ -685,7 +685,7 @@ class Engine:
         before, polled.announce_from = polled.announce_from or set(), None
         table = polled.published
         idx = [i for i in table.visible if polled.known[i] and i not in sent
-               and (table.specs[i].container, table.specs[i].leaf) not in before]
+               and table.path_at(i) not in before]
         if idx:
             n = len(idx)
             self._tell("on_batch", Batch(polled.name, ts_ns, table, idx, values, [0] * n, bytes([F_NEW]) * n))

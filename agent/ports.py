@@ -26,14 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable
+from agent.counters import HIDDEN, OPENCONFIG, SWTEL_ORIGIN, Container, CounterSpec, CounterTable, TableBuilder
 from agent.pathgrammar import INTERFACE_PREFIX, interface_path, read_key
 from agent.sources.drivers import HW_STANDARD
 
 
 def ports_of(table: CounterTable) -> set[str]:
     """Interfaces this table has data for (their subtree is deleted when the last source drops them)."""
-    return {s.port for s in table.specs if s.port and s.container.path.startswith(INTERFACE_PREFIX)}
+    port_at, container_at = table.port_at, table.container_at
+    return {port for i in range(len(table))
+            if (port := port_at(i)) and container_at(i).path.startswith(INTERFACE_PREFIX)}
 
 
 class PortLedger:
@@ -152,37 +154,57 @@ class TableKeys(NamedTuple):
     standard_leaves: list[tuple[int, str]]
 
 
-def keys_of(table: CounterTable) -> TableKeys:
+def keys_of(table: CounterTable, contested: set[Container] | None = None) -> TableKeys:
     """``table``'s reported counters by :func:`standard_key`. Made at each election and not
     kept: elections run only when a table changes, and the spine's ~17,000 keys would hold
-    ~2 MiB for the agent's life (issue 35, memory a value)."""
+    ~2 MiB for the agent's life (issue 35, memory a value). ``contested``: the containers
+    another table has counters in too (:func:`contested`); a counter in none of them shares
+    its path with no one, so it gets no key (a hardware counter standing for a standard leaf
+    always does). The spine's single ASIC table then keys ~700 counters, not 17,000: the keys
+    were the start's highest point of Python's small objects (2.5 MiB), kept as its arenas."""
     out: dict[Key, Members] = {}
     targets: dict[Key, tuple[Container, str]] = {}  # a hardware counter's key -> its standard leaf
     std: dict[Container, Container] = {}  # a port's hw container -> its standard one
     leaves: list[tuple[int, str]] = []  # (index, port) of counters on a port's standard leaves
     is_std: dict[Container, bool] = {}
-    specs = table.specs
+    container_at, leaf_at, port_at = table.container_at, table.leaf_at, table.port_at
     for i in table.visible:
-        spec = specs[i]
-        if not spec.port:
+        port = port_at(i)
+        if not port:
             continue
-        c = spec.container
-        if spec.leaf in HW_STANDARD and c.path.endswith(_HW_TAIL):
-            if c.origin == SWTEL_ORIGIN and c.path[:-len(_HW_TAIL)] == interface_path(spec.port):
+        c, leaf = container_at(i), leaf_at(i)
+        if leaf in HW_STANDARD and c.path.endswith(_HW_TAIL):
+            if c.origin == SWTEL_ORIGIN and c.path[:-len(_HW_TAIL)] == interface_path(port):
                 to = std.get(c)  # (the key standard_key gives, with one string per container)
                 if to is None:
                     to = std[c] = Container(OPENCONFIG, c.path[:-len(_HW_TAIL)] + _STD_TAIL)
-                leaf = HW_STANDARD[spec.leaf]
-                key = (OPENCONFIG, to.path, leaf)
+                std_leaf = HW_STANDARD[leaf]
+                key = (OPENCONFIG, to.path, std_leaf)
                 _add(out, key, ~i)
-                targets[key] = (to, leaf)
+                targets[key] = (to, std_leaf)
                 continue
         if c not in is_std:
-            is_std[c] = c.origin == OPENCONFIG and c.path == interface_path(spec.port) + _STD_TAIL
-        _add(out, (c.origin, c.path, spec.leaf), i)
-        if spec.leaf in STANDARD_LEAVES and is_std[c]:
-            leaves.append((i, spec.port))
+            is_std[c] = c.origin == OPENCONFIG and c.path == interface_path(port) + _STD_TAIL
+        if contested is None or c in contested:
+            _add(out, (c.origin, c.path, leaf), i)
+        if leaf in STANDARD_LEAVES and is_std[c]:
+            leaves.append((i, port))
     return TableKeys(out, targets, leaves)
+
+
+def contested(tables: Sequence[CounterTable]) -> set[Container]:
+    """Containers that two of ``tables`` have counters in, counting a hardware container's
+    standard one (``.../state/counters`` for ``swtel:.../hw/state/counters``) as its table's
+    too: only a counter in one of them can share its path with another table's."""
+    seen: set[Container] = set()
+    twice: set[Container] = set()
+    for table in tables:
+        mine = set(table.containers)
+        mine |= {Container(OPENCONFIG, c.path[:-len(_HW_TAIL)] + _STD_TAIL) for c in table.containers
+                 if c.origin == SWTEL_ORIGIN and c.path.endswith(_HW_TAIL)}
+        twice |= seen & mine
+        seen |= mine
+    return twice
 
 
 def yielded(container: Container, source: str) -> Container:
@@ -215,7 +237,8 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
     than one of them that may give the port moves aside meanwhile, so the leaf's first value
     is the winner's. Returns per table the counters published elsewhere than their own path
     (empty: as they are)."""
-    made = [keys_of(table) for _name, table, _rank in tables]
+    shared_containers = contested([table for _name, table, _rank in tables])
+    made = [keys_of(table, shared_containers) for _name, table, _rank in tables]
     keyed = [k.members for k in made]
     seen: set[Key] = set()
     shared: set[Key] = set()  # keys of two tables or more (set operations: no loop per counter)
@@ -227,12 +250,12 @@ def elect(tables: list[tuple[str, CounterTable, int]], holds: Sequence[Hold] = (
     ranks = [rank for _name, _table, rank in tables]
 
     def step_aside(pos: int, i: int) -> None:
-        spec = tables[pos][1].specs[i]
+        container, leaf = tables[pos][1].path_at(i)
         name = tables[pos][0]
-        where = aside.get((spec.container, name))
+        where = aside.get((container, name))
         if where is None:
-            where = aside[(spec.container, name)] = yielded(spec.container, name)
-        moves[pos][i] = (where, spec.leaf)
+            where = aside[(container, name)] = yielded(container, name)
+        moves[pos][i] = (where, leaf)
 
     gets = list(enumerate(k.get for k in keyed))
     for key in shared:
@@ -280,10 +303,12 @@ def relabel(table: CounterTable, moves: Moves) -> CounterTable:
     Index-aligned with the source's values; only containers and leaves differ."""
     if not moves:
         return table
-    specs = list(table.specs)
-    for i, (container, leaf) in moves.items():
-        s = specs[i]  # (built directly: dataclasses.replace costs 3x, 12,288 moves on 1,024 ports)
-        specs[i] = CounterSpec(container, leaf, s.width, s.kind, s.port)
-    out = CounterTable(table.source, specs)
+    build = TableBuilder(table.source)  # columns copied, the moved counters' paths changed
+    container_at, leaf_at, port_at, widths, kinds = (table.container_at, table.leaf_at, table.port_at,
+                                                     table.widths, table.kinds)
+    for i in range(len(table)):
+        container, leaf = moves.get(i) or (container_at(i), leaf_at(i))
+        build.add(container, leaf, widths[i], kinds[i], port_at(i))
+    out = build.done()
     out.cache["visible"] = table.visible  # the same kinds: one list of indices for both tables
     return out

@@ -48,7 +48,7 @@ def protobuf_encode(batch: Batch, split: list, prefixes: dict) -> list[bytes]:
     Given for free: leaf paths pre-split, prefix Path messages prebuilt per container."""
     groups: dict[Container, list[int]] = {}
     for i in batch.indices:
-        groups.setdefault(batch.table.specs[i].container, []).append(i)
+        groups.setdefault(batch.table.container_at(i), []).append(i)
     out = []
     for c, members in groups.items():
         n = gnmi_pb2.Notification(timestamp=batch.ts_ns)

@@ -399,7 +399,7 @@ class DialoutExporter(ReconnectingSender, Exporter):
                     packer.add_batch(batch)
                 else:
                     msgs.extend(encode.encode_batch(batch, self.target))
-                live.update(spec.container for spec in batch.table.specs)
+                live.update(batch.table.containers)
             states = store.states()
             live.update(u.container for u in states)
             if packer is not None:

@@ -426,7 +426,11 @@ def histogram_bin(container_path: str, leaf: str) -> tuple[str, str, int, int, f
     boundary: that is its index (Cumulus' ``bin``; Spectrum's bin N counts N corrected
     symbols), its high bound and, unknown, its low one (-1)."""
     if leaf != "count":
-        return None
+        # a bin's keyed element and leaf below its histogram's container (the RS-FEC bins)
+        head, _, last = leaf.rpartition("/")
+        if last != "count" or not head:
+            return None
+        container_path = f"{container_path}/{head}"
     m = _FEC_BIN.match(container_path)
     if m is not None:
         upper = int(m.group(2))

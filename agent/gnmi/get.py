@@ -665,9 +665,9 @@ class Renderer:
                 encode.MAX_UPDATES,
             )
         groups: dict[Container, list[int]] = {}
-        specs = c.table.specs
+        container_at, leaf_at = c.table.container_at, c.table.leaf_at
         for i in indices:
-            groups.setdefault(specs[i].container, []).append(i)
+            groups.setdefault(container_at(i), []).append(i)
         out = []
         step = encode.MAX_UPDATES  # split big containers as the PROTO encoder does
         for container, members in groups.items():
@@ -675,7 +675,7 @@ class Renderer:
             for start in range(0, len(members), step):
                 notif = self._notification(container, c.ts_ns)
                 for i in members[start : start + step]:
-                    self._add(notif, specs[i].leaf, _json_scalar(c.values[i], True, self._ietf))
+                    self._add(notif, leaf_at(i), _json_scalar(c.values[i], True, self._ietf))
                 out.append(_response(notif))
         return out
 
@@ -721,9 +721,9 @@ class Renderer:
             if self.proto:
                 packer.add_runs(encode.counter_runs(c.ts_ns, c.table, c.indices, c.values, self.target))
                 continue
-            specs, values, ietf = c.table.specs, c.values, self._ietf
-            packer.add_runs([self._json_run(specs[i].container, specs[i].leaf, c.ts_ns,
-                                            _json_scalar(values[i], True, ietf), None) for i in c.indices])
+            path_at, values, ietf = c.table.path_at, c.values, self._ietf
+            packer.add_runs([self._json_run(*path_at(i), c.ts_ns, _json_scalar(values[i], True, ietf), None)
+                             for i in c.indices])
         packer.add_states(states)
 
     def packed(self, counters: list[Counters], states: list[StateUpdate]) -> list[bytes]:

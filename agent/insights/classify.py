@@ -226,11 +226,14 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
         m = _DROP_REASON.match(tail) if leaf == "packets" else None
         if m:
             return port, DROP_REASON, f"{unescape_key(m.group(1))}/{unescape_key(m.group(2))}"
-        if leaf == "count" and tail.startswith("phy/"):
-            m = _FEC_BIN.match(tail)
+        if leaf.endswith("count") and tail.startswith("phy/"):
+            # a bin's count: its leaf alone below the bin's container, or (the asic and ethnl
+            # sources) the bin's keyed element and leaf below the histogram's container
+            bin_path, _, last = f"{tail}/{leaf}".rpartition("/")
+            m = _FEC_BIN.match(bin_path) if last == "count" else None
             if m:
                 return port, FEC_BIN, m.group(1)
-            m = _LANE_FEC_BIN.match(tail)
+            m = _LANE_FEC_BIN.match(bin_path) if last == "count" else None
             if m:
                 return port, FEC_BIN, f"{m.group(1)}/{m.group(2)}"
         sem = _LEAVES.get((tail, leaf))

@@ -22,6 +22,7 @@ import re
 import time
 from array import array
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from agent import _backend, logs
@@ -45,9 +46,8 @@ from agent.counters import (
     OPENCONFIG,
     SWTEL_ORIGIN,
     Container,
-    CounterSpec,
-    CounterTable,
     StateUpdate,
+    TableBuilder,
 )
 from agent.pathgrammar import (
     FEC_HISTOGRAM_LIST,
@@ -124,25 +124,41 @@ def fec_upper_boundary(low: int, high: int) -> int:
     return low if high >= _TOP else high
 
 
-def histogram_bin_container(container: Container, leaf: str, index: int, low: int, high: int) -> Container:
-    """Where bin ``index`` of histogram ``leaf`` goes. The RS-FEC histogram of a port's (or a
-    lane's) PHY is streamed on Cumulus Linux 5.15's layout,
-    ``.../phy[/channels/channel[id=N]]/histograms/state/rs-num-corr-err[upper-boundary=U]``
-    (leaf ``count``), for a collector built for a Cumulus switch; any other histogram as
-    :func:`bin_container` puts it."""
+#: the RS-FEC histogram on Cumulus' layout: its container below a PHY, and its list of bins
+_FEC_CONTAINER, _, _FEC_LIST = FEC_HISTOGRAM_LIST.rpartition("/")  # histograms/state, rs-num-corr-err
+
+
+@lru_cache(maxsize=256)
+def fec_bin_leaf(upper: int, leaf: str) -> str:
+    """A FEC bin's leaf below its histogram's container: ``rs-num-corr-err[upper-boundary=U]/<leaf>``
+    (one string for every port and lane: cached)."""
+    return f"{_FEC_LIST}[upper-boundary={upper}]/{leaf}"
+
+
+def histogram_bin(container: Container, leaf: str, index: int, low: int, high: int) -> tuple[Container, str]:
+    """Where bin ``index`` of histogram ``leaf`` counts: (container, leaf). The RS-FEC histogram
+    of a port's (or a lane's) PHY is streamed on Cumulus Linux 5.15's layout,
+    ``.../phy[/channels/channel[id=N]]/histograms/state/rs-num-corr-err[upper-boundary=U]/count``,
+    for a collector built for a Cumulus switch: the bins of one histogram share its container
+    (``.../histograms/state``), each a keyed leaf (a container and a path string a bin held 1 MiB
+    on the simulated spine, issue 35); any other histogram's bin is a container of its own
+    (:func:`bin_container`), leaf ``count``."""
     path = container.path
     if leaf == FEC_HISTOGRAM and container.origin == OPENCONFIG and path.endswith(_FEC_STATE):
         phy = path[:-len(_FEC_STATE)]  # .../phy or .../phy/channels/channel[id=N]
-        upper = fec_upper_boundary(low, high)
-        return Container(OPENCONFIG, f"{phy}/{FEC_HISTOGRAM_LIST}[upper-boundary={upper}]")
-    return bin_container(container, leaf, index, low, high)
+        return Container(OPENCONFIG, f"{phy}/{_FEC_CONTAINER}"), fec_bin_leaf(fec_upper_boundary(low, high), "count")
+    return bin_container(container, leaf, index, low, high), "count"
 
 
-def fec_bounds(containers: list[Container], bins: list[tuple[int, int]]) -> list[tuple[Container, int]]:
-    """The ``upper-boundary`` leaf of each RS-FEC bin on Cumulus' layout: (its container, U);
-    the other bins (a histogram swtel streams in its own form) have none."""
-    return [(c, fec_upper_boundary(low, high)) for c, (low, high) in zip(containers, bins, strict=True)
-            if c.path.endswith("]") and f"/{FEC_HISTOGRAM_LIST}[" in c.path]
+def fec_bounds(where: list[tuple[Container, str]], bins: list[tuple[int, int]]) -> list[tuple[Container, str, int]]:
+    """The ``upper-boundary`` leaf of each RS-FEC bin on Cumulus' layout, beside its ``count``:
+    (container, leaf, U); the other bins (a histogram swtel streams in its own form) have none."""
+    out = []
+    for (c, leaf), (low, high) in zip(where, bins, strict=True):
+        if leaf.startswith(_FEC_LIST):
+            upper = fec_upper_boundary(low, high)
+            out.append((c, fec_bin_leaf(upper, "upper-boundary"), upper))
+    return out
 
 
 _IF = interface_path("{port}")  # a str.format template: filled with an escaped name
@@ -346,7 +362,7 @@ class AsicSource(Source):
         self._oper_sent: dict[str, tuple[str, str]] = {}
         # the RS-FEC bins' ``upper-boundary`` leaves (Cumulus' layout): a constant per bin,
         # sent as a state once per layout
-        self._bounds: list[tuple[Container, int]] = []
+        self._bounds: list[tuple[Container, str, int]] = []
         self._bounds_due = False
         self.layout_changes = 0  # reads answered ECHANGED
         # polls that found the helper still in an open or a read and went on without it
@@ -424,13 +440,13 @@ class AsicSource(Source):
 
     def _build(self, ports: list[tuple], counters: list[list[tuple]]) -> None:
         sec = self.section
-        specs: list[CounterSpec] = []
+        build = TableBuilder(self.name)  # columns as they come: no CounterSpec object a counter
         chosen: list[str] = []
         speeds: dict[str, int] = {}
         hidden = Container(SWTEL_ORIGIN, "/agent/asic/unselected")
         skipped: list[int] = []  # the plugin's value slots not kept (buffer data off)
         oper: dict[str, tuple[str, str]] = {}
-        bounds: list[tuple[Container, int]] = []
+        bounds: list[tuple[Container, str, int]] = []
         # one Container object per path, shared by its counters (a port's ~40 counters of
         # ``state/counters`` are one object, not 40 equal ones: ~170 B a value on a spine)
         shared: dict[Container, Container] = {}
@@ -438,8 +454,9 @@ class AsicSource(Source):
         for (port, parent, speed_mbps, flags), descs in zip(ports, counters, strict=True):
             if not self.serves(port):
                 # The plugin fills every counter; these keep their slots but are never reported.
-                specs += [CounterSpec(hidden, f"{port}/{d[0]}/{k}", 64, HIDDEN)
-                          for d in descs for k in range(slots(d))]
+                for d in descs:
+                    for k in range(slots(d)):
+                        build.add(hidden, f"{port}/{d[0]}/{k}", 64, HIDDEN)
                 continue
             chosen.append(port)
             host = bool(flags & PORT_HOST)
@@ -453,14 +470,15 @@ class AsicSource(Source):
                 leaf = leaves.setdefault(leaf, leaf)
                 wanted = counter_wanted(name, sec.counters.include, sec.counters.exclude)
                 if kind == KIND_HISTOGRAM:  # one cumulative counter per bin, in bin order
-                    where = [histogram_bin_container(container, leaf, k, low, high)
-                             for k, (low, high) in enumerate(bins)]
-                    specs += [CounterSpec(c, "count", width, COUNTER if wanted else HIDDEN, port) for c in where]
+                    where = [histogram_bin(container, leaf, k, low, high) for k, (low, high) in enumerate(bins)]
+                    where = [(shared.setdefault(c, c), bin_leaf) for c, bin_leaf in where]
+                    for c, bin_leaf in where:
+                        build.add(c, bin_leaf, width, COUNTER if wanted else HIDDEN, port)
                     if wanted and leaf == FEC_HISTOGRAM:
                         bounds += fec_bounds(where, bins)
                     continue
                 if not sec.buffers and kind in (KIND_GAUGE, KIND_PEAK) and leaf in BUFFER_LEAVES:
-                    skipped.append(len(specs) + len(skipped))  # read by the plugin, never kept
+                    skipped.append(len(build) + len(skipped))  # read by the plugin, never kept
                     continue
                 if not wanted:
                     out_kind = HIDDEN
@@ -468,14 +486,14 @@ class AsicSource(Source):
                     out_kind = GAUGE  # (a PEAK is a level read once per poll: diffed as one)
                 else:
                     out_kind = rule_kind
-                specs.append(CounterSpec(container, leaf, width, out_kind, port))
-        self.table = CounterTable(self.name, specs)
-        self.values = array("Q", bytes(8 * len(specs)))
+                build.add(container, leaf, width, out_kind, port)
+        self.table = build.done()
+        self.values = array("Q", bytes(8 * len(self.table)))
         # Buffer data off: the plugin still fills every slot (into _raw); only the others are
         # gathered into values, so nothing after the read sees the buffer slots at all.
         self._raw = self._keep = None
         if skipped:
-            total = len(specs) + len(skipped)
+            total = len(self.table) + len(skipped)
             gone = set(skipped)
             self._keep = array("I", (i for i in range(total) if i not in gone))
             self._raw = array("Q", bytes(8 * total))
@@ -534,7 +552,7 @@ class AsicSource(Source):
             # once a layout: the store keeps them (snapshots send them again), so the list goes
             # (9,800 tuples, ~0.6 MiB on the spine)
             self._bounds_due = False
-            out += [StateUpdate(ts_ns, c, "upper-boundary", upper, self.name) for c, upper in self._bounds]
+            out += [StateUpdate(ts_ns, c, leaf, upper, self.name) for c, leaf, upper in self._bounds]
             self._bounds = []
         return out
 

@@ -37,7 +37,7 @@ from agent.counters import (
 )
 from agent.links import Link, select
 from agent.pathgrammar import fec_histogram_bin_path, interface_path
-from agent.sources.asic import FEC_HISTOGRAM, bin_container, fec_bounds, histogram_bin_container
+from agent.sources.asic import FEC_HISTOGRAM, bin_container, fec_bounds, histogram_bin
 from agent.sources.base import (
     NO_DATA,
     GenlSocket,
@@ -116,13 +116,15 @@ def _fec_state(port: str, lane: int | str | None) -> Container:
     return interface(port, OPENCONFIG, tail)
 
 
-def fec_bin_bounds(port: str, shape: FecShape) -> list[tuple[Container, int]]:
-    """The ``upper-boundary`` leaf of every histogram bin :func:`fec_specs` streams (port and lanes)."""
+def fec_bin_bounds(port: str, shape: FecShape) -> list[tuple[Container, str, int]]:
+    """The ``upper-boundary`` leaf of every histogram bin :func:`fec_specs` streams (port and
+    lanes): (container, leaf, U)."""
     out = []
+    shared: dict[Container, Container] = {}  # one container object a histogram (the store keeps these)
     for index, (low, high, lanes) in enumerate(shape[1]):
         for lane in (None, *range(lanes)):
-            out += fec_bounds([histogram_bin_container(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)],
-                              [(low, high)])
+            out += [(shared.setdefault(c, c), leaf, upper) for c, leaf, upper in fec_bounds(
+                [histogram_bin(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)], [(low, high)])]
     return out
 
 
@@ -137,8 +139,8 @@ def fec_specs(port: str, shape: FecShape) -> list[CounterSpec]:
     for index, (low, high, lanes) in enumerate(bins):
         for lane in (None, *range(lanes)):
             # Cumulus' layout, as the asic source's bins (per lane below the lane's channel)
-            where = histogram_bin_container(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)
-            specs.append(CounterSpec(where, "count", 64, COUNTER, port))
+            where, leaf = histogram_bin(_fec_state(port, lane), FEC_HISTOGRAM, index, low, high)
+            specs.append(CounterSpec(where, leaf, 64, COUNTER, port))
     return specs
 
 
@@ -256,7 +258,7 @@ class EthnlSource(GenlSource):
         self.io: EthnlIO | None
         self._order: list[_Port] = []
         self._layout: list[tuple] = []
-        self._bounds: list[tuple[Container, int]] = []  # the FEC bins' upper-boundary leaves
+        self._bounds: list[tuple[Container, str, int]] = []  # the FEC bins' upper-boundary leaves
         self._bounds_due = False  # sent as states once per layout
 
     def make_io(self) -> EthnlIO:
@@ -338,7 +340,7 @@ class EthnlSource(GenlSource):
 
     def _build(self, ports: list[_Port]) -> None:
         specs: list[CounterSpec] = []
-        bounds: list[tuple[Container, int]] = []
+        bounds: list[tuple[Container, str, int]] = []
         for port in ports:
             port.fec_at = len(specs)
             if port.fec_shape is not None:
@@ -356,7 +358,7 @@ class EthnlSource(GenlSource):
         if not self._bounds_due:
             return []
         self._bounds_due = False
-        return [StateUpdate(ts_ns, c, "upper-boundary", upper, self.name) for c, upper in self._bounds]
+        return [StateUpdate(ts_ns, c, leaf, upper, self.name) for c, leaf, upper in self._bounds]
 
     def read(self) -> int:
         fec = [p for p in self._order if p.fec == OK]

@@ -18,7 +18,7 @@ from pygnmi.client import gNMIclient
 
 from agent.counters import COUNTER, CounterSpec
 from agent.ports import key_path, standard_key
-from agent.sources.asic import histogram_bin_container, map_name
+from agent.sources.asic import histogram_bin, map_name
 from tests import sim_model
 from tests.gnmi_helpers import free_port
 from tests.helpers import OFF, asic_yaml, demo_until, status_doc, wait_until
@@ -42,8 +42,8 @@ def _paths(model: Model, t_ns: int) -> list[str | None]:
         for cname, _width, kind in descs:
             container, leaf, _kind = map_name(name, cname, host=bool(flags & 2))
             if kind == sim_model.HISTOGRAM:  # the FEC bins [b, b], one value each
-                out += [histogram_bin_container(container, leaf, b, b, b).full("count")
-                        for b in range(sim_model.FEC_BINS)]
+                out += [where.full(bin_leaf) for where, bin_leaf in
+                        (histogram_bin(container, leaf, b, b, b) for b in range(sim_model.FEC_BINS))]
             else:
                 out.append(published(container, leaf, name))
     return out

@@ -100,9 +100,11 @@ def test_ethnl_lane_bins_classify_per_lane():
     for spec in ethnl.fec_specs("eth0", shape):
         hit = classify.classify(spec)
         if hit is not None and hit[1] == classify.FEC_BIN:
-            subs[hit[2]] = spec.container.path
+            subs[hit[2]] = spec.container.full(spec.leaf)
     assert set(subs) == {str(i) for i in range(16)} | {f"{lane}/{i}" for lane in range(4) for i in range(16)}
-    assert "/phy/channels/channel[id=3]/histograms/state/" in subs["3/15"]
+    assert subs["3/15"].endswith("/phy/channels/channel[id=3]/histograms/state/"
+                                 "rs-num-corr-err[upper-boundary=15]/count")
+    assert subs["15"].endswith("/phy/histograms/state/rs-num-corr-err[upper-boundary=15]/count")
 
 
 def test_ethnl_style_lanes_raise_on_their_lane():

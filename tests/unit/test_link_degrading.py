@@ -18,7 +18,7 @@ from agent.exporters import otlp_names
 from agent.insights import InsightsPipeline, classify
 from agent.insights.link_degrading import GAUGES, phase_of, prediction_container
 from agent.pathgrammar import interface_path
-from agent.sources.asic import FEC_HISTOGRAM, histogram_bin_container
+from agent.sources.asic import FEC_HISTOGRAM, histogram_bin
 from agent.sources.events import EVENT_INFO
 from agent.store import Store
 from tests import sim_model
@@ -186,20 +186,26 @@ def test_the_histogram_bins_classify_by_upper_boundary():
     """The port's bins on Cumulus' layout, as the asic source builds them: sub = the bin's upper
     boundary, Spectrum's bin index (the open last bin: 15); a lane's: ``lane/upper boundary``."""
     phy = Container(OPENCONFIG, interface_path("swp1") + "/phy/fec/state")
-    fec = histogram_bin_container(phy, FEC_HISTOGRAM, 3, 3, 3)
-    assert fec.path == interface_path("swp1") + "/phy/histograms/state/rs-num-corr-err[upper-boundary=3]"
-    assert classify.classify(CounterSpec(fec, "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "3")
-    top = histogram_bin_container(phy, FEC_HISTOGRAM, 15, 15, 2**64 - 1)
-    assert classify.classify(CounterSpec(top, "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "15")
-    assert classify.classify(CounterSpec(fec, "other", 64, COUNTER, "swp1")) is None
-    assert classify.classify(CounterSpec(fec, "upper-boundary", 64, GAUGE, "swp1")) is None
+    fec, count = histogram_bin(phy, FEC_HISTOGRAM, 3, 3, 3)
+    assert (fec.path, count) == (interface_path("swp1") + "/phy/histograms/state",
+                                 "rs-num-corr-err[upper-boundary=3]/count")
+    assert classify.classify(CounterSpec(fec, count, 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "3")
+    # the same bin with a container of its own, leaf count: the same
+    alone = Container(OPENCONFIG, f"{fec.path}/rs-num-corr-err[upper-boundary=3]")
+    assert classify.classify(CounterSpec(alone, "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "3")
+    assert classify.classify(CounterSpec(*histogram_bin(phy, FEC_HISTOGRAM, 15, 15, 2**64 - 1), 64, COUNTER,
+                                         "swp1")) == ("swp1", classify.FEC_BIN, "15")
+    assert classify.classify(CounterSpec(fec, "rs-num-corr-err[upper-boundary=3]/other", 64, COUNTER, "swp1")) is None
+    assert classify.classify(CounterSpec(alone, "other", 64, COUNTER, "swp1")) is None
+    assert classify.classify(CounterSpec(fec, "rs-num-corr-err[upper-boundary=3]/upper-boundary", 64, GAUGE,
+                                         "swp1")) is None
     lane = Container(OPENCONFIG, interface_path("swp1") + "/phy/channels/channel[id=2]/fec/state")
-    assert classify.classify(CounterSpec(histogram_bin_container(lane, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
+    assert classify.classify(CounterSpec(*histogram_bin(lane, FEC_HISTOGRAM, 3, 3, 3), 64,
                                          COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "2/3")
-    assert classify.classify(CounterSpec(histogram_bin_container(lane, FEC_HISTOGRAM, 15, 15, 2**64 - 1),
-                                         "count", 64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "2/15")
+    assert classify.classify(CounterSpec(*histogram_bin(lane, FEC_HISTOGRAM, 15, 15, 2**64 - 1),
+                                         64, COUNTER, "swp1")) == ("swp1", classify.FEC_BIN, "2/15")
     other = Container(OPENCONFIG, interface_path("swp10") + "/phy/channels/channel[id=2]/fec/state")
-    assert classify.classify(CounterSpec(histogram_bin_container(other, FEC_HISTOGRAM, 3, 3, 3), "count", 64,
+    assert classify.classify(CounterSpec(*histogram_bin(other, FEC_HISTOGRAM, 3, 3, 3), 64,
                                          COUNTER, "swp1")) is None  # another port's
     old = Container(OPENCONFIG,
                     interface_path("swp1") + "/phy/fec/state/rs-fec-histogram/bin[index=3][lower=3][upper=3]")

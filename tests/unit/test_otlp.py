@@ -17,7 +17,7 @@ from agent import config
 from agent.counters import F_CHANGED, F_RESET, Batch
 from agent.exporters import otlp_names
 from agent.exporters.otlp import OtlpConfig, OtlpExporter
-from agent.sources.asic import histogram_bin_container, map_name
+from agent.sources.asic import histogram_bin, map_name
 from agent.sources.events import EVENT_INFO
 from agent.store import Store
 from tests import sim_model
@@ -568,8 +568,7 @@ def _model_keys(model: Model, t: int) -> dict[tuple, int]:
             # a histogram's bins (the sim's FEC bins are [b, b]) each take a value and a point
             bins = range(sim_model.FEC_BINS) if kind == sim_model.HISTOGRAM else [None]
             for b in bins:
-                where, what = (container, leaf) if b is None else \
-                    (histogram_bin_container(container, leaf, b, b, b), "count")
+                where, what = (container, leaf) if b is None else histogram_bin(container, leaf, b, b, b)
                 metric, attrs, _rank = otlp_names.metric_name(where.path, what)
                 assert (metric, attrs) not in out, (metric, attrs)  # one counter per exported point
                 out[(metric, attrs)] = i

@@ -194,20 +194,24 @@ def test_the_fec_histogram_on_cumulus_paths_takes_cumulus_name_and_bin():
     ``bin`` (the upper boundary: Spectrum's bin index), a lane's with ``lane`` too; the
     ``upper-boundary`` leaf is no bin; other histograms keep swtel's bin form."""
     from agent.pathgrammar import fec_histogram_bin_path
-    from agent.sources.asic import histogram_bin_container
+    from agent.sources.asic import histogram_bin
 
     port, leaf, _kind = map_name("sw]p7", "phy_rs_fec_histogram")
-    where = histogram_bin_container(port, leaf, 15, 15, 2**64 - 1)
-    assert where.path == fec_histogram_bin_path("sw]p7", 15) == \
-        "/interfaces/interface[name=sw\\]p7]/phy/histograms/state/rs-num-corr-err[upper-boundary=15]"
-    assert otlp_names.histogram_bin(where.path, "count") == (
-        "/interfaces/interface[name=sw\\]p7]/phy/fec/state", "rs-fec-histogram", 15, -1, 15)
-    assert otlp_names.for_path(where.full("count")) == (P + "phy_rs_fec_histogram", (("interface", "sw]p7"),
+    where, count = histogram_bin(port, leaf, 15, 15, 2**64 - 1)  # the histogram's container, the bin's leaf
+    assert (where.path, count) == ("/interfaces/interface[name=sw\\]p7]/phy/histograms/state",
+                                   "rs-num-corr-err[upper-boundary=15]/count")
+    assert where.full(count) == fec_histogram_bin_path("sw]p7", 15) + "/count"
+    # the bin's count, split either way (its own container, or its histogram's with a keyed leaf)
+    for split_at in ((where.path, count), (fec_histogram_bin_path("sw]p7", 15), "count")):
+        assert otlp_names.histogram_bin(*split_at) == (
+            "/interfaces/interface[name=sw\\]p7]/phy/fec/state", "rs-fec-histogram", 15, -1, 15)
+    assert otlp_names.for_path(where.full(count)) == (P + "phy_rs_fec_histogram", (("interface", "sw]p7"),
                                                                                     ("bin", "15")), 2)
     lane = fec_histogram_bin_path("swp7", 3, lane=2) + "/count"
     assert otlp_names.for_path(lane)[:2] == (P + "phy_stats_lane_rs_fec_histogram",
                                              (("interface", "swp7"), ("lane", "2"), ("bin", "3")))
-    assert otlp_names.histogram_bin(where.path, "upper-boundary") is None
+    assert otlp_names.histogram_bin(fec_histogram_bin_path("sw]p7", 15), "upper-boundary") is None
+    assert otlp_names.histogram_bin(where.path, "rs-num-corr-err[upper-boundary=15]/upper-boundary") is None
     assert otlp_names.histogram_bin("/interfaces/interface[name=swp7]/histograms/state/rs-num-corr-err"
                                     "[upper-boundary=3]", "count") is None  # not below a phy
     rmon = "swtel:/interfaces/interface[name=swp7]/ethtool-stats/rmon/hist-rx/bin[index=1][lower=65][upper=127]"

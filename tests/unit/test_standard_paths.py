@@ -153,6 +153,31 @@ def test_an_election_keeps_nothing_in_the_tables():
     assert elect(args) == first
 
 
+def test_an_election_keys_only_the_counters_that_can_share_a_path(monkeypatch):
+    """Only counters in a container two tables have (or a hardware counter's standard one) get
+    a key (issue 35: the spine's 17,000 keys were the start's peak of small objects); the
+    election elects what keying every counter elects."""
+    from agent import ports
+
+    p = "swp1"
+    cases = [([_netdev(p), _named("ethtool", p, SWITCHD_NAMES), _named("asic", p, ASIC_NAMES)], (1, 0, 2)),
+             ([_netdev(p), _named("asic", p, ASIC_NAMES)], (3, 2)),
+             ([_netdev(p), _named("asic", p, ASIC_NAMES)], (1, 0)),
+             ([_named("asic", p, ASIC_NAMES), _named("asic", "swp2", ASIC_NAMES)], (2, 2)),
+             ([_netdev(p), _netdev("swp2"), _named("ethtool", "swp2", SWITCHD_NAMES)], (1, 1, 0))]
+    restricted = [elect([(t.source, t, r) for t, r in zip(tables, ranks, strict=True)]) for tables, ranks in cases]
+    std = interface(p, OPENCONFIG, "state/counters")
+    assert ports.contested([_netdev(p), _named("asic", p, ASIC_NAMES)]) == {std}  # the alias's standard one
+    assert ports.contested([_named("asic", p, ASIC_NAMES)]) == set()
+    assert any(any(m) for m in restricted)  # (the cases move counters)
+    monkeypatch.setattr(ports, "contested", lambda tables: None)  # every counter keyed, as before
+    assert restricted == [elect([(t.source, t, r) for t, r in zip(tables, ranks, strict=True)])
+                          for tables, ranks in cases]
+    asic = _named("asic", p, ASIC_NAMES)
+    alone = keys_of(asic, set()).members  # a table alone: its hardware alias only
+    assert [members(e) for e in alone.values()] == [[(0, True)]]
+
+
 def test_keys_and_aside_paths_keep_escaped_names_and_every_key():
     p = "we]ird\\x"
     spec = _named("asic", p, ("HwIfInOctets",)).specs[0]
@@ -496,12 +521,12 @@ def test_the_fec_histogram_on_cumulus_paths_the_asic_s_and_ethnl_s_aside():
     its name, its lane bins (no other source has them) stay on Cumulus-style channel paths; OTLP
     sends one value per name and bin."""
     from agent.sources import ethnl
-    from agent.sources.asic import histogram_bin_container
+    from agent.sources.asic import histogram_bin
 
     p = "swp1"
     bins = ((0, 0), (1, 1), (2, 3), (4, 15))  # one device: the ASIC and the kernel give the same ranges
     container, leaf, _kind = asic_name(p, "phy_rs_fec_histogram")
-    asic = CounterTable("asic", [CounterSpec(histogram_bin_container(container, leaf, k, lo, hi), "count", 64,
+    asic = CounterTable("asic", [CounterSpec(*histogram_bin(container, leaf, k, lo, hi), 64,
                                              port=p) for k, (lo, hi) in enumerate(bins)])
     shape = ((0, 0, 0), tuple((lo, hi, 2) for lo, hi in bins))  # and the kernel's per lane, 2 lanes
     eth = CounterTable("ethnl", ethnl.fec_specs(p, shape))
