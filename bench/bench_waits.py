@@ -159,22 +159,26 @@ def schedule_rows(workdir: Path) -> list[tuple[str, str]]:
                        f"system: {{interval: 50ms}}}}\ncontrol: {{socket: {workdir}/s.sock, group: null}}\n")
     late: list[float] = []
     eng = Engine(cfg)
-    stop = eng._stop
+    wake = eng.handoff.wake  # what the idle tick loop waits on (Engine._idle_until)
 
-    class Waits:  # the loop's waits, timed: how late each wake-up is
+    class Waits:  # the loop's waits, timed: how late each wake-up after a full wait is
         def is_set(self) -> bool:
-            return stop.is_set()
+            return wake.is_set()
 
         def set(self) -> None:
-            stop.set()
+            wake.set()
+
+        def clear(self) -> None:
+            wake.clear()
 
         def wait(self, timeout: float) -> bool:
             due = time.monotonic() + timeout
-            woken = stop.wait(timeout)
-            late.append(time.monotonic() - due)
+            woken = wake.wait(timeout)
+            if not woken:  # (woken early by an ask or a stop: no lateness to tell)
+                late.append(time.monotonic() - due)
             return woken
 
-    eng._stop = Waits()  # type: ignore[assignment]
+    eng.handoff.wake = Waits()  # type: ignore[assignment]
     eng.start()
     try:
         eng.ready.wait(10)
