@@ -220,6 +220,10 @@ def test_oper_status_breakout_parent_and_wider_widths(shifty, tmp_path):
     assert state["/interfaces/interface[name=q1]/state/oper-status"] == "DOWN"
     assert state["/interfaces/interface[name=q1]/state/hardware-port"] == "swp9"
     assert "/interfaces/interface[name=q0]/state/hardware-port" not in state
+    # sent on change: once, though every pass asks the source for its states
+    sent = [r["path"] for r in records if r["path"].endswith(("/oper-status", "/hardware-port"))]
+    assert sorted(sent) == sorted(state_path for state_path in state if state_path.endswith(
+        ("/oper-status", "/hardware-port")))
     assert {r["delta"] for r in _series(records, SYMBOLS.format(p="q1"))[1:]} == {100_000_000}
 
 
