@@ -207,6 +207,17 @@ def fec_histogram_bin_path(port: str, upper: int | str, lane: int | str | None =
     return f"{phy}/{FEC_HISTOGRAM_LIST}[upper-boundary={escape_key(str(upper))}]"
 
 
+def bin_of_count(container_path: str, leaf: str) -> str | None:
+    """The path of the histogram bin whose ``count`` a counter is, however its source split
+    it: leaf ``count`` below the bin's own container, or (the asic and ethnl sources' RS-FEC
+    bins) the bin's keyed element and ``count`` below the histogram's container. None when
+    the leaf is not a ``count``. The path is not checked to be a bin: callers match it."""
+    if leaf == "count":
+        return container_path
+    head, _, last = leaf.rpartition("/")
+    return f"{container_path}/{head}" if last == "count" and head else None
+
+
 def qos_interface_path(name: str) -> str:
     """``/qos/interfaces/interface[interface-id=<name>]``, the name escaped."""
     return f"{QOS_INTERFACE_PREFIX}{escape_key(name)}]"

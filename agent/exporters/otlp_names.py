@@ -26,6 +26,7 @@ from agent import registry
 from agent.pathgrammar import (
     FEC_HISTOGRAM_LIST,
     KEY_VALUE_RE,
+    bin_of_count,
     interface_path,
     qos_interface_path,
     unescape_key,
@@ -412,7 +413,7 @@ def generic_name(container_path: str, leaf: str) -> Name:
 _BIN = re.compile(r"^(.*)/([^/\[]+)/bin\[index=(\d+)\]\[lower=(\d+)\]\[upper=(\d+|inf)\]$")
 
 
-#: one bin of the RS-FEC histogram on Cumulus' layout (asic.py histogram_bin_container): ``<phy>/
+#: one bin of the RS-FEC histogram on Cumulus' layout (asic.py histogram_bin): ``<phy>/
 #: histograms/state/rs-num-corr-err[upper-boundary=U]``, ``<phy>`` a port's ``phy`` or one of its
 #: ``phy/channels/channel[id=N]``; leaf ``count``
 _FEC_BIN = re.compile(rf"^(.*/phy(?:/channels/channel\[id={KEY_VALUE_RE}\])?)/{re.escape(FEC_HISTOGRAM_LIST)}"
@@ -425,17 +426,14 @@ def histogram_bin(container_path: str, leaf: str) -> tuple[str, str, int, int, f
     layout is named as the PHY's ``fec/state/rs-fec-histogram`` and carries only its upper
     boundary: that is its index (Cumulus' ``bin``; Spectrum's bin N counts N corrected
     symbols), its high bound and, unknown, its low one (-1)."""
-    if leaf != "count":
-        # a bin's keyed element and leaf below its histogram's container (the RS-FEC bins)
-        head, _, last = leaf.rpartition("/")
-        if last != "count" or not head:
-            return None
-        container_path = f"{container_path}/{head}"
-    m = _FEC_BIN.match(container_path)
+    bin_path = bin_of_count(container_path, leaf)
+    if bin_path is None:
+        return None
+    m = _FEC_BIN.match(bin_path)
     if m is not None:
         upper = int(m.group(2))
         return f"{m.group(1)}/fec/state", FEC_HISTOGRAM, upper, -1, upper
-    m = _BIN.match(container_path)
+    m = _BIN.match(bin_path)
     if m is None:
         return None
     parent, hist, index, low, high = m.groups()

@@ -27,6 +27,7 @@ from agent.pathgrammar import (
     KEY_VALUE_RE,
     QOS_INTERFACE_PREFIX,
     RDMA_DEVICE_PREFIX,
+    bin_of_count,
     interface_path,
     qos_interface_path,
     unescape_key,
@@ -187,7 +188,7 @@ _DROP_REASON = re.compile(rf"^drops/group\[name=({KEY_VALUE_RE})\]/reason\[name=
 # a devlink device's trap (sources/devlink_trap.py): per device, so the device is the "port"
 _DEVLINK_DROP_REASON = re.compile(rf"^{re.escape(DEVLINK_DEVICE_PREFIX)}({KEY_VALUE_RE})\]/drops/group\[name="
                                   rf"({KEY_VALUE_RE})\]/reason\[name=({KEY_VALUE_RE})\]/state$")
-# issue 22 item 3: the port's bin on Cumulus' layout (sources/asic.py histogram_bin_container); sub = its
+# issue 22 item 3: the port's bin on Cumulus' layout (sources/asic.py histogram_bin); sub = its
 # upper boundary, the bin's index on Spectrum (an open last bin: its lower bound, 15)
 _FEC_BIN = re.compile(r"^phy/histograms/state/rs-num-corr-err\[upper-boundary=(\d+)\]$")
 # ... and a lane's, below its channel (the asic source's phy_rs_fec_histogram_laneN, ethnl's lanes):
@@ -226,14 +227,12 @@ def _classify(spec: CounterSpec, port: str) -> tuple[str, str, str] | None:
         m = _DROP_REASON.match(tail) if leaf == "packets" else None
         if m:
             return port, DROP_REASON, f"{unescape_key(m.group(1))}/{unescape_key(m.group(2))}"
-        if leaf.endswith("count") and tail.startswith("phy/"):
-            # a bin's count: its leaf alone below the bin's container, or (the asic and ethnl
-            # sources) the bin's keyed element and leaf below the histogram's container
-            bin_path, _, last = f"{tail}/{leaf}".rpartition("/")
-            m = _FEC_BIN.match(bin_path) if last == "count" else None
+        bin_path = bin_of_count(tail, leaf) if tail.startswith("phy/") else None
+        if bin_path is not None:
+            m = _FEC_BIN.match(bin_path)
             if m:
                 return port, FEC_BIN, m.group(1)
-            m = _LANE_FEC_BIN.match(bin_path) if last == "count" else None
+            m = _LANE_FEC_BIN.match(bin_path)
             if m:
                 return port, FEC_BIN, f"{m.group(1)}/{m.group(2)}"
         sem = _LEAVES.get((tail, leaf))

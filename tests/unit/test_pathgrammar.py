@@ -342,3 +342,16 @@ def test_escape_name_is_reversible_and_stable(raw):
 ])
 def test_escape_name_examples(raw, shown):
     assert pg.escape_name(raw) == shown and pg.unescape_name(shown) == raw
+
+
+@pytest.mark.parametrize("container,leaf,bin_path", [
+    ("/x/phy/histograms/state/rs-num-corr-err[upper-boundary=3]", "count",
+     "/x/phy/histograms/state/rs-num-corr-err[upper-boundary=3]"),  # the bin's own container
+    ("/x/phy/histograms/state", "rs-num-corr-err[upper-boundary=3]/count",
+     "/x/phy/histograms/state/rs-num-corr-err[upper-boundary=3]"),  # keyed below the histogram's
+    ("/x/phy/histograms/state", "rs-num-corr-err[upper-boundary=3]/upper-boundary", None),
+    ("/x/phy/histograms/state", "/count", None),
+    ("/x/phy/state", "symbol-errors", None),
+])
+def test_a_bin_count_reads_the_same_however_its_source_split_it(container, leaf, bin_path):
+    assert pg.bin_of_count(container, leaf) == bin_path
