@@ -280,27 +280,55 @@ static int Stream_init(Stream *s, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+static void free_messages(message *first) {
+    while (first) {
+        message *m = first;
+        first = m->next;
+        grpc_byte_buffer_destroy(m->buffer);
+        free(m);
+    }
+}
+
+/* The messages are copied into grpc's buffers and the first is handed to the call without
+   the GIL: grpc often writes it to the socket inline, in this thread (a spine's tick is two
+   130 kB messages), and the tick thread must not wait on that. The bytes objects stay alive
+   and unchanged meanwhile: ``held`` owns a reference to each, and bytes are immutable. */
 static PyObject *Stream_send(Stream *s, PyObject *messages) {
     PyObject *items = PySequence_Fast(messages, "send: a list of bytes");
     if (!items)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(items);
-    message *first = NULL, *last = NULL;
+    PyObject **held = PyMem_Calloc((size_t)(n ? n : 1), sizeof *held);
+    if (!held) {
+        Py_DECREF(items);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
-        char *data;
-        Py_ssize_t size;
-        if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(items, i), &data, &size) < 0) {
-            while (first) {
-                message *m = first;
-                first = m->next;
-                grpc_byte_buffer_destroy(m->buffer);
-                free(m);
-            }
+        PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "send: a list of bytes, not %.100s", Py_TYPE(item)->tp_name);
+            for (Py_ssize_t k = 0; k < i; k++)
+                Py_DECREF(held[k]);
+            PyMem_Free(held);
             Py_DECREF(items);
             return NULL;
         }
-        grpc_slice slice = grpc_slice_from_copied_buffer(data, (size_t)size);
+        Py_INCREF(item);
+        held[i] = item;
+    }
+    Py_DECREF(items);
+    message *first = NULL, *last = NULL;
+    Py_ssize_t waiting = -1;
+    int out_of_memory = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
         message *m = calloc(1, sizeof *m);
+        if (!m) {
+            out_of_memory = 1;
+            break;
+        }
+        grpc_slice slice = grpc_slice_from_copied_buffer(PyBytes_AS_STRING(held[i]),
+                                                         (size_t)PyBytes_GET_SIZE(held[i]));
         m->buffer = grpc_raw_byte_buffer_create(&slice, 1);
         grpc_slice_unref(slice);
         if (last)
@@ -309,30 +337,33 @@ static PyObject *Stream_send(Stream *s, PyObject *messages) {
             first = m;
         last = m;
     }
-    Py_DECREF(items);
-    Py_ssize_t waiting;
-    pthread_mutex_lock(&s->lock);
-    if (s->phase == PHASE_ENDED || s->cancelled || s->finishing) {  /* nowhere to go: dropped */
-        pthread_mutex_unlock(&s->lock);
-        while (first) {
-            message *m = first;
-            first = m->next;
-            grpc_byte_buffer_destroy(m->buffer);
-            free(m);
+    if (out_of_memory) {
+        free_messages(first);
+    } else {
+        pthread_mutex_lock(&s->lock);
+        if (s->phase == PHASE_ENDED || s->cancelled || s->finishing) {  /* nowhere to go: dropped */
+            pthread_mutex_unlock(&s->lock);
+            free_messages(first);
+        } else {
+            if (first) {
+                if (s->tail)
+                    s->tail->next = first;
+                else
+                    s->head = first;
+                s->tail = last;
+                s->waiting += n;
+                pump(s);
+            }
+            waiting = s->waiting;
+            pthread_mutex_unlock(&s->lock);
         }
-        return PyLong_FromLong(-1);
     }
-    if (first) {
-        if (s->tail)
-            s->tail->next = first;
-        else
-            s->head = first;
-        s->tail = last;
-        s->waiting += n;
-        pump(s);
-    }
-    waiting = s->waiting;
-    pthread_mutex_unlock(&s->lock);
+    Py_END_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_DECREF(held[i]);
+    PyMem_Free(held);
+    if (out_of_memory)
+        return PyErr_NoMemory();
     return PyLong_FromSsize_t(waiting);
 }
 
