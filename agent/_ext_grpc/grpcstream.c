@@ -109,13 +109,18 @@ static void post_reply(Stream *s) {
     grpc_call_start_batch(s->call, &op, 1, &TAG_REPLY, NULL);
 }
 
-static void drop_waiting(Stream *s) {
-    while (s->head) {
-        message *m = s->head;
-        s->head = m->next;
+static void free_messages(message *first) {
+    while (first) {
+        message *m = first;
+        first = m->next;
         grpc_byte_buffer_destroy(m->buffer);
         free(m);
     }
+}
+
+static void drop_waiting(Stream *s) {
+    free_messages(s->head);
+    s->head = NULL;
     s->tail = NULL;
     s->waiting = 0;
 }
@@ -278,15 +283,6 @@ static int Stream_init(Stream *s, PyObject *args, PyObject *kw) {
     }
     s->thread_started = 1;
     return 0;
-}
-
-static void free_messages(message *first) {
-    while (first) {
-        message *m = first;
-        first = m->next;
-        grpc_byte_buffer_destroy(m->buffer);
-        free(m);
-    }
 }
 
 /* The messages are copied into grpc's buffers and the first is handed to the call without
