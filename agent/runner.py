@@ -23,6 +23,7 @@ from agent.control.server import ControlServer, ControlServerError
 from agent.engine import Engine
 from agent.malloc import release_free_pages
 from agent.sdnotify import Notifier
+from agent.signals import Wakeup
 
 log = logs.get("agent")
 STOP_TIMEOUT_S = 5.0  # exporters get this long, together, to flush at shutdown
@@ -89,9 +90,10 @@ class Agent:
         self.last_reload: dict[str, Any] = {"ok": None, "ts_ns": None, "error": None}
         self.reloads = {"applied": 0, "rejected": 0}  # since start (the log line is rate-limited)
         self._reload_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._reload_requested = threading.Event()
-        self._wake = threading.Event()  # set with either: the main loop acts at once
+        # Set by the signal handlers: plain flags and a pipe, no lock (agent/signals.py)
+        self._stop_requested = False
+        self._reload_requested = False
+        self._wake = Wakeup()  # with either: the main loop acts at once
         #: the last ports' sums and what they were made from (:meth:`_port_totals`)
         self._ports_cache: tuple[list, dict[str, int], dict[str, dict[str, Any]], dict] | None = None
         self._proc = psutil.Process()
@@ -122,7 +124,7 @@ class Agent:
         ready_sent = False
         freeze_at: float | None = None  # when to freeze the long-lived state (freeze_long_lived)
         trim_at: float | None = None  # when next to hand free heap pages back (agent/malloc.py)
-        while not self._stop.is_set():
+        while not self._stop_requested:
             if self.engine.dead():
                 log.error("exiting: the tick loop stopped", error=self.engine.loop_error)
                 return 1
@@ -132,8 +134,8 @@ class Agent:
                 log.info("ready", sources=sorted(names))
                 ready_sent = True
                 freeze_at = time.monotonic() + FREEZE_AFTER_S
-            if self._reload_requested.is_set():
-                self._reload_requested.clear()
+            if self._reload_requested:
+                self._reload_requested = False  # a SIGHUP from here on reloads once more
                 if self.reload():
                     freeze_at = time.monotonic() + FREEZE_AFTER_S
             if freeze_at is not None and time.monotonic() >= freeze_at:
@@ -149,16 +151,15 @@ class Agent:
             # next half-second turn, and HUPs within it were merged); the timeout only paces
             # the checks for readiness and a dead tick loop.
             self._wake.wait(0.05 if not ready_sent else 0.5)
-            self._wake.clear()
         return 0
 
     def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self._stop_requested = True
+        self._wake.wake()
 
     def request_reload(self) -> None:
-        self._reload_requested.set()  # the main loop applies it: signal handlers stay tiny
-        self._wake.set()
+        self._reload_requested = True  # the main loop applies it: signal handlers stay tiny
+        self._wake.wake()
 
     def shutdown(self) -> None:
         """Stop everything; a step that fails is logged and the next one still runs (the
@@ -171,6 +172,7 @@ class Agent:
         if self.control is not None:
             _guarded("control", self.control.stop)
         _guarded("notify", self.notifier.close)
+        self._wake.close()  # a signal from here on wakes nobody (its handler still calls wake)
         log.info("stopped", took_s=round(time.monotonic() - began, 3), exporters_late=late)
 
     # ------------------------------------------------------------ reload

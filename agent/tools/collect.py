@@ -36,6 +36,7 @@ from agent import config, logs, tls
 from agent.control.incidents import IncidentPrinter, StreamView
 from agent.gnmi import paths
 from agent.gnmi.encode import python_value
+from agent.signals import StopSignals
 from agent.tools.prometheus import MetricsServer
 
 NOKIA_METHOD = "/Nokia.SROS.DialoutTelemetry/Publish"
@@ -314,9 +315,7 @@ def collect_main(args) -> int:
         out: IO[str] = sys.stdout if args.output in (None, "-") else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         return _usage(f"--output: cannot open {args.output!r}: {exc.strerror}")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = StopSignals(signal.SIGTERM, signal.SIGINT)  # handlers that take no lock (agent/signals.py)
     # --incidents: the agents' events grouped by their LLDP neighbours, on stderr (stdout may hold the lines)
     printer = IncidentPrinter(StreamView()) if getattr(args, "incidents", False) else None
     try:

@@ -30,6 +30,7 @@ from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.printable import printable
 from agent.control.top import rates
 from agent.insights.congestion import CongestionConfig, fmt_bytes
+from agent.signals import StopSignals
 from agent.tools.fabric import (
     PRESETS,
     Fabric,
@@ -399,8 +400,7 @@ def demo_main(args: Any) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = workdir / "collector.jsonl"
     tui = not args.no_tui and sys.stdout.isatty()
-    stop, hung_up = threading.Event(), threading.Event()
-    hangup_signals(stop, hung_up)  # SIGINT, SIGTERM, and SIGHUP: a closed terminal or ssh session
+    stop = hangup_signals()  # SIGINT, SIGTERM, and SIGHUP: a closed terminal or ssh session
 
     with open(out_path, "w", encoding="utf-8") as out:
         feed, view = EventFeed(), StreamView()
@@ -431,17 +431,17 @@ def demo_main(args: Any) -> int:
                 _run_plain(fabric, feed, timeline, incidents, duration, stop)
         except Exception:
             # A terminal that hung up fails every write (EIO) and termios call: expected then.
-            if not hung_up.is_set():
+            if not stop.got(signal.SIGHUP):
                 raise
         finally:
             ended_s = max(0.0, (time.time_ns() - fabric.start_ns) / NS_PER_S)  # what the fault plan got to
             # every agent at once, killed after Fabric.stop's bound; one that exited has closed
             # its stream only once the collector read it all, so the last clears are in
-            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
-            if not hung_up.is_set():
+            codes = stop_with_collector(fabric, collector, stop.got(signal.SIGHUP), stop.is_set())
+            if not stop.got(signal.SIGHUP):
                 late = timeline.update(feed.events())
                 late += incidents.update()
-    if hung_up.is_set():
+    if stop.got(signal.SIGHUP):
         # Nobody reads the terminal any more: no timeline, and no temporary directory left
         # behind whose name nobody saw (a --dir is kept).
         detach_stdio()
@@ -482,7 +482,7 @@ def _seconds_left(fabric: Fabric, duration: float) -> float:
 
 
 def _run_plain(fabric: Fabric, feed: EventFeed, timeline: Timeline, incidents: IncidentPrinter,
-               duration: float, stop: threading.Event) -> None:
+               duration: float, stop: StopSignals) -> None:
     while not stop.is_set() and (left := _seconds_left(fabric, duration)) > 0:
         stop.wait(min(0.5, left))
         for line in timeline.update(feed.events()) + incidents.update():
@@ -492,7 +492,7 @@ def _run_plain(fabric: Fabric, feed: EventFeed, timeline: Timeline, incidents: I
 
 
 def _run_tui(fabric: Fabric, feed: EventFeed, timeline: Timeline, incidents: IncidentPrinter,
-             duration: float, stop: threading.Event) -> None:
+             duration: float, stop: StopSignals) -> None:
     from rich.console import Console
     from rich.live import Live
 

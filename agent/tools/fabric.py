@@ -22,6 +22,7 @@ import yaml
 
 from agent.control.incidents import IncidentPrinter, StreamView
 from agent.control.top import TOPOLOGY_FILE, fabric_socket
+from agent.signals import StopSignals
 from agent.tools.topology import Topology, uplink_ports
 
 #: scenario presets: what ``--scenario`` picks (times relative to the fabric's start)
@@ -244,16 +245,11 @@ def stop_with_collector(fabric: Fabric, collector: Any, hung_up: bool, signalled
     return codes
 
 
-def hangup_signals(stop, hung_up) -> None:
-    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) all stop the run; a
-    SIGHUP also sets ``hung_up``: nobody reads the terminal any more."""
-    def on_signal(signum, _frame) -> None:
-        if signum == signal.SIGHUP:
-            hung_up.set()
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+def hangup_signals() -> StopSignals:
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) all stop the run;
+    ``got(signal.SIGHUP)``: nobody reads the terminal any more. The handlers take no lock
+    (agent/signals.py: an Event set from one could hang the run for good)."""
+    return StopSignals(signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def detach_stdio() -> None:
@@ -275,7 +271,6 @@ def fabric_main(args) -> int:
     agents are stopped as on Ctrl-C, and the temporary directory (never a --dir) is removed."""
     import shutil
     import tempfile
-    import threading
 
     from agent.tools.collect import Collector
 
@@ -283,8 +278,7 @@ def fabric_main(args) -> int:
     workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="swtel-fabric-"))
     workdir.mkdir(parents=True, exist_ok=True)
     out_path = Path(args.output) if args.output else workdir / "collector.jsonl"
-    stop, hung_up = threading.Event(), threading.Event()
-    hangup_signals(stop, hung_up)
+    stop = hangup_signals()
     codes: dict[str, int | None] = {}
     view = StreamView()
     printer: IncidentPrinter | None = None
@@ -322,11 +316,11 @@ def fabric_main(args) -> int:
                 for line in printer.update():  # on stdout: the collector's lines go to --output
                     print(line, flush=True)
         except OSError:
-            if not hung_up.is_set():
+            if not stop.got(signal.SIGHUP):
                 raise
         finally:
-            codes = stop_with_collector(fabric, collector, hung_up.is_set(), stop.is_set())
-    if hung_up.is_set():
+            codes = stop_with_collector(fabric, collector, stop.got(signal.SIGHUP), stop.is_set())
+    if stop.got(signal.SIGHUP):
         detach_stdio()
         if own_dir:  # nobody saw where it was: leave nothing behind
             shutil.rmtree(workdir, ignore_errors=True)

@@ -40,6 +40,7 @@ import grpc
 from agent import tls
 from agent.config import HostPort
 from agent.gnmi import tunnel_pb as pb
+from agent.signals import StopSignals
 
 CHUNK = 32 * 1024
 SESSION_TIMEOUT_S = 10.0  # how long a target may take to open the Tunnel stream it was asked for
@@ -633,9 +634,7 @@ def tunnel_server_main(args: Any) -> int:
     except RuntimeError as exc:
         print(f"swtel {exc}", file=sys.stderr)
         return 1
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done = StopSignals(signal.SIGTERM, signal.SIGINT)  # handlers that take no lock (agent/signals.py)
     done.wait(args.duration)
     server.stop()
     return 0

@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("agent", "agent.counters", "agent.listener", "agent.pathgrammar", "agent.logs", "agent._backend",
      "agent._fallback",
      "agent.tls", "agent.sdnotify", "agent.yamlsafe", "agent.handoff",
-     "agent.caps", "agent.credentials", "agent.files"),
+     "agent.caps", "agent.credentials", "agent.files", "agent.signals"),
     # 1 protocols and plumbing: gNMI messages and paths, the store, links, the plugin boundary
     ("agent.gnmi", "agent.store", "agent.links", "agent.asic", "agent.control.protocol",
      "agent.control.printable"),
