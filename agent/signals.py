@@ -30,6 +30,10 @@ class Wakeup:
         self._poll = select.poll()
         self._poll.register(self._r, select.POLLIN)
 
+    def fileno(self) -> int:
+        """The read end, for a selector that waits on other descriptors as well."""
+        return self._r
+
     def wake(self) -> None:
         w = self._w
         if w < 0:  # closed: nobody will wait again

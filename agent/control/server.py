@@ -41,6 +41,7 @@ from agent.control.protocol import (
     pack,
     read_frame,
 )
+from agent.signals import Wakeup
 
 if TYPE_CHECKING:
     from agent.config import Control
@@ -79,7 +80,7 @@ class ControlServer:
         self._slots = threading.BoundedSemaphore(max_clients)
         self._listener: socket.socket | None = None
         self._inode: tuple[int, int] | None = None
-        self._wake_r, self._wake_w = -1, -1
+        self._wakeup: Wakeup | None = None  # ends the accept loop's select at stop
         self._thread: threading.Thread | None = None
         self._conns: set[socket.socket] = set()
         self._waiting: dict[socket.socket, float] = {}  # connection -> since when it waits for a request
@@ -111,7 +112,7 @@ class ControlServer:
         sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
         self._listener = sock
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._wakeup = Wakeup()
         self._stopping.clear()
         self._thread = threading.Thread(target=self._accept_loop, name="swtel-control", daemon=True)
         self._thread.start()
@@ -121,8 +122,8 @@ class ControlServer:
         if self._listener is None:
             return
         self._stopping.set()
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        if self._wakeup is not None:
+            self._wakeup.wake()
         if self._thread is not None:
             self._thread.join(timeout)
         with self._lock:
@@ -134,9 +135,9 @@ class ControlServer:
             worker.join(timeout)
         self._listener.close()
         self._listener = None
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self._wakeup is not None:
+            self._wakeup.close()
+            self._wakeup = None
         self._remove_own_socket()
 
     def _set_group(self) -> None:
@@ -165,13 +166,14 @@ class ControlServer:
     # ---------------------------------------------------------------- accepting
 
     def _accept_loop(self) -> None:
-        assert self._listener is not None
+        assert self._listener is not None and self._wakeup is not None
+        wake_fd = self._wakeup.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(self._listener, selectors.EVENT_READ)
-            sel.register(self._wake_r, selectors.EVENT_READ)
+            sel.register(wake_fd, selectors.EVENT_READ)
             while not self._stopping.is_set():
                 for key, _ in sel.select():
-                    if key.fd == self._wake_r:
+                    if key.fd == wake_fd:
                         return
                     self._accept_one()
 
